@@ -1,0 +1,585 @@
+#include "common/diagnosis/classifier.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/string_view.h"
+
+namespace fleet::diagnosis {
+namespace {
+
+using ::fleet::AsAbsl;
+
+size_t CountNewlines(std::string_view text) {
+  return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+std::string_view LeftTrim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  return s;
+}
+
+std::string_view RightTrim(std::string_view s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// "[12/345] ..." as ninja prints a step.
+bool IsNinjaStep(std::string_view s) {
+  s = LeftTrim(s);
+  if (s.size() < 5 || s[0] != '[') return false;
+  size_t i = 1;
+  const size_t digits_start = i;
+  while (i < s.size() && absl::ascii_isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  if (i == digits_start || i >= s.size() || s[i] != '/') return false;
+  const size_t total_start = ++i;
+  while (i < s.size() && absl::ascii_isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  return i > total_start && i < s.size() && s[i] == ']';
+}
+
+std::string RenderSummary(std::string_view templ, const Facts& facts) {
+  std::string out;
+  size_t i = 0;
+  while (i < templ.size()) {
+    const size_t open = templ.find('{', i);
+    if (open == std::string_view::npos) break;
+    const size_t close = templ.find('}', open);
+    if (close == std::string_view::npos) break;
+    out.append(templ.substr(i, open - i));
+    const std::string_view key = templ.substr(open + 1, close - open - 1);
+    const std::string_view value = facts.First(key);
+    out.append(value.empty() ? std::string_view("?") : value);
+    i = close + 1;
+  }
+  out.append(templ.substr(i));
+  return out;
+}
+
+}  // namespace
+
+Classifier::Classifier(const SignatureMatcher* matcher, ClassifierOptions options,
+                       ClassifierListener* listener)
+    : matcher_(matcher), options_(options), listener_(listener) {}
+
+Classifier::~Classifier() = default;
+
+void Classifier::AddBytes(std::string_view data) {
+  while (!data.empty()) {
+    if (!carry_.empty() || carry_cut_bytes_ > 0) {
+      const void* nl = std::memchr(data.data(), '\n', data.size());
+      if (nl == nullptr) {
+        AppendCarry(data);
+        return;
+      }
+      const size_t n = static_cast<const char*>(nl) - data.data();
+      AppendCarry(data.substr(0, n));
+      FlushCarry();
+      data.remove_prefix(n + 1);
+      continue;
+    }
+    const void* last = memrchr(data.data(), '\n', data.size());
+    if (last == nullptr) {
+      AppendCarry(data);
+      return;
+    }
+    const size_t n = static_cast<const char*>(last) - data.data() + 1;
+    ProcessBuffer(data.substr(0, n));
+    data.remove_prefix(n);
+  }
+}
+
+void Classifier::AddLine(std::string_view line) {
+  if (line.size() > kMaxLineBytes) {
+    scratch_ = absl::StrCat(AsAbsl(line.substr(0, kMaxLineBytes)),
+                            " [... line cut: ", line.size() - kMaxLineBytes, " more bytes ...]");
+    line = scratch_;
+  }
+  ProcessLine(line);
+  PushTail(line_no_, line);
+}
+
+void Classifier::AppendCarry(std::string_view bytes) {
+  const size_t room = kMaxLineBytes - carry_.size();
+  if (bytes.size() <= room) {
+    carry_.append(bytes);
+  } else {
+    carry_.append(bytes.substr(0, room));
+    carry_cut_bytes_ += static_cast<int64_t>(bytes.size() - room);
+  }
+}
+
+void Classifier::FlushCarry() {
+  std::string line = std::move(carry_);
+  carry_.clear();
+  if (carry_cut_bytes_ > 0) {
+    absl::StrAppend(&line, " [... line cut: ", carry_cut_bytes_, " more bytes ...]");
+    carry_cut_bytes_ = 0;
+  }
+  ProcessLine(line);
+  PushTail(line_no_, line);
+}
+
+void Classifier::ProcessBuffer(std::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (!NeedsEveryLine()) {
+      const std::string_view rest = text.substr(pos);
+      const size_t candidate = matcher_->FindCandidate(rest);
+      if (candidate == std::string_view::npos) {
+        line_no_ += static_cast<int64_t>(CountNewlines(rest));
+        break;
+      }
+      // Skip to the start of the candidate's line, counting the lines passed.
+      const void* prev_nl = candidate == 0 ? nullptr : memrchr(rest.data(), '\n', candidate);
+      const size_t line_start =
+          prev_nl == nullptr ? 0 : static_cast<const char*>(prev_nl) - rest.data() + 1;
+      line_no_ += static_cast<int64_t>(CountNewlines(rest.substr(0, line_start)));
+      pos += line_start;
+    }
+    const char* begin = text.data() + pos;
+    const char* nl = static_cast<const char*>(std::memchr(begin, '\n', text.size() - pos));
+    const size_t len = static_cast<size_t>(nl - begin);
+    std::string_view line(begin, len);
+    if (len > kMaxLineBytes) {
+      scratch_ = absl::StrCat(AsAbsl(line.substr(0, kMaxLineBytes)),
+                              " [... line cut: ", len - kMaxLineBytes, " more bytes ...]");
+      line = scratch_;
+    }
+    ProcessLine(line);
+    pos += len + 1;
+  }
+  UpdateTailFromBuffer(text);
+}
+
+void Classifier::PushTail(int64_t line, std::string_view text) {
+  tail_.push_back({line, EvidenceBuilder::ClipLine(text)});
+  while (tail_.size() > kTailLines) tail_.pop_front();
+}
+
+void Classifier::UpdateTailFromBuffer(std::string_view text) {
+  // `text` ends with '\n'; its last line is line_no_.
+  std::vector<EvidenceLine> lines;
+  size_t end = text.size() - 1;  // the final '\n'
+  int64_t number = line_no_;
+  while (lines.size() < kTailLines) {
+    const void* prev = end == 0 ? nullptr : memrchr(text.data(), '\n', end);
+    const size_t start = prev == nullptr ? 0 : static_cast<const char*>(prev) - text.data() + 1;
+    lines.push_back({number--, EvidenceBuilder::ClipLine(text.substr(start, end - start))});
+    if (prev == nullptr) break;
+    end = start - 1;
+  }
+  if (lines.size() >= kTailLines) tail_.clear();
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) tail_.push_back(std::move(*it));
+  while (tail_.size() > kTailLines) tail_.pop_front();
+}
+
+void Classifier::ProcessLine(std::string_view raw) {
+  ++line_no_;
+  hits_.clear();
+  matcher_->Match(raw, &hits_);
+  if (hits_.empty() && !unit_) return;
+
+  const int n = matcher_->size();
+  const std::vector<Signature>& sigs = matcher_->signatures();
+  bool any_structure = false;
+  bool any_classifying = false;
+  bool any_symptom = false;
+  bool unconstrained_classifying = false;
+  for (int h : hits_) {
+    if (h >= n) {
+      any_structure = true;
+      continue;
+    }
+    const Signature& s = sigs[h];
+    if (s.role == SignatureRole::kRootCause || s.role == SignatureRole::kSymptom) {
+      any_classifying = true;
+      if (s.role == SignatureRole::kSymptom) any_symptom = true;
+      if (s.within == UnitKind::kNone) unconstrained_classifying = true;
+    }
+  }
+
+  // Structure: what unit this line starts, judged on the line without its log prefixes.
+  std::string_view stripped = raw;
+  if (unit_ || any_structure) stripped = matcher_->StripLogPrefixes(raw);
+  UnitKind starts = UnitKind::kNone;
+  bool frame = false;
+  if (any_structure) {
+    for (int h : hits_) {
+      if (h < n) continue;
+      switch (static_cast<Structure>(h - n)) {
+        case Structure::kTraceback:
+          starts = UnitKind::kTraceback;
+          break;
+        case Structure::kWorkerError:
+          if (starts == UnitKind::kNone || starts == UnitKind::kNinjaFailed) {
+            starts = UnitKind::kWorkerError;
+          }
+          break;
+        case Structure::kNinjaFailed:
+          if (starts == UnitKind::kNone && stripped.starts_with("FAILED: ")) {
+            starts = UnitKind::kNinjaFailed;
+          }
+          break;
+        case Structure::kFrame:
+          frame = LeftTrim(stripped).starts_with("File \"");
+          break;
+        case Structure::kCount:
+          break;
+      }
+    }
+  }
+
+  if (unit_ &&
+      UnitEndsBefore(stripped, starts != UnitKind::kNone || frame, any_classifying, any_symptom)) {
+    EndUnit();
+  }
+  if (!unit_) {
+    if (starts != UnitKind::kNone) {
+      OpenUnitAt(starts);
+    } else if (frame) {
+      OpenUnitAt(UnitKind::kTraceback);
+    } else if (unconstrained_classifying) {
+      OpenUnitAt(UnitKind::kLoose);
+    }
+  }
+  const UnitKind kind = unit_ ? unit_->kind : UnitKind::kNone;
+  // Source lines that a traceback quotes under a frame can hold error text; they are code, not
+  // output.
+  const bool code_line = kind == UnitKind::kTraceback && unit_->previous_was_frame &&
+                         !stripped.empty() && (stripped[0] == ' ' || stripped[0] == '\t');
+
+  int root = -1;
+  int symptom = -1;
+  for (int h : hits_) {
+    if (h >= n) break;
+    const Signature& s = sigs[h];
+    if (s.within != UnitKind::kNone && s.within != kind) continue;
+    if (code_line) continue;
+    if (s.role == SignatureRole::kRootCause && root < 0) root = h;
+    if (s.role == SignatureRole::kSymptom && symptom < 0) symptom = h;
+  }
+  const bool classifying = root >= 0 || symptom >= 0;
+
+  if (unit_) {
+    ++unit_->lines;
+    unit_->evidence.Add(line_no_, raw, classifying);
+    if (classifying) unit_->last_hit_line = line_no_;
+  }
+  if (root >= 0) {
+    OnRoot(root, raw);
+  } else if (symptom >= 0) {
+    OnSymptom(symptom, raw);
+  }
+  for (int h : hits_) {
+    if (h >= n) break;
+    const Signature& s = sigs[h];
+    if (s.role == SignatureRole::kContext && !code_line) matcher_->Extract(h, raw, &context_);
+  }
+  for (int h : hits_) {
+    if (h >= n) break;
+    const SignatureRole role = sigs[h].role;
+    if (code_line) break;
+    if (role == SignatureRole::kProgress) OnProgress(h, raw);
+    if (role == SignatureRole::kPhase) OnPhase(h, raw);
+  }
+
+  if (unit_) {
+    unit_->previous_was_frame = frame;
+    if (UnitEndsAfter(stripped) || unit_->lines >= kMaxUnitLines) EndUnit();
+  }
+}
+
+void Classifier::OpenUnitAt(UnitKind kind) {
+  unit_.emplace(OpenUnit{kind, ++unit_serial_, line_no_ + 1, line_no_ + 1, 0, false,
+                         EvidenceBuilder(options_.max_evidence_lines)});
+  // ProcessLine increments line_no_ before deciding, so the unit starts at the current line.
+  unit_->start_line = line_no_;
+  unit_->last_hit_line = line_no_;
+}
+
+bool Classifier::UnitEndsBefore(std::string_view stripped, bool starts_unit, bool has_classifying,
+                                bool has_symptom) const {
+  switch (unit_->kind) {
+    case UnitKind::kNinjaFailed:
+      return starts_unit || IsNinjaStep(stripped) || matcher_->IsExceptionLine(stripped);
+    case UnitKind::kTraceback:
+      // A frame continues the traceback; any other unit start begins a new unit.
+      return starts_unit && !LeftTrim(stripped).starts_with("File \"");
+    case UnitKind::kWorkerError:
+      return starts_unit || has_symptom;
+    case UnitKind::kLoose:
+      return starts_unit;
+    case UnitKind::kNone:
+      break;
+  }
+  return false;
+}
+
+bool Classifier::UnitEndsAfter(std::string_view stripped) const {
+  switch (unit_->kind) {
+    case UnitKind::kNinjaFailed:
+      return stripped.starts_with("ninja: build stopped") || stripped.starts_with("ninja: error");
+    case UnitKind::kTraceback: {
+      if (line_no_ == unit_->start_line) return false;
+      const std::string_view s = RightTrim(stripped);
+      if (s.empty() || s[0] == ' ' || s[0] == '\t') return false;
+      if (s.starts_with("Traceback") || s.starts_with("File \"")) return false;
+      return true;  // the exception line
+    }
+    case UnitKind::kWorkerError:
+      return RightTrim(stripped).ends_with("'");
+    case UnitKind::kLoose:
+      return line_no_ - unit_->last_hit_line >= kLooseTrailing;
+    case UnitKind::kNone:
+      break;
+  }
+  return false;
+}
+
+void Classifier::EndUnit() {
+  bool failing = false;
+  std::optional<std::vector<EvidenceLine>> built;
+  auto evidence = [&]() -> const std::vector<EvidenceLine>& {
+    if (!built) built = unit_->evidence.Build();
+    return *built;
+  };
+  if (root_ && root_->unit_serial == unit_->serial && !root_->evidence) {
+    root_->evidence = evidence();
+    failing = true;
+  }
+  for (auto& f : symptom_by_rank_) {
+    if (f && f->unit_serial == unit_->serial && !f->evidence) f->evidence = evidence();
+  }
+  unit_.reset();
+  if (failing && listener_ != nullptr) listener_->OnFailingUnitEnded(line_no_);
+}
+
+Classifier::Finding Classifier::MakeFinding(int index, std::string_view raw) const {
+  Finding f;
+  f.signature = index;
+  f.line = line_no_;
+  f.unit_serial = unit_ ? unit_->serial : 0;
+  f.unit = unit_ ? unit_->kind : UnitKind::kNone;
+  matcher_->Extract(index, raw, &f.facts);
+  f.phase = CurrentPhase();
+  for (auto it = phases_.rbegin(); it != phases_.rend(); ++it) {
+    if (f.phase_failure_class.empty()) f.phase_failure_class = it->failure_class;
+    f.phase_facts.AddMissingFrom(it->facts);
+  }
+  return f;
+}
+
+void Classifier::OnRoot(int index, std::string_view raw) {
+  const Signature& s = matcher_->signatures()[index];
+  if (!root_) {
+    root_ = MakeFinding(index, raw);
+    if (listener_ != nullptr) listener_->OnRootCause(line_no_);
+    return;
+  }
+  // More lines of the same cause in the same unit add their facts ("cannot find -lcudart",
+  // "cannot find -lcuda").
+  if (!root_->evidence && unit_ && root_->unit_serial == unit_->serial &&
+      matcher_->signatures()[root_->signature].diagnosis_class == s.diagnosis_class) {
+    matcher_->Extract(index, raw, &root_->facts);
+  }
+}
+
+void Classifier::OnSymptom(int index, std::string_view raw) {
+  const Signature& s = matcher_->signatures()[index];
+  if (symptoms_.size() < kMaxSymptoms) symptoms_.push_back({line_no_, s.diagnosis_class, s.id});
+  const DiagnosisClassInfo* info = FindDiagnosisClass(s.diagnosis_class);
+  const int rank = info->symptom_rank > 0 ? std::min(info->symptom_rank, 3) : 3;
+  if (!symptom_by_rank_[rank]) symptom_by_rank_[rank] = MakeFinding(index, raw);
+}
+
+void Classifier::OnPhase(int index, std::string_view raw) {
+  const Signature& s = matcher_->signatures()[index];
+  const Phase before = CurrentPhase();
+  const std::string before_detail = phases_.empty() ? "" : phases_.back().detail;
+  if (s.enters_phase && s.phase == Phase::kReady) {
+    ResetForReady();
+    phases_.clear();
+    ready_ = true;
+    if (listener_ != nullptr && before != Phase::kReady) {
+      listener_->OnPhaseChanged(Phase::kReady, "", line_no_);
+    }
+    return;
+  }
+  if (s.ends_phase) {
+    for (size_t i = phases_.size(); i-- > 0;) {
+      if (phases_[i].phase == s.ended_phase) {
+        phases_.resize(i);
+        break;
+      }
+    }
+  }
+  if (s.enters_phase) {
+    Facts facts;
+    matcher_->Extract(index, raw, &facts);
+    std::string detail;
+    if (!facts.entries().empty()) detail = facts.entries().front().second.front();
+    ready_ = false;
+    if (!phases_.empty() && phases_.back().phase == s.phase) {
+      PhaseEntry& top = phases_.back();
+      top.detail = detail;
+      top.line = line_no_;
+      top.text = EvidenceBuilder::ClipLine(raw);
+      top.implicit = false;
+      top.failure_class = s.failure_class;
+      top.facts = std::move(facts);
+    } else {
+      if (phases_.size() >= 8) phases_.erase(phases_.begin());
+      phases_.push_back({s.phase, detail, line_no_, EvidenceBuilder::ClipLine(raw), false,
+                         s.failure_class, std::move(facts)});
+    }
+  }
+  const std::string after_detail = phases_.empty() ? "" : phases_.back().detail;
+  if (listener_ != nullptr && (CurrentPhase() != before || after_detail != before_detail)) {
+    listener_->OnPhaseChanged(CurrentPhase(), after_detail, line_no_);
+  }
+}
+
+void Classifier::OnProgress(int index, std::string_view raw) {
+  Facts facts;
+  matcher_->Extract(index, raw, &facts);
+  int64_t step = 0, total = 0;
+  if (!absl::SimpleAtoi(AsAbsl(facts.First("step")), &step) ||
+      !absl::SimpleAtoi(AsAbsl(facts.First("total")), &total) || total <= 0) {
+    return;
+  }
+  progress_step_ = step;
+  progress_total_ = total;
+  const Phase before = CurrentPhase();
+  if (phases_.empty() || phases_.back().phase != Phase::kJitCompiling) {
+    // A build is running: JIT compiling, possibly inside another phase (graph capture).
+    if (phases_.size() >= 8) phases_.erase(phases_.begin());
+    std::string detail;
+    for (auto it = phases_.rbegin(); it != phases_.rend() && detail.empty(); ++it) {
+      if (it->phase == Phase::kJitCompiling) detail = it->detail;
+    }
+    phases_.push_back({Phase::kJitCompiling, detail, line_no_, EvidenceBuilder::ClipLine(raw), true,
+                       "jit_build_failed", Facts()});
+    ready_ = false;
+  } else {
+    phases_.back().text = EvidenceBuilder::ClipLine(raw);
+    phases_.back().line = line_no_;
+  }
+  if (step >= total && phases_.back().implicit) phases_.pop_back();
+  if (listener_ != nullptr) {
+    if (CurrentPhase() != before) {
+      listener_->OnPhaseChanged(CurrentPhase(), phases_.empty() ? "" : phases_.back().detail,
+                                line_no_);
+    }
+    listener_->OnProgress(step, total, line_no_);
+  }
+}
+
+void Classifier::ResetForReady() {
+  unit_.reset();
+  root_.reset();
+  for (auto& f : symptom_by_rank_) f.reset();
+  symptoms_.clear();
+}
+
+Phase Classifier::CurrentPhase() const {
+  if (!phases_.empty()) return phases_.back().phase;
+  return ready_ ? Phase::kReady : Phase::kStarting;
+}
+
+std::vector<EvidenceLine> Classifier::EvidenceOf(const Finding& f) const {
+  if (f.evidence) return *f.evidence;
+  if (unit_ && unit_->serial == f.unit_serial) return unit_->evidence.Build();
+  return {};
+}
+
+Diagnosis Classifier::Decide(bool finished) const {
+  Diagnosis d;
+  d.lines = line_no_;
+  d.phase = CurrentPhase();
+  d.phase_detail = phases_.empty() ? "" : phases_.back().detail;
+  d.progress_step = progress_step_;
+  d.progress_total = progress_total_;
+  d.symptoms = symptoms_;
+
+  const std::vector<Signature>& sigs = matcher_->signatures();
+  const Finding* f = nullptr;
+  int rank = 0;
+  if (root_) {
+    f = &*root_;
+  } else {
+    for (rank = 3; rank >= 1; --rank) {
+      if (symptom_by_rank_[rank]) {
+        f = &*symptom_by_rank_[rank];
+        break;
+      }
+    }
+  }
+
+  if (f != nullptr) {
+    const Signature& s = sigs[f->signature];
+    d.diagnosis_class = s.diagnosis_class;
+    d.signature_id = s.id;
+    d.fix = s.fix;
+    const DiagnosisClassInfo* info = FindDiagnosisClass(s.diagnosis_class);
+    d.summary = RenderSummary(s.summary.empty() ? info->summary : s.summary, f->facts);
+    if (!root_ && rank <= 2 && !f->phase_failure_class.empty()) {
+      // A child died with no cause in sight, during a phase that names what failed.
+      const DiagnosisClassInfo* phase_info = FindDiagnosisClass(f->phase_failure_class);
+      d.diagnosis_class = phase_info->name;
+      d.fix = phase_info->fix;
+      d.summary = absl::StrCat(AsAbsl(phase_info->summary), " (the failure came during ",
+                               absl::AsciiStrToLower(AsAbsl(PhaseName(f->phase))),
+                               " with no cause found nearby)");
+    }
+    d.root_cause_line = f->line;
+    d.unit = f->unit;
+    d.evidence = EvidenceOf(*f);
+    d.provisional = !finished && !f->evidence;
+    d.facts = f->facts;
+    d.facts.AddMissingFrom(f->phase_facts);
+    d.facts.AddMissingFrom(context_);
+  } else if (finished && options_.offline && !phases_.empty() &&
+             phases_.back().phase == Phase::kJitCompiling) {
+    const PhaseEntry& p = phases_.back();
+    const DiagnosisClassInfo* info = FindDiagnosisClass("startup_stalled");
+    d.diagnosis_class = info->name;
+    d.fix = info->fix;
+    d.summary = p.detail.empty()
+                    ? std::string(info->summary)
+                    : absl::StrCat("the log ends inside the unfinished JIT compile of ", p.detail,
+                                   " with no error: the start stalled or was cut short");
+    d.root_cause_line = p.line;
+    if (tail_.empty() || tail_.front().line > p.line) {
+      d.evidence.push_back({p.line, p.text});
+      if (!tail_.empty() && tail_.front().line > p.line + 1) {
+        const int64_t gap = tail_.front().line - p.line - 1;
+        d.evidence.push_back(
+            {0, absl::StrCat("[... ", gap, gap == 1 ? " line" : " lines", " elided ...]")});
+      }
+    }
+    for (const EvidenceLine& l : tail_) d.evidence.push_back(l);
+    d.facts = p.facts;
+    d.facts.AddMissingFrom(context_);
+  } else {
+    d.summary = std::string(FindDiagnosisClass("none")->summary);
+    d.facts = context_;
+  }
+  d.toolchain_fix = IsToolchainFix(d.fix);
+  return d;
+}
+
+Diagnosis Classifier::Snapshot() const { return Decide(false); }
+
+Diagnosis Classifier::Finish() {
+  if (!carry_.empty() || carry_cut_bytes_ > 0) FlushCarry();
+  if (unit_) EndUnit();
+  return Decide(true);
+}
+
+}  // namespace fleet::diagnosis

@@ -1,0 +1,165 @@
+// Classifier: reads one server log (one start attempt) and names the root cause of its failure,
+// not the symptom, with the evidence. Streaming: feed bytes as they arrive (AddBytes, any chunking,
+// partial lines kept) or lines (AddLine); Snapshot() tells what is known so far; Finish() ends the
+// input. Linear time and bounded memory whatever the input: lines over kMaxLineBytes are cut with
+// a marker, evidence and facts are capped, and lines that match no pattern are skipped in bulk.
+//
+// How it decides (DESIGN.md, "Diagnosis"):
+//  - Lines group into units: a ninja `FAILED:` block, a Python traceback, a vLLM worker error, or
+//    a run of matching lines with a little trailing context.
+//  - The root cause is the earliest root-cause signature; its unit is the evidence. Symptoms
+//    (`collect2`, `ninja: build stopped`, the SGLang sigquit line) never win over a cause.
+//  - With no cause, the most specific symptom decides; a weak one (`child_process_failed`,
+//    `unknown`) seen during a phase with a failure class (graph capture) takes that class.
+//  - The server reaching READY clears what came before: only failures after it count.
+//  - Offline (a whole file), a log that ends inside an unfinished JIT phase is `startup_stalled`.
+//
+// Owns no threads. Not thread-safe: one classifier per log; the matcher may be shared.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/diagnosis/diagnosis.h"
+#include "common/diagnosis/evidence.h"
+#include "common/diagnosis/facts.h"
+#include "common/diagnosis/signature_matcher.h"
+
+namespace fleet::diagnosis {
+
+// Events for a live follower (the agent). Called synchronously from AddBytes/AddLine/Finish,
+// after the classifier's state is updated, so Snapshot() may be called from them.
+class ClassifierListener {
+ public:
+  virtual ~ClassifierListener() = default;
+  virtual void OnPhaseChanged(Phase phase, std::string_view detail, int64_t line) {}
+  virtual void OnProgress(int64_t step, int64_t total, int64_t line) {}
+  // The first root-cause line was read: the diagnosis is provisional.
+  virtual void OnRootCause(int64_t line) {}
+  // The failing unit ended: the diagnosis is final unless the server reaches READY later.
+  virtual void OnFailingUnitEnded(int64_t line) {}
+};
+
+struct ClassifierOptions {
+  // The input is a whole log read after the fact (`fleetctl explain`): at Finish(), a log that
+  // ends inside an unfinished JIT phase is `startup_stalled`. A live follower sets it false and
+  // leaves stalls to its timers.
+  bool offline = true;
+  size_t max_evidence_lines = 200;
+};
+
+class Classifier {
+ public:
+  static constexpr size_t kMaxLineBytes = 1 << 20;
+  static constexpr size_t kMaxSymptoms = 64;
+  static constexpr size_t kTailLines = 12;
+  // Lines after the last matching line that a unit of loose lines keeps.
+  static constexpr int64_t kLooseTrailing = 2;
+  // A unit that runs longer is ended (its evidence is elided in the middle anyway).
+  static constexpr int64_t kMaxUnitLines = 20000;
+
+  // `matcher` (and `listener`, when given) must outlive the classifier.
+  explicit Classifier(const SignatureMatcher* matcher, ClassifierOptions options = {},
+                      ClassifierListener* listener = nullptr);
+  ~Classifier();
+  Classifier(const Classifier&) = delete;
+  Classifier& operator=(const Classifier&) = delete;
+
+  // Any bytes, any chunking; a trailing partial line waits for the next call or Finish().
+  void AddBytes(std::string_view bytes);
+  // One complete line, without its '\n'. Do not mix with a pending partial line of AddBytes.
+  void AddLine(std::string_view line);
+  // Processes a pending partial line, ends the open unit and returns the final diagnosis.
+  Diagnosis Finish();
+  // What is known so far; does not change the state.
+  Diagnosis Snapshot() const;
+
+  int64_t lines() const { return line_no_; }
+
+ private:
+  struct PhaseEntry {
+    Phase phase;
+    std::string detail;  // the JIT op, the graph backend
+    int64_t line;
+    std::string text;           // the phase line, clipped
+    bool implicit;              // opened by a ninja step counter rather than a phase line
+    std::string failure_class;  // of an unexplained failure during this phase
+    Facts facts;
+  };
+  struct OpenUnit {
+    UnitKind kind;
+    int64_t serial;
+    int64_t start_line;
+    int64_t last_hit_line;
+    int64_t lines = 0;
+    bool previous_was_frame = false;
+    EvidenceBuilder evidence;
+  };
+  // A deciding line: the root cause, or the first symptom of a rank.
+  struct Finding {
+    int signature;
+    int64_t line;
+    int64_t unit_serial;
+    UnitKind unit;
+    Facts facts;
+    Phase phase;                                        // the phase the line was read in
+    std::string phase_failure_class;                    // of the innermost phase that has one
+    Facts phase_facts;                                  // captured by the open phases' lines
+    std::optional<std::vector<EvidenceLine>> evidence;  // set when its unit has ended
+  };
+
+  void ProcessBuffer(std::string_view text);
+  void ProcessLine(std::string_view raw);
+  void AppendCarry(std::string_view bytes);
+  void FlushCarry();
+  void PushTail(int64_t line, std::string_view text);
+  void UpdateTailFromBuffer(std::string_view text);
+  bool NeedsEveryLine() const { return unit_.has_value(); }
+
+  void OpenUnitAt(UnitKind kind);
+  void EndUnit();
+  bool UnitEndsBefore(std::string_view stripped, bool starts_unit, bool has_classifying,
+                      bool has_symptom) const;
+  bool UnitEndsAfter(std::string_view stripped) const;
+
+  void OnRoot(int index, std::string_view raw);
+  void OnSymptom(int index, std::string_view raw);
+  void OnPhase(int index, std::string_view raw);
+  void OnProgress(int index, std::string_view raw);
+  void ResetForReady();
+  Phase CurrentPhase() const;
+  Finding MakeFinding(int index, std::string_view raw) const;
+  std::vector<EvidenceLine> EvidenceOf(const Finding& f) const;
+  Diagnosis Decide(bool finished) const;
+
+  // Constant after construction.
+  const SignatureMatcher* matcher_;
+  const ClassifierOptions options_;
+  ClassifierListener* listener_;
+
+  int64_t line_no_ = 0;
+  int64_t unit_serial_ = 0;
+  std::string carry_;
+  int64_t carry_cut_bytes_ = 0;
+  std::string scratch_;
+  std::vector<int> hits_;
+  std::optional<OpenUnit> unit_;
+  std::optional<Finding> root_;
+  // First symptom of each rank (index = DiagnosisClassInfo::symptom_rank).
+  std::array<std::optional<Finding>, 4> symptom_by_rank_;
+  std::vector<SymptomHit> symptoms_;
+  std::vector<PhaseEntry> phases_;
+  bool ready_ = false;
+  int64_t progress_step_ = 0;
+  int64_t progress_total_ = 0;
+  Facts context_;
+  std::deque<EvidenceLine> tail_;
+};
+
+}  // namespace fleet::diagnosis

@@ -1,0 +1,65 @@
+// Signature: one entry of the signature catalogue (a regular expression with what a match means),
+// and the phases and unit kinds the classifier reasons with.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/diagnosis/diagnosis_class.h"
+
+namespace fleet::diagnosis {
+
+// What a line matching a signature tells.
+enum class SignatureRole {
+  kRootCause,  // names a cause (class); the earliest one in the failing unit decides
+  kSymptom,    // a consequence; points at a class used only when no cause is found
+  kPhase,      // the server entered (or left) a startup phase
+  kProgress,   // a build step counter (ninja "[n/m]"); named captures `step` and `total`
+  kContext,    // carries facts only (versions, paths, package lists)
+};
+
+// Startup phases, as in DESIGN.md's state machine.
+enum class Phase { kStarting, kLoading, kJitCompiling, kCapturingGraphs, kReady };
+
+// The structural units of a log that a failure is reported with.
+enum class UnitKind {
+  kNone,
+  kNinjaFailed,  // a ninja "FAILED: target" block up to the next step or "ninja: build stopped"
+  kTraceback,    // a Python traceback up to its exception line
+  kWorkerError,  // vLLM "Worker failed with error '...'" (a quoted, possibly multi-line message)
+  kLoose,        // root-cause or symptom lines outside any other unit, with trailing context
+};
+
+std::string_view SignatureRoleName(SignatureRole role);
+std::string_view PhaseName(Phase phase);  // "STARTING", "LOADING", ...
+std::string_view UnitKindName(UnitKind kind);
+
+struct Signature {
+  std::string id;
+  SignatureRole role = SignatureRole::kContext;
+  // RE2 syntax, matched unanchored against one line (bytes, Latin-1). Named captures
+  // `(?P<key>...)` become facts; a `__N` suffix is dropped (`gpu_arch__2` -> `gpu_arch`) so one
+  // pattern can capture a key in two alternatives; `package` + `version` add to `packages`.
+  std::string pattern;
+  // Root causes and symptoms: the class, and what kind of fix applies (the class's by default).
+  std::string diagnosis_class;
+  FixKind fix = FixKind::kNone;
+  // Root causes: one sentence; `{key}` is replaced by the fact captured under that name.
+  std::string summary;
+  // Only counts inside this kind of unit (kNone: anywhere).
+  UnitKind within = UnitKind::kNone;
+  // Phases: the phase a match enters, and/or one it ends.
+  bool enters_phase = false;
+  Phase phase = Phase::kStarting;
+  bool ends_phase = false;
+  Phase ended_phase = Phase::kStarting;
+  // Phases: the class of a failure seen during this phase when no cause is found.
+  std::string failure_class;
+  // Collect every occurrence of the captures on a line, not only the first.
+  bool all_matches = false;
+  // Where the signature was defined, for error messages: "signatures.conf:12".
+  std::string origin;
+};
+
+}  // namespace fleet::diagnosis

@@ -1,0 +1,38 @@
+// The signature catalogue: data, not code. The built-in catalogue (signatures.conf, compiled in)
+// can be replaced by a file in the same format (`fleetctl explain --signatures FILE`).
+//
+// Format: sections, one per signature, of `key = value` lines; `#` starts a comment line.
+//
+//   [ptxas_unsupported_version]
+//   role    = root_cause            # root_cause | symptom | phase | progress | context
+//   class   = ptx_version_unsupported
+//   fix     = toolchain             # optional; the class's default otherwise
+//   within  = ninja_failed          # optional: ninja_failed | traceback | worker_error
+//   pattern = Unsupported \.version (?P<ptx_wanted>\d+\.\d+); ...
+//   summary = ptxas accepts PTX ISA up to {ptx_supported} but was given {ptx_wanted}
+//   phase   = jit_compiling         # phase signatures: loading | jit_compiling |
+//   ends    = jit_compiling         #   capturing_graphs | ready
+//   failure_class = jit_build_failed
+//   all_matches = true
+//
+// Order matters: when several root causes (or symptoms) match one line, the first listed wins.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/diagnosis/signature.h"
+
+namespace fleet::diagnosis {
+
+// Parses catalogue text. `origin` names the text in errors, which read
+// "ORIGIN:LINE: ..." and name the field (InvalidArgument). Patterns are checked when compiled
+// (SignatureMatcher::Create), with the same ORIGIN:LINE.
+absl::StatusOr<std::vector<Signature>> ParseSignatureCatalogue(std::string_view text,
+                                                               std::string_view origin);
+
+// The catalogue compiled into the binaries.
+std::string_view BuiltinSignatureCatalogue();
+
+}  // namespace fleet::diagnosis

@@ -1,0 +1,373 @@
+#include "common/diagnosis/signature_matcher.h"
+
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/diagnosis/signature_catalogue.h"
+
+namespace fleet::diagnosis {
+namespace {
+
+// DFA budgets. The set and the alternation see every line; their DFAs stay small on real logs
+// (see bench/), and when one runs out the matcher falls back to exact per-pattern matching.
+constexpr int64_t kSetMaxMem = 8 << 20;
+constexpr int64_t kAnyMaxMem = 8 << 20;
+constexpr int64_t kPatternMaxMem = 1 << 20;
+
+RE2::Options LineOptions(int64_t max_mem) {
+  RE2::Options o;
+  o.set_encoding(RE2::Options::EncodingLatin1);
+  o.set_never_nl(true);
+  o.set_log_errors(false);
+  o.set_max_mem(max_mem);
+  return o;
+}
+
+// Structural patterns, in the order of enum Structure.
+constexpr const char* kStructurePatterns[] = {
+    R"(FAILED: )",
+    R"(Traceback \(most recent call last\))",
+    R"(File "[^"]*", line \d+)",
+    R"(Worker failed with error ')",
+};
+
+// Log-record prefixes, each anchored with the part to strip as group 1.
+constexpr const char* kPrefixPatterns[] = {
+    // journald, ISO: "2026-08-18T19:04:34+0200 host unit[123]: "
+    R"(^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? \S+ [^\s:\[]+(?:\[\d+\])?: ))",
+    // journald/syslog classic: "Oct 04 13:19:39 host unit[394]: "
+    R"(^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: ))",
+    // vLLM: "ERROR 10-30 18:49:38 [core.py:708] "
+    R"(^((?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ))",
+    // Process prefix (vLLM, Ray): "(EngineCore_DP0 pid=294) ", "(raylet, ip=1.2.3.4) "
+    R"(^(\([\w.-]+(?: pid=\d+)?(?:, ip=[\d.]+)?\) ))",
+    // SGLang: "[2026-06-28 14:01:50 TP5] ", "[2024-09-05T00:38:34Z] "
+    R"(^(\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[^\]]*\] ))",
+    // loguru-style: "2025-07-02 16:41:32 | ERROR | stderr | "
+    R"(^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| \w+ *\| [^|]*\| ))",
+    // Plain timestamp: "2023-07-27 13:17:05.422836: "
+    R"(^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?:? ))",
+    // grep -n / grep -B: "1979:" or "1979-" before a timestamp or text
+    R"(^(\d{1,9}[:-])[^\d\s])",
+    R"(^(\d{1,9}[:-])\d{4}-\d\d-\d\d)",
+    // uvicorn: "ERROR:    "
+    R"(^((?:INFO|ERROR|WARNING|DEBUG|CRITICAL): +))",
+    // Quoted or tabled text: "> ", "  | "
+    R"(^(> ?(?:\s*\| )?))",
+    R"(^(\s+\| ))",
+    // pytest's failure marker keeps the indentation after it: "E       "
+    R"(^(E) {2,}\S)",
+};
+
+// Replaces every named group "(?P<name>" with "(?:" so patterns can be joined.
+std::string WithoutNamedGroups(std::string_view p) {
+  std::string out;
+  size_t i = 0;
+  while (i < p.size()) {
+    if (p[i] == '\\' && i + 1 < p.size()) {
+      out.append(p.substr(i, 2));
+      i += 2;
+      continue;
+    }
+    if (p.substr(i, 4) == "(?P<") {
+      const size_t close = p.find('>', i);
+      if (close != std::string_view::npos) {
+        out.append("(?:");
+        i = close + 1;
+        continue;
+      }
+    }
+    out.push_back(p[i]);
+    ++i;
+  }
+  return out;
+}
+
+std::vector<std::string> SummaryPlaceholders(std::string_view summary) {
+  std::vector<std::string> keys;
+  size_t i = 0;
+  while ((i = summary.find('{', i)) != std::string_view::npos) {
+    const size_t close = summary.find('}', i);
+    if (close == std::string_view::npos) break;
+    keys.emplace_back(summary.substr(i + 1, close - i - 1));
+    i = close + 1;
+  }
+  return keys;
+}
+
+// RE2 syntax to POSIX ERE (GNU grep -E), for the patterns our catalogue uses.
+std::string ToEre(std::string_view p) {
+  bool fold = false;
+  if (p.starts_with("(?i)")) {
+    fold = true;
+    p.remove_prefix(4);
+  }
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (in_class) {
+      if (c == ']' && !(out.back() == '[' || (out.back() == '^' && out[out.size() - 2] == '['))) {
+        in_class = false;
+        out.push_back(c);
+      } else if (c == '\\' && i + 1 < p.size()) {
+        const char n = p[++i];
+        if (n == 'd') {
+          out.append("0-9");
+        } else if (n == 's') {
+          out.append("[:space:]");
+        } else if (n == 'w') {
+          out.append("_[:alnum:]");
+        } else {
+          out.push_back(n);  // \. \- \] etc.: literal inside brackets in ERE
+        }
+      } else if (fold && std::isalpha(static_cast<unsigned char>(c))) {
+        out.push_back(static_cast<char>(std::tolower(c)));
+        out.push_back(static_cast<char>(std::toupper(c)));
+      } else {
+        out.push_back(c);
+      }
+      continue;
+    }
+    if (c == '[') {
+      in_class = true;
+      out.push_back(c);
+      if (i + 1 < p.size() && p[i + 1] == '^') out.push_back(p[++i]);
+      continue;
+    }
+    if (c == '\\' && i + 1 < p.size()) {
+      const char n = p[++i];
+      switch (n) {
+        case 'd':
+          out.append("[0-9]");
+          break;
+        case 's':
+          out.append("[[:space:]]");
+          break;
+        case 'S':
+          out.append("[^[:space:]]");
+          break;
+        case '"':
+        case '\'':
+          out.push_back(n);
+          break;
+        default:
+          out.push_back('\\');
+          out.push_back(n);
+      }
+      continue;
+    }
+    if (c == '(' && p.substr(i, 3) == "(?:") {
+      out.push_back('(');
+      i += 2;
+      continue;
+    }
+    if (c == '(' && p.substr(i, 4) == "(?P<") {
+      out.push_back('(');
+      i = p.find('>', i);
+      continue;
+    }
+    if (c == '?' && i > 0 && (p[i - 1] == '+' || p[i - 1] == '*' || p[i - 1] == '?') &&
+        (i < 2 || p[i - 2] != '\\')) {
+      continue;  // non-greedy: the same lines match
+    }
+    if (fold && std::isalpha(static_cast<unsigned char>(c))) {
+      out.push_back('[');
+      out.push_back(static_cast<char>(std::tolower(c)));
+      out.push_back(static_cast<char>(std::toupper(c)));
+      out.push_back(']');
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+SignatureMatcher::~SignatureMatcher() = default;
+
+absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
+    std::vector<Signature> signatures) {
+  auto m = std::unique_ptr<SignatureMatcher>(new SignatureMatcher());
+  m->signatures_ = std::move(signatures);
+  for (const Signature& s : m->signatures_) m->patterns_.push_back(s.pattern);
+  for (const char* p : kStructurePatterns) m->patterns_.emplace_back(p);
+
+  m->set_ = std::make_unique<RE2::Set>(LineOptions(kSetMaxMem), RE2::UNANCHORED);
+  std::vector<std::string> joined;
+  for (size_t i = 0; i < m->patterns_.size(); ++i) {
+    const std::string& pattern = m->patterns_[i];
+    const Signature* sig = i < m->signatures_.size() ? &m->signatures_[i] : nullptr;
+    auto where = [&]() {
+      return sig ? absl::StrCat(sig->origin, ": signature ", sig->id) : std::string("structure");
+    };
+    Compiled c;
+    c.re = std::make_unique<RE2>(pattern, LineOptions(kPatternMaxMem));
+    if (!c.re->ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), ": field 'pattern': ", c.re->error()));
+    }
+    std::set<std::string> keys;
+    for (const auto& [name, group] : c.re->NamedCapturingGroups()) {
+      std::string key = name;
+      const size_t dup = key.find("__");
+      if (dup != std::string::npos) key.resize(dup);
+      c.captures.push_back({key, group});
+      keys.insert(key);
+    }
+    std::sort(c.captures.begin(), c.captures.end(),
+              [](const Capture& a, const Capture& b) { return a.group < b.group; });
+    if (sig != nullptr) {
+      if (keys.count("package") != keys.count("version")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where(), ": field 'pattern': captures 'package' and 'version' go together"));
+      }
+      if (sig->role == SignatureRole::kProgress && (!keys.count("step") || !keys.count("total"))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where(), ": field 'pattern': a progress pattern captures 'step' and 'total'"));
+      }
+      for (const std::string& k : SummaryPlaceholders(sig->summary)) {
+        if (!keys.count(k)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where(), ": field 'summary': {", k, "} is not captured by the pattern"));
+        }
+      }
+    }
+    std::string error;
+    if (m->set_->Add(pattern, &error) != static_cast<int>(i)) {
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": field 'pattern': ", error));
+    }
+    joined.push_back(absl::StrCat("(?:", WithoutNamedGroups(pattern), ")"));
+    m->compiled_.push_back(std::move(c));
+  }
+  if (!m->set_->Compile()) {
+    return absl::ResourceExhaustedError("signature set: out of memory compiling the patterns");
+  }
+  m->any_ = std::make_unique<RE2>(absl::StrCat("(?m)", absl::StrJoin(joined, "|")),
+                                  LineOptions(kAnyMaxMem));
+  if (!m->any_->ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("signature alternation: ", m->any_->error()));
+  }
+  for (const char* p : kPrefixPatterns) {
+    m->prefixes_.push_back(std::make_unique<RE2>(p, LineOptions(kPatternMaxMem)));
+    if (!m->prefixes_.back()->ok()) {
+      return absl::InternalError(absl::StrCat("prefix pattern: ", m->prefixes_.back()->error()));
+    }
+  }
+  m->exception_line_ = std::make_unique<RE2>(
+      R"(^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b)",
+      LineOptions(kPatternMaxMem));
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Load(const std::string& path) {
+  std::string text;
+  std::string origin = "builtin:signatures.conf";
+  if (path.empty()) {
+    text = std::string(BuiltinSignatureCatalogue());
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      return absl::NotFoundError(absl::StrCat("signature catalogue ", path, ": cannot open"));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    origin = path;
+  }
+  auto signatures = ParseSignatureCatalogue(text, origin);
+  if (!signatures.ok()) return signatures.status();
+  return Create(*std::move(signatures));
+}
+
+void SignatureMatcher::Match(std::string_view line, std::vector<int>* hits) const {
+  RE2::Set::ErrorInfo info;
+  const size_t before = hits->size();
+  if (set_->Match(re2::StringPiece(line.data(), line.size()), hits, &info)) {
+    std::sort(hits->begin() + before, hits->end());
+    return;
+  }
+  if (info.kind == RE2::Set::kNoError) return;
+  // The set could not answer (DFA out of memory): match pattern by pattern instead.
+  hits->resize(before);
+  for (size_t i = 0; i < compiled_.size(); ++i) {
+    if (RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *compiled_[i].re)) {
+      hits->push_back(static_cast<int>(i));
+    }
+  }
+}
+
+size_t SignatureMatcher::FindCandidate(std::string_view text) const {
+  re2::StringPiece match;
+  if (!any_->Match(re2::StringPiece(text.data(), text.size()), 0, text.size(), RE2::UNANCHORED,
+                   &match, 1)) {
+    return std::string_view::npos;
+  }
+  return static_cast<size_t>(match.data() - text.data());
+}
+
+void SignatureMatcher::Extract(int index, std::string_view line, Facts* facts) const {
+  const Compiled& c = compiled_[index];
+  if (c.captures.empty()) return;
+  const int groups = c.re->NumberOfCapturingGroups();
+  std::vector<re2::StringPiece> sub(groups + 1);
+  const bool all = index < size() && signatures_[index].all_matches;
+  size_t pos = 0;
+  while (pos <= line.size()) {
+    if (!c.re->Match(re2::StringPiece(line.data(), line.size()), pos, line.size(), RE2::UNANCHORED,
+                     sub.data(), groups + 1)) {
+      break;
+    }
+    std::string_view package, version;
+    for (const Capture& cap : c.captures) {
+      const re2::StringPiece& v = sub[cap.group];
+      if (v.data() == nullptr) continue;
+      const std::string_view value(v.data(), v.size());
+      if (cap.key == "package") {
+        package = value;
+      } else if (cap.key == "version") {
+        version = value;
+      } else {
+        facts->Add(cap.key, value);
+      }
+    }
+    if (!package.empty()) facts->AddPackage(package, version);
+    if (!all) break;
+    const size_t end = static_cast<size_t>(sub[0].data() - line.data()) + sub[0].size();
+    pos = sub[0].empty() ? end + 1 : end;
+  }
+}
+
+std::string_view SignatureMatcher::StripLogPrefixes(std::string_view line) const {
+  for (int round = 0; round < 8; ++round) {
+    bool stripped = false;
+    for (const auto& re : prefixes_) {
+      re2::StringPiece group;
+      if (RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *re, &group)) {
+        line.remove_prefix(group.size());
+        stripped = true;
+        break;
+      }
+    }
+    if (!stripped) break;
+  }
+  return line;
+}
+
+bool SignatureMatcher::IsExceptionLine(std::string_view stripped) const {
+  return RE2::PartialMatch(re2::StringPiece(stripped.data(), stripped.size()), *exception_line_);
+}
+
+std::vector<std::string> SignatureMatcher::ToExtendedRegexps() const {
+  std::vector<std::string> out;
+  out.reserve(patterns_.size());
+  for (const std::string& p : patterns_) out.push_back(ToEre(p));
+  return out;
+}
+
+}  // namespace fleet::diagnosis
