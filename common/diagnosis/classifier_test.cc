@@ -1,1 +1,358 @@
+// The classifier's unit, evidence, phase and streaming logic, on small logs written for each rule.
+#include "common/diagnosis/classifier.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/diagnosis/test_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+namespace fleet::diagnosis {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::Field;
+using ::testing::HasSubstr;
+
+std::vector<int64_t> EvidenceLines(const Diagnosis& d) {
+  std::vector<int64_t> lines;
+  for (const EvidenceLine& l : d.evidence) lines.push_back(l.line);
+  return lines;
+}
+
+constexpr char kCascade[] =
+    "[2026-11-29 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
+    "[2026-11-29 10:00:01 TP0] Loading JIT ops: batch_decode_bf16\n"
+    "[1/3] /opt/cuda/bin/nvcc -c decode.cu -o decode.cuda.o\n"
+    "[2026-11-29 10:00:05] Received sigquit from a child process. It usually means the child "
+    "failed.\n"
+    "FAILED: [code=255] decode.cuda.o\n"
+    "/opt/cuda/bin/nvcc -c decode.cu -o decode.cuda.o\n"
+    "ptxas /tmp/x.ptx, line 5; fatal   : Unsupported .version 9.2; current version is '9.0'\n"
+    "ptxas fatal   : Ptx assembly aborted due to errors\n"
+    "ninja: build stopped: subcommand failed.\n"
+    "[2026-11-29 10:00:06 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    "  File \"/venv/flashinfer/jit/cpp_ext.py\", line 168, in run_ninja\n"
+    "    subprocess.run(cmd, check=True)\n"
+    "RuntimeError: Ninja build failed.\n";
+
+TEST(Classifier, CauseAfterSigquitWinsAndSymptomsAreListed) {
+  const Diagnosis d = ClassifyText(kCascade);
+  EXPECT_EQ(d.diagnosis_class, "ptx_version_unsupported");
+  EXPECT_EQ(d.root_cause_line, 7);
+  EXPECT_EQ(d.unit, UnitKind::kNinjaFailed);
+  // The evidence is the whole FAILED block, with its own line numbers.
+  EXPECT_THAT(EvidenceLines(d), ElementsAre(5, 6, 7, 8, 9));
+  EXPECT_EQ(d.evidence[2].text.substr(0, 5), "ptxas");
+  EXPECT_THAT(d.symptoms, Contains(Field(&SymptomHit::diagnosis_class, "child_process_failed")));
+  EXPECT_THAT(d.symptoms, Contains(Field(&SymptomHit::line, 9)));
+  // The phase the failure came in is kept as facts: the JIT op.
+  EXPECT_EQ(d.facts.First("jit_op"), "batch_decode_bf16");
+  EXPECT_FALSE(d.provisional);
+}
+
+TEST(Classifier, SymptomBeforeCauseDoesNotWin) {
+  const Diagnosis d = ClassifyText(
+      "collect2: error: ld returned 1 exit status\n"
+      "some other line\n"
+      "some more\n"
+      "still more\n"
+      "/usr/bin/ld: cannot find -lcuda: No such file or directory\n");
+  EXPECT_EQ(d.diagnosis_class, "link_error");
+  EXPECT_EQ(d.root_cause_line, 5);
+  EXPECT_EQ(d.signature_id, "link_cannot_find_library");
+}
+
+TEST(Classifier, EvidenceOfAHugeUnitElidesTheMiddleButKeepsTheErrorLine) {
+  std::string log = "FAILED: [code=1] big.cuda.o\n";
+  for (int i = 2; i <= 2000; ++i) {
+    if (i == 1000) {
+      log += "ptxas fatal   : Unsupported .version 9.2; current version is '9.0'\n";
+    } else {
+      log += absl::StrCat("big.cu(", i, "): warning #177-D: variable declared but never used\n");
+    }
+  }
+  log += "ninja: build stopped: subcommand failed.\n";
+  const Diagnosis d = ClassifyText(log);
+  EXPECT_EQ(d.root_cause_line, 1000);
+  const std::vector<int64_t> lines = EvidenceLines(d);
+  EXPECT_THAT(lines, Contains(1000));
+  EXPECT_THAT(lines, Contains(1));
+  EXPECT_THAT(lines, Contains(2001));
+  size_t real = 0;
+  std::vector<std::string> markers;
+  for (const EvidenceLine& l : d.evidence) {
+    if (l.line == 0) {
+      markers.push_back(l.text);
+    } else {
+      ++real;
+    }
+  }
+  EXPECT_LE(real, 200u);
+  ASSERT_EQ(markers.size(), 2u);
+  EXPECT_THAT(markers[0], HasSubstr("lines elided"));
+  // The elided counts plus the kept lines add up to the unit's 2001 lines.
+  int64_t elided = 0;
+  for (size_t i = 1; i < d.evidence.size(); ++i) {
+    if (d.evidence[i].line == 0) elided += d.evidence[i + 1].line - d.evidence[i - 1].line - 1;
+  }
+  EXPECT_EQ(static_cast<int64_t>(real) + elided, 2001);
+}
+
+TEST(Classifier, AnyChunkingGivesTheSameDiagnosis) {
+  std::string log;
+  for (int i = 0; i < 300; ++i) log += absl::StrCat("[", i, "/999] c++ -c f", i, ".cc\n");
+  log += kCascade;
+  for (int i = 0; i < 100; ++i) log += "trailing output line\n";
+  const Diagnosis whole = ClassifyText(log);
+  std::mt19937 rng(42);
+  for (int round = 0; round < 20; ++round) {
+    Classifier c(&BuiltinMatcher());
+    size_t pos = 0;
+    while (pos < log.size()) {
+      const size_t n = std::min<size_t>(log.size() - pos, 1 + rng() % 97);
+      c.AddBytes(std::string_view(log).substr(pos, n));
+      pos += n;
+    }
+    const Diagnosis d = c.Finish();
+    EXPECT_EQ(d.diagnosis_class, whole.diagnosis_class);
+    EXPECT_EQ(d.root_cause_line, whole.root_cause_line);
+    EXPECT_EQ(EvidenceLines(d), EvidenceLines(whole));
+    EXPECT_EQ(d.lines, whole.lines);
+    EXPECT_EQ(d.facts.entries(), whole.facts.entries());
+  }
+}
+
+TEST(Classifier, LinesAndBytesAgree) {
+  Classifier by_line(&BuiltinMatcher());
+  std::string_view rest(kCascade);
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    by_line.AddLine(rest.substr(0, nl));
+    rest.remove_prefix(nl + 1);
+  }
+  const Diagnosis a = by_line.Finish();
+  const Diagnosis b = ClassifyText(kCascade);
+  EXPECT_EQ(a.diagnosis_class, b.diagnosis_class);
+  EXPECT_EQ(a.root_cause_line, b.root_cause_line);
+  EXPECT_EQ(EvidenceLines(a), EvidenceLines(b));
+}
+
+TEST(Classifier, HugeLinesAreCutAndCountedAsOneLine) {
+  std::string log(3 << 20, 'x');
+  log +=
+      "\nImportError: libnvrtc.so.13: cannot open shared object file: No such file or "
+      "directory\n";
+  // Also a huge line fed in small pieces (the carry path).
+  Classifier c(&BuiltinMatcher());
+  for (size_t pos = 0; pos < log.size(); pos += 4096) {
+    c.AddBytes(std::string_view(log).substr(pos, 4096));
+  }
+  const Diagnosis streamed = c.Finish();
+  const Diagnosis whole = ClassifyText(log);
+  for (const Diagnosis* d : {&streamed, &whole}) {
+    EXPECT_EQ(d->diagnosis_class, "missing_shared_library");
+    EXPECT_EQ(d->root_cause_line, 2);
+    EXPECT_EQ(d->lines, 2);
+  }
+}
+
+TEST(Classifier, HugeEvidenceLinesAreClipped) {
+  const std::string log =
+      absl::StrCat("FAILED: [code=1] x.o\n", std::string(100000, 'y'),
+                   "\nnvcc fatal   : Unsupported gpu architecture 'compute_120f'"
+                   "\nninja: build stopped: subcommand failed.\n");
+  const Diagnosis d = ClassifyText(log);
+  ASSERT_EQ(d.root_cause_line, 3);
+  ASSERT_GE(d.evidence.size(), 2u);
+  EXPECT_LE(d.evidence[1].text.size(), EvidenceBuilder::kMaxLineBytes + 64);
+  EXPECT_THAT(d.evidence[1].text, HasSubstr("bytes cut"));
+}
+
+TEST(Classifier, ToleratesNulInvalidUtf8AndCarriageReturnProgress) {
+  std::string log = "Loading safetensors checkpoint shards:   0% Completed | 0/4\r";
+  log += "Loading safetensors checkpoint shards:  50% Completed | 2/4\r\n";
+  log += std::string("binary\0junk\xff\xfe\xc3\x28 here\n", 24);
+  log +=
+      "ImportError: libcudart.so.13: cannot open shared object file: No such file or "
+      "directory\r\n";
+  const Diagnosis d = ClassifyText(log);
+  EXPECT_EQ(d.diagnosis_class, "missing_shared_library");
+  EXPECT_EQ(d.root_cause_line, 3);
+  EXPECT_EQ(d.facts.First("library"), "libcudart.so.13");
+  // The trailing '\r' is not part of the evidence text.
+  EXPECT_EQ(d.evidence.front().text.back(), 'y');
+}
+
+TEST(Classifier, SourceQuotedInATracebackIsNotACause) {
+  const Diagnosis d = ClassifyText(
+      "Traceback (most recent call last):\n"
+      "  File \"/app/memory.py\", line 10, in check\n"
+      "    raise RuntimeError(\"CUDA out of memory\")\n"
+      "ValueError: max_model_len is larger than the model's context\n");
+  EXPECT_EQ(d.diagnosis_class, "unknown");
+  EXPECT_EQ(d.root_cause_line, 4);
+  EXPECT_THAT(EvidenceLines(d), ElementsAre(1, 2, 3, 4));
+}
+
+TEST(Classifier, LogPrefixesDoNotHideATraceback) {
+  const Diagnosis d = ClassifyText(
+      "(EngineCore_DP0 pid=294) ERROR 10-30 18:49:38 [core.py:708] Traceback (most recent call "
+      "last):\n"
+      "(EngineCore_DP0 pid=294) ERROR 10-30 18:49:38 [core.py:708]   File \"/v/core.py\", line "
+      "699, in run\n"
+      "(EngineCore_DP0 pid=294) ERROR 10-30 18:49:38 [core.py:708]     engine = Engine()\n"
+      "(EngineCore_DP0 pid=294) ERROR 10-30 18:49:38 [core.py:708] FileNotFoundError: [Errno 2] "
+      "No such file or directory: 'ninja'\n"
+      "(EngineCore_DP0 pid=294) ERROR 10-30 18:49:39 [core.py:710] EngineCore failed to start.\n");
+  EXPECT_EQ(d.diagnosis_class, "ninja_not_found");
+  EXPECT_EQ(d.unit, UnitKind::kTraceback);
+  EXPECT_THAT(EvidenceLines(d), ElementsAre(1, 2, 3, 4));
+}
+
+TEST(Classifier, ReadyClearsEarlierFailuresButNotLaterOnes) {
+  const std::string before =
+      "KeyError: 'optional_feature'\n"
+      "[2026-11-29 10:00:30] The server is fired up and ready to roll!\n";
+  EXPECT_EQ(ClassifyText(before).diagnosis_class, "none");
+  EXPECT_EQ(ClassifyText(before).phase, Phase::kReady);
+  const Diagnosis after = ClassifyText(
+      before + "[2026-11-29 11:00:00 TP0] Watchdog timeout (self.watchdog_timeout=300)\n");
+  EXPECT_EQ(after.diagnosis_class, "runtime_watchdog");
+  EXPECT_EQ(after.root_cause_line, 3);
+}
+
+TEST(Classifier, OfflineALogEndingInsideJitIsStalled) {
+  const std::string log =
+      "[2026-11-29 10:00:00 TP0] Load weight end. type=Llama\n"
+      "flashinfer.jit: Loading JIT ops: batch_prefill_head_dim_128\n"
+      "[1/4] /opt/cuda/bin/nvcc -c prefill.cu\n";
+  const Diagnosis offline = ClassifyText(log);
+  EXPECT_EQ(offline.diagnosis_class, "startup_stalled");
+  EXPECT_EQ(offline.root_cause_line, 3);
+  EXPECT_EQ(offline.facts.First("jit_op"), "batch_prefill_head_dim_128");
+  EXPECT_FALSE(offline.toolchain_fix);
+  EXPECT_THAT(EvidenceLines(offline), Contains(3));
+
+  ClassifierOptions live;
+  live.offline = false;
+  EXPECT_EQ(ClassifyText(log, live).diagnosis_class, "none");
+  EXPECT_EQ(ClassifyText(log, live).phase, Phase::kJitCompiling);
+
+  EXPECT_EQ(ClassifyText(log + "[2/4] c\n[3/4] c\n[4/4] link\nFinished loading JIT ops: "
+                               "batch_prefill_head_dim_128\n")
+                .diagnosis_class,
+            "none");
+}
+
+TEST(Classifier, UnfinishedNinjaBuildAloneIsAStall) {
+  EXPECT_EQ(ClassifyText("[1/9] c++ a.cc\n[2/9] c++ b.cc\n").diagnosis_class, "startup_stalled");
+  EXPECT_EQ(ClassifyText("[1/2] c++ a.cc\n[2/2] link\n").diagnosis_class, "none");
+}
+
+TEST(Classifier, ChildFailureDuringGraphCaptureIsACaptureFailure) {
+  const Diagnosis capture = ClassifyText(
+      "[2026-11-29 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
+      "[2026-11-29 10:00:05] Received sigquit from a child process. It usually means the child "
+      "failed.\n");
+  EXPECT_EQ(capture.diagnosis_class, "cuda_graph_capture_failed");
+  EXPECT_EQ(capture.root_cause_line, 2);
+  EXPECT_FALSE(capture.toolchain_fix);
+
+  const Diagnosis loading = ClassifyText(
+      "[2026-11-29 10:00:00 TP0] Load weight begin. avail mem=94.50 GB\n"
+      "[2026-11-29 10:00:05] Received sigquit from a child process. It usually means the child "
+      "failed.\n");
+  EXPECT_EQ(loading.diagnosis_class, "child_process_failed");
+}
+
+TEST(Classifier, WithinLimitsASignatureToItsUnit) {
+  // A bare "Killed" is an OOM-killed compile only inside a ninja FAILED block.
+  EXPECT_EQ(ClassifyText("python -m sglang.launch_server\nKilled\n").diagnosis_class, "none");
+  EXPECT_EQ(ClassifyText("FAILED: a.o\nKilled\nninja: build stopped: subcommand failed.\n")
+                .diagnosis_class,
+            "jit_oom_killed");
+}
+
+TEST(Classifier, EmptyInputIsNone) {
+  const Diagnosis d = ClassifyText("");
+  EXPECT_EQ(d.diagnosis_class, "none");
+  EXPECT_EQ(d.root_cause_line, 0);
+  EXPECT_EQ(d.lines, 0);
+  EXPECT_TRUE(d.evidence.empty());
+}
+
+TEST(Classifier, LastLineWithoutNewlineCounts) {
+  const Diagnosis d =
+      ClassifyText("ok\nImportError: libnvrtc.so.13: cannot open shared object file: x");
+  EXPECT_EQ(d.diagnosis_class, "missing_shared_library");
+  EXPECT_EQ(d.root_cause_line, 2);
+  EXPECT_EQ(d.lines, 2);
+}
+
+class RecordingListener : public ClassifierListener {
+ public:
+  explicit RecordingListener(const Classifier** classifier) : classifier_(classifier) {}
+  void OnPhaseChanged(Phase phase, std::string_view detail, int64_t line) override {
+    phases.push_back(
+        absl::StrCat(std::string(PhaseName(phase)), ":", std::string(detail), "@", line));
+  }
+  void OnProgress(int64_t step, int64_t total, int64_t line) override {
+    progress.push_back(absl::StrCat(step, "/", total, "@", line));
+  }
+  void OnRootCause(int64_t line) override {
+    root_line = line;
+    provisional_at_root = (*classifier_)->Snapshot().provisional;
+    class_at_root = (*classifier_)->Snapshot().diagnosis_class;
+  }
+  void OnFailingUnitEnded(int64_t line) override {
+    unit_end_line = line;
+    final_evidence = (*classifier_)->Snapshot().evidence.size();
+  }
+
+  std::vector<std::string> phases;
+  std::vector<std::string> progress;
+  int64_t root_line = 0;
+  int64_t unit_end_line = 0;
+  bool provisional_at_root = false;
+  std::string class_at_root;
+  size_t final_evidence = 0;
+
+ private:
+  const Classifier** classifier_;
+};
+
+TEST(Classifier, ListenerGetsPhasesProgressAndProvisionalThenFinal) {
+  const Classifier* self = nullptr;
+  RecordingListener listener(&self);
+  ClassifierOptions options;
+  options.offline = false;
+  Classifier c(&BuiltinMatcher(), options, &listener);
+  self = &c;
+  std::string_view rest(kCascade);
+  // Line by line, as a follower would; the provisional diagnosis exists at the root-cause line.
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    c.AddLine(rest.substr(0, nl));
+    rest.remove_prefix(nl + 1);
+    if (c.lines() == 7) {
+      EXPECT_TRUE(c.Snapshot().provisional);
+    }
+  }
+  EXPECT_EQ(listener.root_line, 7);
+  EXPECT_TRUE(listener.provisional_at_root);
+  EXPECT_EQ(listener.class_at_root, "ptx_version_unsupported");
+  EXPECT_EQ(listener.unit_end_line, 9);
+  EXPECT_EQ(listener.final_evidence, 5u);
+  EXPECT_THAT(listener.phases,
+              ElementsAre("CAPTURING_GRAPHS:@1", "JIT_COMPILING:batch_decode_bf16@2"));
+  EXPECT_THAT(listener.progress, ElementsAre("1/3@3"));
+  EXPECT_FALSE(c.Snapshot().provisional);
+}
+
+}  // namespace
+}  // namespace fleet::diagnosis

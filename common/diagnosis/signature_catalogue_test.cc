@@ -1,1 +1,114 @@
+#include "common/diagnosis/signature_catalogue.h"
+
+#include "common/diagnosis/classifier.h"
+#include "common/diagnosis/signature_matcher.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+namespace fleet::diagnosis {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ErrorOf(std::string_view text) {
+  auto parsed = ParseSignatureCatalogue(text, "my.conf");
+  if (!parsed.ok()) return std::string(parsed.status().message());
+  auto matcher = SignatureMatcher::Create(*std::move(parsed));
+  if (!matcher.ok()) return std::string(matcher.status().message());
+  return "";
+}
+
+TEST(SignatureCatalogue, BuiltinParsesAndCompiles) {
+  auto parsed = ParseSignatureCatalogue(BuiltinSignatureCatalogue(), "builtin");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_GT(parsed->size(), 50u);
+  auto matcher = SignatureMatcher::Create(*std::move(parsed));
+  ASSERT_TRUE(matcher.ok()) << matcher.status();
+}
+
+TEST(SignatureCatalogue, EveryClassOfTheTableExceptDerivedOnesHasASignature) {
+  auto parsed = ParseSignatureCatalogue(BuiltinSignatureCatalogue(), "builtin");
+  ASSERT_TRUE(parsed.ok());
+  for (const DiagnosisClassInfo& c : AllDiagnosisClasses()) {
+    // Derived from timers, the stall rule or the absence of a failure: no signature names them.
+    if (c.name == "startup_stalled" || c.name == "startup_deadline_exceeded" || c.name == "none") {
+      continue;
+    }
+    bool found = false;
+    for (const Signature& s : *parsed) found |= s.diagnosis_class == c.name;
+    EXPECT_TRUE(found) << "no signature for class " << c.name;
+  }
+}
+
+TEST(SignatureCatalogue, ErrorsNameFileLineAndField) {
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\npattern = x\n"), "");
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_eror\npattern = x\n"),
+            "my.conf:3: field 'class': 'link_eror' is not a diagnosis class");
+  EXPECT_EQ(ErrorOf("[a]\nrole = rootcause\n"),
+            "my.conf:2: field 'role': 'rootcause' is not one of root_cause, symptom, phase, "
+            "progress, context");
+  EXPECT_EQ(ErrorOf("[a]\nrole = context\npatern = x\n"), "my.conf:3: unknown field 'patern'");
+  EXPECT_EQ(ErrorOf("role = context\n"),
+            "my.conf:1: 'key = value' before the first [signature] header");
+  EXPECT_EQ(ErrorOf("[a]\nrole = context\npattern = x\n[a]\n"),
+            "my.conf:4: duplicate signature id 'a'");
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\npattern = x\n"),
+            "my.conf:1: signature a: field 'class' is required for root_cause and symptom "
+            "signatures");
+  EXPECT_THAT(ErrorOf("[a]\nrole = context\n\npattern = (unclosed\n"),
+              HasSubstr("my.conf:4: signature a: field 'pattern': missing )"));
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\npattern = (?P<x>y)\n"
+                    "summary = {y} failed\n"),
+            "my.conf:4: signature a: field 'summary': {y} is not captured by the pattern");
+  EXPECT_EQ(ErrorOf("[a]\nrole = progress\npattern = \\[(\\d+)\\]\n"),
+            "my.conf:3: signature a: field 'pattern': a progress pattern captures 'step' and "
+            "'total'");
+  EXPECT_EQ(ErrorOf(""), "my.conf: no signatures");
+}
+
+TEST(SignatureCatalogue, CustomCatalogueDrivesTheClassifier) {
+  auto parsed = ParseSignatureCatalogue(
+      "[custom]\nrole = root_cause\nclass = port_in_use\n"
+      "pattern = socket (?P<port>\\d+) busy\nsummary = port {port} is busy\n",
+      "custom.conf");
+  ASSERT_TRUE(parsed.ok());
+  auto matcher = SignatureMatcher::Create(*std::move(parsed));
+  ASSERT_TRUE(matcher.ok());
+  Classifier c(matcher->get());
+  c.AddBytes("hello\nsocket 8080 busy\n");
+  const Diagnosis d = c.Finish();
+  EXPECT_EQ(d.diagnosis_class, "port_in_use");
+  EXPECT_EQ(d.root_cause_line, 2);
+  EXPECT_EQ(d.summary, "port 8080 is busy");
+  EXPECT_FALSE(d.toolchain_fix);
+}
+
+TEST(SignatureMatcher, StripsCommonLogPrefixes) {
+  auto m = SignatureMatcher::Load("");
+  ASSERT_TRUE(m.ok());
+  for (const auto& [line, want] : std::vector<std::pair<std::string, std::string>>{
+           {"(EngineCore pid=1) ERROR 10-30 18:49:38 [core.py:708]   File \"x\"", "  File \"x\""},
+           {"[2026-06-28 14:02:26 TP5] Scheduler hit", "Scheduler hit"},
+           {"Oct 04 13:19:39 llm webui[394]: RuntimeError: x", "RuntimeError: x"},
+           {"1979:2026-08-18T19:04:34+0200 sys0 vllm[66900]: (EngineCore pid=66900) FAILED: a",
+            "FAILED: a"},
+           {"2025-07-02 16:41:32 | ERROR | stderr |   File \"y\"", "  File \"y\""},
+           {"    plain indented", "    plain indented"},
+       }) {
+    EXPECT_EQ((*m)->StripLogPrefixes(line), want) << line;
+  }
+}
+
+TEST(SignatureMatcher, EveryPatternHasAnExtendedRegexp) {
+  auto m = SignatureMatcher::Load("");
+  ASSERT_TRUE(m.ok());
+  const auto eres = (*m)->ToExtendedRegexps();
+  EXPECT_EQ(eres.size(), (*m)->signatures().size() + static_cast<size_t>(Structure::kCount));
+  for (const std::string& e : eres) {
+    EXPECT_EQ(e.find("(?"), std::string::npos) << e;
+    EXPECT_EQ(e.find("\\d"), std::string::npos) << e;
+  }
+}
+
+}  // namespace
+}  // namespace fleet::diagnosis

@@ -1,0 +1,28 @@
+// Test helpers for the diagnosis engine: classify a text with the built-in catalogue.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "common/diagnosis/classifier.h"
+#include "common/diagnosis/signature_matcher.h"
+#include "gtest/gtest.h"
+
+namespace fleet::diagnosis {
+
+inline const SignatureMatcher& BuiltinMatcher() {
+  static const SignatureMatcher* matcher = [] {
+    auto m = SignatureMatcher::Load("");
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? m->release() : nullptr;
+  }();
+  return *matcher;
+}
+
+inline Diagnosis ClassifyText(std::string_view text, ClassifierOptions options = {}) {
+  Classifier c(&BuiltinMatcher(), options);
+  c.AddBytes(text);
+  return c.Finish();
+}
+
+}  // namespace fleet::diagnosis

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The whole test run, from a fresh Debian 12 machine: installs what is missing, builds with GCC
+# (Ninja) and runs every test; checks formatting; then builds again with clang 14
+# (-Wthread-safety -Werror, AddressSanitizer + UndefinedBehaviorSanitizer, libFuzzer) and runs the
+# suite and a bounded fuzz session there. Exits non-zero on the first failure.
+#
+#   tests/run.sh            everything
+#   FLEET_SKIP_CLANG=1 tests/run.sh   the GCC build and suite only (quick local loop)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+bash deploy/install-deps.sh
+
+jobs=$(nproc)
+step() { printf '\n=== %s\n' "$*"; }
+
+step "format check (clang-format 14)"
+mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find . -name '*.cc' -o -name '*.h' | grep -v '^./build')
+if [ ${#sources[@]} -gt 0 ]; then
+  clang-format-14 --dry-run --Werror "${sources[@]}"
+fi
+
+step "GCC build (build/)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$jobs"
+
+step "GCC test suite"
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
+
+if [ "${FLEET_SKIP_CLANG:-0}" != 1 ]; then
+  step "clang 14 build: -Wthread-safety -Werror, ASan+UBSan, libFuzzer (build-clang/)"
+  CC=clang-14 CXX=clang++-14 cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFLEET_SANITIZE=ON -DFLEET_FUZZ=ON >/dev/null
+  cmake --build build-clang -j "$jobs"
+
+  step "clang/sanitizer test suite"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-clang --output-on-failure -j "$jobs" --timeout 900
+
+  if [ -x tests/fuzz/run.sh ]; then
+    step "fuzzing the classifier (bounded)"
+    tests/fuzz/run.sh build-clang "${FLEET_FUZZ_SECONDS:-60}"
+  fi
+fi
+
+if [ -x tests/corpus/eval.sh ] && [ -d ../shared/corpus/dev ]; then
+  step "corpus evaluation (../shared/corpus/dev)"
+  tests/corpus/eval.sh build
+fi
+
+step "all tests passed"

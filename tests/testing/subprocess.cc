@@ -1,0 +1,137 @@
+#include "tests/testing/subprocess.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/base/errno_status.h"
+
+extern char** environ;
+
+namespace fleet::testing {
+
+std::map<std::string, std::string> CurrentEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr) continue;
+    env.emplace(std::string(*e, static_cast<size_t>(eq - *e)), std::string(eq + 1));
+  }
+  return env;
+}
+
+std::string FindOnPath(const std::string& name, const std::string& path_var) {
+  for (absl::string_view dir : absl::StrSplit(path_var, ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(dir, "/", name);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv, const RunOptions& options) {
+  if (argv.empty()) return absl::InvalidArgumentError("run: empty argv");
+  const std::map<std::string, std::string> env = options.env ? *options.env : CurrentEnvironment();
+  std::string program = argv[0];
+  if (program.find('/') == std::string::npos) {
+    auto it = env.find("PATH");
+    program = FindOnPath(program, it == env.end() ? "/usr/bin:/bin" : it->second);
+    if (program.empty())
+      return absl::NotFoundError(absl::StrCat("run: ", argv[0], ": not on PATH"));
+  }
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
+  std::vector<char*> c_argv, c_env;
+  for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  for (const std::string& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
+  c_env.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string out = options.output_path.empty() ? "/dev/null" : options.output_path;
+  const std::string in = options.stdin_path.empty() ? "/dev/null" : options.stdin_path;
+  posix_spawn_file_actions_addopen(&actions, 0, in.c_str(), O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  if (!options.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, options.cwd.c_str());
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("run: spawn ", program));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("run: wait ", program));
+  }
+  RunResult result;
+  if (WIFEXITED(status)) {
+    result.exited = true;
+    result.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.signal = WTERMSIG(status);
+  }
+  if (!options.output_path.empty()) result.output = ReadFile(options.output_path);
+  return result;
+}
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string templ = absl::StrCat(base != nullptr && *base ? base : "/tmp", "/fleet-test-XXXXXX");
+  char* made = mkdtemp(templ.data());
+  if (made == nullptr) {
+    std::fprintf(stderr, "mkdtemp %s: %s\n", templ.c_str(), std::strerror(errno));
+    std::abort();
+  }
+  path_ = made;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::Join(const std::string& relative) const {
+  return absl::StrCat(path_, "/", relative);
+}
+
+void TempDir::WriteFile(const std::string& relative, const std::string& contents) const {
+  const std::filesystem::path p(Join(relative));
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << contents;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return "";
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string BuildPath(const std::string& relative) {
+  const char* dir = std::getenv("FLEET_BUILD_DIR");
+  return absl::StrCat(dir != nullptr ? dir : ".", "/", relative);
+}
+
+std::string SourcePath(const std::string& relative) {
+  const char* dir = std::getenv("FLEET_SOURCE_DIR");
+  return absl::StrCat(dir != nullptr ? dir : ".", "/", relative);
+}
+
+}  // namespace fleet::testing
