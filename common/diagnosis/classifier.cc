@@ -272,7 +272,7 @@ void Classifier::ProcessLine(std::string_view raw) {
     if (classifying) unit_->last_hit_line = line_no_;
   }
   if (root >= 0) {
-    OnRoot(root, raw);
+    OnRoot(root, raw, matcher_->IsWarningLine(raw));
   } else if (symptom >= 0) {
     OnSymptom(symptom, raw);
   }
@@ -356,6 +356,9 @@ void Classifier::EndUnit() {
   for (auto& f : symptom_by_rank_) {
     if (f && f->unit_serial == unit_->serial && !f->evidence) f->evidence = evidence();
   }
+  if (warning_root_ && warning_root_->unit_serial == unit_->serial && !warning_root_->evidence) {
+    warning_root_->evidence = evidence();
+  }
   unit_.reset();
   if (failing && listener_ != nullptr) listener_->OnFailingUnitEnded(line_no_);
 }
@@ -375,8 +378,12 @@ Classifier::Finding Classifier::MakeFinding(int index, std::string_view raw) con
   return f;
 }
 
-void Classifier::OnRoot(int index, std::string_view raw) {
+void Classifier::OnRoot(int index, std::string_view raw, bool on_warning) {
   const Signature& s = matcher_->signatures()[index];
+  if (on_warning) {
+    if (!root_ && !warning_root_) warning_root_ = MakeFinding(index, raw);
+    return;
+  }
   if (!root_) {
     root_ = MakeFinding(index, raw);
     if (listener_ != nullptr) listener_->OnRootCause(line_no_);
@@ -483,6 +490,7 @@ void Classifier::OnProgress(int index, std::string_view raw) {
 void Classifier::ResetForReady() {
   unit_.reset();
   root_.reset();
+  warning_root_.reset();
   for (auto& f : symptom_by_rank_) f.reset();
   symptoms_.clear();
 }
@@ -510,8 +518,9 @@ Diagnosis Classifier::Decide(bool finished) const {
   const std::vector<Signature>& sigs = matcher_->signatures();
   const Finding* f = nullptr;
   int rank = 0;
-  if (root_) {
-    f = &*root_;
+  const std::optional<Finding>& cause = root_ ? root_ : warning_root_;
+  if (cause) {
+    f = &*cause;
   } else {
     for (rank = 3; rank >= 1; --rank) {
       if (symptom_by_rank_[rank]) {
@@ -528,7 +537,7 @@ Diagnosis Classifier::Decide(bool finished) const {
     d.fix = s.fix;
     const DiagnosisClassInfo* info = FindDiagnosisClass(s.diagnosis_class);
     d.summary = RenderSummary(s.summary.empty() ? info->summary : s.summary, f->facts);
-    if (!root_ && rank <= 2 && !f->phase_failure_class.empty()) {
+    if (!cause && rank <= 2 && !f->phase_failure_class.empty()) {
       // A child died with no cause in sight, during a phase that names what failed.
       const DiagnosisClassInfo* phase_info = FindDiagnosisClass(f->phase_failure_class);
       d.diagnosis_class = phase_info->name;

@@ -8,7 +8,9 @@
 //  - Lines group into units: a ninja `FAILED:` block, a Python traceback, a vLLM worker error, or
 //    a run of matching lines with a little trailing context.
 //  - The root cause is the earliest root-cause signature; its unit is the evidence. Symptoms
-//    (`collect2`, `ninja: build stopped`, the SGLang sigquit line) never win over a cause.
+//    (`collect2`, `ninja: build stopped`, the SGLang sigquit line) never win over a cause. A cause
+//    named on a warning line (a benign `UserWarning: libfoo.so: cannot open ...`) counts only
+//    when no error line names one.
 //  - With no cause, the most specific symptom decides; a weak one (`child_process_failed`,
 //    `unknown`) seen during a phase with a failure class (graph capture) takes that class.
 //  - The server reaching READY clears what came before: only failures after it count.
@@ -128,7 +130,7 @@ class Classifier {
                       bool has_symptom) const;
   bool UnitEndsAfter(std::string_view stripped) const;
 
-  void OnRoot(int index, std::string_view raw);
+  void OnRoot(int index, std::string_view raw, bool on_warning);
   void OnSymptom(int index, std::string_view raw);
   void OnPhase(int index, std::string_view raw);
   void OnProgress(int index, std::string_view raw);
@@ -151,6 +153,8 @@ class Classifier {
   std::vector<int> hits_;
   std::optional<OpenUnit> unit_;
   std::optional<Finding> root_;
+  // The first cause named on a warning line; used when no error line names one.
+  std::optional<Finding> warning_root_;
   // First symptom of each rank (index = DiagnosisClassInfo::symptom_rank).
   std::array<std::optional<Finding>, 4> symptom_by_rank_;
   std::vector<SymptomHit> symptoms_;

@@ -270,6 +270,24 @@ TEST(Classifier, ChildFailureDuringGraphCaptureIsACaptureFailure) {
   EXPECT_EQ(loading.diagnosis_class, "child_process_failed");
 }
 
+TEST(Classifier, ACauseOnAWarningLineYieldsToOneOnAnErrorLine) {
+  const std::string warning =
+      "/venv/torchvision/io/image.py:13: UserWarning: Failed to load image Python extension: "
+      "libc10_cuda.so: cannot open shared object file: No such file or directory\n";
+  const Diagnosis d = ClassifyText(
+      warning +
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total "
+      "capacity of 94.97 GiB\n");
+  EXPECT_EQ(d.diagnosis_class, "cuda_out_of_memory");
+  EXPECT_EQ(d.root_cause_line, 2);
+  // With nothing else, the warning's cause is still reported, and outranks symptoms.
+  const Diagnosis alone = ClassifyText(
+      warning + "Received sigquit from a child process. It usually means the child failed.\n");
+  EXPECT_EQ(alone.diagnosis_class, "missing_shared_library");
+  EXPECT_EQ(alone.root_cause_line, 1);
+  EXPECT_FALSE(alone.toolchain_fix);
+}
+
 TEST(Classifier, WithinLimitsASignatureToItsUnit) {
   // A bare "Killed" is an OOM-killed compile only inside a ninja FAILED block.
   EXPECT_EQ(ClassifyText("python -m sglang.launch_server\nKilled\n").diagnosis_class, "none");

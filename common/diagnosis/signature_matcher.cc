@@ -263,6 +263,9 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
   m->exception_line_ = std::make_unique<RE2>(
       R"(^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b)",
       LineOptions(kPatternMaxMem));
+  m->warning_line_ = std::make_unique<RE2>(
+      R"((?:[A-Za-z]Warning: |\bWARNING\b|\bWARN\b|^\[?W\d{4} |(?i:\bwarning\s*: )))",
+      LineOptions(kPatternMaxMem));
   return m;
 }
 
@@ -361,6 +364,10 @@ std::string_view SignatureMatcher::StripLogPrefixes(std::string_view line) const
 
 bool SignatureMatcher::IsExceptionLine(std::string_view stripped) const {
   return RE2::PartialMatch(re2::StringPiece(stripped.data(), stripped.size()), *exception_line_);
+}
+
+bool SignatureMatcher::IsWarningLine(std::string_view line) const {
+  return RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *warning_line_);
 }
 
 std::vector<std::string> SignatureMatcher::ToExtendedRegexps() const {

@@ -62,6 +62,9 @@ class SignatureMatcher {
   // Whether a prefix-stripped line starts like a Python exception line ("RuntimeError: ...",
   // "subprocess.CalledProcessError: ...").
   bool IsExceptionLine(std::string_view stripped) const;
+  // Whether a line is a warning (Python `UserWarning:`, a WARNING log level, `nvcc warning`): a
+  // cause named on a warning is weaker than one named on an error.
+  bool IsWarningLine(std::string_view line) const;
 
   // The patterns as they would be given to `grep -E -f` (POSIX ERE with GNU extensions): for the
   // benchmark that compares our throughput with grep's on the same patterns.
@@ -86,6 +89,7 @@ class SignatureMatcher {
   std::unique_ptr<RE2> any_;  // every pattern in one alternation, for FindCandidate
   std::vector<std::unique_ptr<RE2>> prefixes_;
   std::unique_ptr<RE2> exception_line_;
+  std::unique_ptr<RE2> warning_line_;
 };
 
 }  // namespace fleet::diagnosis
