@@ -274,7 +274,7 @@ void Classifier::ProcessLine(std::string_view raw) {
   if (root >= 0) {
     OnRoot(root, raw, matcher_->IsWarningLine(raw));
   } else if (symptom >= 0) {
-    OnSymptom(symptom, raw);
+    OnSymptom(symptom, raw, kind == UnitKind::kTraceback && UnitEndsAfter(stripped));
   }
   for (int h : hits_) {
     if (h >= n) break;
@@ -397,11 +397,12 @@ void Classifier::OnRoot(int index, std::string_view raw, bool on_warning) {
   }
 }
 
-void Classifier::OnSymptom(int index, std::string_view raw) {
+void Classifier::OnSymptom(int index, std::string_view raw, bool ends_traceback) {
   const Signature& s = matcher_->signatures()[index];
   if (symptoms_.size() < kMaxSymptoms) symptoms_.push_back({line_no_, s.diagnosis_class, s.id});
   const DiagnosisClassInfo* info = FindDiagnosisClass(s.diagnosis_class);
-  const int rank = info->symptom_rank > 0 ? std::min(info->symptom_rank, 3) : 3;
+  int rank = info->symptom_rank > 0 ? std::min(info->symptom_rank, 4) : 4;
+  if (rank == 1 && ends_traceback) rank = 3;
   if (!symptom_by_rank_[rank]) symptom_by_rank_[rank] = MakeFinding(index, raw);
 }
 
@@ -522,7 +523,7 @@ Diagnosis Classifier::Decide(bool finished) const {
   if (cause) {
     f = &*cause;
   } else {
-    for (rank = 3; rank >= 1; --rank) {
+    for (rank = 4; rank >= 1; --rank) {
       if (symptom_by_rank_[rank]) {
         f = &*symptom_by_rank_[rank];
         break;
@@ -537,7 +538,7 @@ Diagnosis Classifier::Decide(bool finished) const {
     d.fix = s.fix;
     const DiagnosisClassInfo* info = FindDiagnosisClass(s.diagnosis_class);
     d.summary = RenderSummary(s.summary.empty() ? info->summary : s.summary, f->facts);
-    if (!cause && rank <= 2 && !f->phase_failure_class.empty()) {
+    if (!cause && rank <= 3 && !f->phase_failure_class.empty()) {
       // A child died with no cause in sight, during a phase that names what failed.
       const DiagnosisClassInfo* phase_info = FindDiagnosisClass(f->phase_failure_class);
       d.diagnosis_class = phase_info->name;

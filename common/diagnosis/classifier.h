@@ -11,8 +11,10 @@
 //    (`collect2`, `ninja: build stopped`, the SGLang sigquit line) never win over a cause. A cause
 //    named on a warning line (a benign `UserWarning: libfoo.so: cannot open ...`) counts only
 //    when no error line names one.
-//  - With no cause, the most specific symptom decides; a weak one (`child_process_failed`,
-//    `unknown`) seen during a phase with a failure class (graph capture) takes that class.
+//  - With no cause, the most specific symptom decides: a specific one, then an unrecognised
+//    exception that ends a traceback (`unknown`: a cause is there, just not named), then the
+//    child's death (`child_process_failed`), then other failures (`unknown`). A weak one seen
+//    during a phase with a failure class (graph capture, JIT) takes that class.
 //  - The server reaching READY clears what came before: only failures after it count.
 //  - Offline (a whole file), a log that ends inside an unfinished JIT phase is `startup_stalled`.
 //
@@ -131,7 +133,7 @@ class Classifier {
   bool UnitEndsAfter(std::string_view stripped) const;
 
   void OnRoot(int index, std::string_view raw, bool on_warning);
-  void OnSymptom(int index, std::string_view raw);
+  void OnSymptom(int index, std::string_view raw, bool ends_traceback);
   void OnPhase(int index, std::string_view raw);
   void OnProgress(int index, std::string_view raw);
   void ResetForReady();
@@ -155,8 +157,9 @@ class Classifier {
   std::optional<Finding> root_;
   // The first cause named on a warning line; used when no error line names one.
   std::optional<Finding> warning_root_;
-  // First symptom of each rank (index = DiagnosisClassInfo::symptom_rank).
-  std::array<std::optional<Finding>, 4> symptom_by_rank_;
+  // First symptom of each rank (index = DiagnosisClassInfo::symptom_rank; 3 is an unrecognised
+  // exception that ends a traceback).
+  std::array<std::optional<Finding>, 5> symptom_by_rank_;
   std::vector<SymptomHit> symptoms_;
   std::vector<PhaseEntry> phases_;
   bool ready_ = false;

@@ -289,11 +289,27 @@ TEST(Classifier, ACauseOnAWarningLineYieldsToOneOnAnErrorLine) {
 }
 
 TEST(Classifier, WithinLimitsASignatureToItsUnit) {
-  // A bare "Killed" is an OOM-killed compile only inside a ninja FAILED block.
-  EXPECT_EQ(ClassifyText("python -m sglang.launch_server\nKilled\n").diagnosis_class, "none");
+  // A bare "Killed" is an OOM-killed compile only inside a ninja FAILED block; elsewhere the
+  // server itself was killed, which no toolchain change fixes.
+  const Diagnosis server_killed = ClassifyText("python -m sglang.launch_server\nKilled\n");
+  EXPECT_EQ(server_killed.diagnosis_class, "unknown");
+  EXPECT_FALSE(server_killed.toolchain_fix);
   EXPECT_EQ(ClassifyText("FAILED: a.o\nKilled\nninja: build stopped: subcommand failed.\n")
                 .diagnosis_class,
             "jit_oom_killed");
+}
+
+TEST(Classifier, AnUnrecognisedExceptionOutranksTheChildsDeath) {
+  const Diagnosis d = ClassifyText(
+      "[2026-11-29 10:00:00] Received sigquit from a child process. It usually means the child "
+      "failed.\n"
+      "[2026-11-29 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+      "  File \"/sgl/model_config.py\", line 50, in __init__\n"
+      "    self.hf_config.rope_scaling['type']\n"
+      "KeyError: 'type'\n");
+  EXPECT_EQ(d.diagnosis_class, "unknown");
+  EXPECT_EQ(d.root_cause_line, 5);
+  EXPECT_THAT(EvidenceLines(d), ElementsAre(2, 3, 4, 5));
 }
 
 TEST(Classifier, EmptyInputIsNone) {

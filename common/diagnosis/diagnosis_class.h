@@ -27,7 +27,8 @@ struct DiagnosisClassInfo {
   std::string_view name;
   FixKind fix;
   // Used when a log shows only symptoms: the most specific symptom wins. 0 for classes that are
-  // never symptoms; 1 for `unknown`, 2 for `child_process_failed`, 3 for specific ones.
+  // never symptoms; 1 for `unknown`, 2 for `child_process_failed`, 4 for specific ones. (3 is
+  // an unrecognised exception that ends a traceback: a cause was found, just not named.)
   int symptom_rank;
   // One plain sentence used when no signature supplies a better one.
   std::string_view summary;
