@@ -83,6 +83,28 @@ TEST(SignatureCatalogue, CustomCatalogueDrivesTheClassifier) {
   EXPECT_FALSE(d.toolchain_fix);
 }
 
+TEST(SignatureMatcher, APatternThatThrashesTheDfaCacheStillMatches) {
+  // [ab]*a[ab]{22} needs about 2^22 DFA states: on a long random line of a and b the set's DFA
+  // cache fills and resets many times. (Match() also checks the set's error info and falls back
+  // to pattern-by-pattern matching when the DFA gives up; RE2 20220601 only gives up when one
+  // state outgrows the whole budget, which no catalogue that compiles reaches.)
+  auto parsed = ParseSignatureCatalogue(
+      "[blowup]\nrole = root_cause\nclass = unknown\npattern = [ab]*a[ab]{22}c\n", "blowup.conf");
+  ASSERT_TRUE(parsed.ok());
+  auto matcher = SignatureMatcher::Create(*std::move(parsed));
+  ASSERT_TRUE(matcher.ok());
+  std::string line;
+  uint32_t x = 12345;
+  for (int i = 0; i < 400000; ++i) {
+    x = x * 1103515245 + 12345;
+    line.push_back((x >> 16) & 1 ? 'a' : 'b');
+  }
+  line += "a" + std::string(22, 'b') + "c";
+  std::vector<int> hits;
+  (*matcher)->Match(line, &hits);
+  EXPECT_EQ(hits, std::vector<int>{0});
+}
+
 TEST(SignatureMatcher, StripsCommonLogPrefixes) {
   auto m = SignatureMatcher::Load("");
   ASSERT_TRUE(m.ok());

@@ -486,7 +486,8 @@ void SignatureMatcher::Match(std::string_view line, std::vector<int>* hits) cons
     return;
   }
   if (info.kind == RE2::Set::kNoError) return;
-  // The set could not answer (DFA out of memory): match pattern by pattern instead.
+  // The set could not answer (DFA out of memory: "no match" is then not an answer). Match pattern
+  // by pattern instead; each RE2 falls back to its NFA when its own DFA gives up.
   hits->resize(before);
   for (size_t i = 0; i < compiled_.size(); ++i) {
     if (RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *compiled_[i].re)) {
