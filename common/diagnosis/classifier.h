@@ -102,8 +102,10 @@ class Classifier {
     int64_t start_line;
     int64_t last_hit_line;
     int64_t lines = 0;
+    bool has_hit = false;
     bool previous_was_frame = false;
     EvidenceBuilder evidence;
+    Facts facts;  // captured by the unit's symptom lines (the failing ninja target, ...)
   };
   // A deciding line: the root cause, or the first symptom of a rank.
   struct Finding {
@@ -128,8 +130,8 @@ class Classifier {
 
   void OpenUnitAt(UnitKind kind);
   void EndUnit();
-  bool UnitEndsBefore(std::string_view stripped, bool starts_unit, bool has_classifying,
-                      bool has_symptom) const;
+  bool UnitEndsBefore(std::string_view stripped, bool starts_unit, bool include_line,
+                      bool has_classifying, bool has_symptom) const;
   bool UnitEndsAfter(std::string_view stripped) const;
 
   void OnRoot(int index, std::string_view raw, bool on_warning);

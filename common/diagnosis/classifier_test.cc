@@ -176,7 +176,7 @@ TEST(Classifier, HugeEvidenceLinesAreClipped) {
 TEST(Classifier, ToleratesNulInvalidUtf8AndCarriageReturnProgress) {
   std::string log = "Loading safetensors checkpoint shards:   0% Completed | 0/4\r";
   log += "Loading safetensors checkpoint shards:  50% Completed | 2/4\r\n";
-  log += std::string("binary\0junk\xff\xfe\xc3\x28 here\n", 24);
+  log += std::string("binary\0junk\xff\xfe\xc3\x28 here\n", 21);
   log +=
       "ImportError: libcudart.so.13: cannot open shared object file: No such file or "
       "directory\r\n";
@@ -310,6 +310,37 @@ TEST(Classifier, AnUnrecognisedExceptionOutranksTheChildsDeath) {
   EXPECT_EQ(d.diagnosis_class, "unknown");
   EXPECT_EQ(d.root_cause_line, 5);
   EXPECT_THAT(EvidenceLines(d), ElementsAre(2, 3, 4, 5));
+}
+
+TEST(Classifier, ACompilerErrorKeepsItsIncludeChain) {
+  const Diagnosis d = ClassifyText(
+      "nvcc -c op.cu\n"
+      "In file included from /cuda/include/cuda_runtime.h:82,\n"
+      "                 from <command-line>:\n"
+      "/cuda/include/cccl/cuda/std/__cccl/cuda_toolkit.h:39:6: error: #error \"CUDA compiler and "
+      "CUDA toolkit headers are incompatible, please check your include paths\"\n"
+      "   39 | #    error \"CUDA compiler and CUDA toolkit headers are incompatible\"\n"
+      "      |      ^~~~~\n"
+      "unrelated line\n");
+  EXPECT_EQ(d.diagnosis_class, "cuda_header_mismatch");
+  EXPECT_EQ(d.root_cause_line, 4);
+  EXPECT_EQ(d.unit, UnitKind::kCompilerOutput);
+  // The chain, the error, its source excerpt (which repeats the message) and two more lines.
+  EXPECT_THAT(EvidenceLines(d), ElementsAre(2, 3, 4, 5, 6, 7));
+  // An include chain that leads to no error is not a unit that matters.
+  EXPECT_EQ(ClassifyText("In file included from a.h:1,\n                 from b.cc:2:\nok\n")
+                .diagnosis_class,
+            "none");
+}
+
+TEST(Classifier, TheFailingNinjaTargetIsAFact) {
+  const Diagnosis d = ClassifyText(
+      "FAILED: [code=1] cached_ops/sampling/sampling.cuda.o\n"
+      "ptxas fatal   : Unsupported .version 9.2; current version is '9.0'\n"
+      "ninja: build stopped: cannot make progress due to previous errors.\n");
+  EXPECT_EQ(d.facts.First("ninja_target"), "cached_ops/sampling/sampling.cuda.o");
+  EXPECT_EQ(d.facts.First("ptx_wanted"), "9.2");
+  EXPECT_THAT(d.symptoms, Contains(Field(&SymptomHit::line, 3)));
 }
 
 TEST(Classifier, EmptyInputIsNone) {

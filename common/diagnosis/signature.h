@@ -25,10 +25,11 @@ enum class Phase { kStarting, kLoading, kJitCompiling, kCapturingGraphs, kReady 
 // The structural units of a log that a failure is reported with.
 enum class UnitKind {
   kNone,
-  kNinjaFailed,  // a ninja "FAILED: target" block up to the next step or "ninja: build stopped"
-  kTraceback,    // a Python traceback up to its exception line
-  kWorkerError,  // vLLM "Worker failed with error '...'" (a quoted, possibly multi-line message)
-  kLoose,        // root-cause or symptom lines outside any other unit, with trailing context
+  kNinjaFailed,     // a ninja "FAILED: target" block up to the next step or "ninja: build stopped"
+  kTraceback,       // a Python traceback up to its exception line
+  kWorkerError,     // vLLM "Worker failed with error '...'" (a quoted, possibly multi-line message)
+  kCompilerOutput,  // a compiler diagnostic: "In file included from" chain, error, source excerpt
+  kLoose,           // root-cause or symptom lines outside any other unit, with trailing context
 };
 
 std::string_view SignatureRoleName(SignatureRole role);

@@ -120,6 +120,8 @@ std::string_view UnitKindName(UnitKind kind) {
       return "traceback";
     case UnitKind::kWorkerError:
       return "worker_error";
+    case UnitKind::kCompilerOutput:
+      return "compiler_output";
     case UnitKind::kLoose:
       return "lines";
   }

@@ -34,6 +34,7 @@ constexpr const char* kStructurePatterns[] = {
     R"(Traceback \(most recent call last\))",
     R"(File "[^"]*", line \d+)",
     R"(Worker failed with error ')",
+    R"(In file included from )",
 };
 
 // Log-record prefixes, each anchored with the part to strip as group 1.

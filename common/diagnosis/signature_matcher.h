@@ -26,7 +26,7 @@
 namespace fleet::diagnosis {
 
 // Structural patterns, numbered after the catalogue's signatures (index = size() + value).
-enum class Structure { kNinjaFailed = 0, kTraceback, kFrame, kWorkerError, kCount };
+enum class Structure { kNinjaFailed = 0, kTraceback, kFrame, kWorkerError, kIncludedFrom, kCount };
 
 class SignatureMatcher {
  public:
