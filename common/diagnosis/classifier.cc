@@ -256,8 +256,8 @@ void Classifier::ProcessLine(std::string_view raw) {
     }
   }
 
-  if (unit_ && UnitEndsBefore(stripped, starts != UnitKind::kNone || frame || include_line,
-                              include_line, any_classifying, any_symptom)) {
+  if (unit_ && UnitEndsBefore(stripped, starts != UnitKind::kNone || frame, include_line,
+                              any_classifying, any_symptom)) {
     EndUnit();
   }
   if (!unit_) {
@@ -348,7 +348,7 @@ bool Classifier::UnitEndsBefore(std::string_view stripped, bool starts_unit, boo
     case UnitKind::kWorkerError:
       return starts_unit || has_symptom;
     case UnitKind::kLoose:
-      return starts_unit;
+      return starts_unit || include_line;
     case UnitKind::kNone:
       break;
   }

@@ -124,14 +124,16 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// The environment (set by ctest) wins, so a test binary copied elsewhere can be pointed at a
+// tree; the trees it was built from are the fallback.
 std::string BuildPath(const std::string& relative) {
   const char* dir = std::getenv("FLEET_BUILD_DIR");
-  return absl::StrCat(dir != nullptr ? dir : ".", "/", relative);
+  return absl::StrCat(dir != nullptr && *dir ? dir : FLEET_TESTING_BUILD_DIR, "/", relative);
 }
 
 std::string SourcePath(const std::string& relative) {
   const char* dir = std::getenv("FLEET_SOURCE_DIR");
-  return absl::StrCat(dir != nullptr ? dir : ".", "/", relative);
+  return absl::StrCat(dir != nullptr && *dir ? dir : FLEET_TESTING_SOURCE_DIR, "/", relative);
 }
 
 }  // namespace fleet::testing

@@ -57,9 +57,10 @@ class TempDir {
 // The whole file, or "" when it cannot be read.
 std::string ReadFile(const std::string& path);
 
-// A path inside the build tree: $FLEET_BUILD_DIR/relative (ctest sets FLEET_BUILD_DIR).
+// A path inside the build tree: $FLEET_BUILD_DIR/relative, else under the build tree this was
+// compiled in.
 std::string BuildPath(const std::string& relative);
-// A path inside the source tree: $FLEET_SOURCE_DIR/relative.
+// A path inside the source tree: $FLEET_SOURCE_DIR/relative, else under the source tree.
 std::string SourcePath(const std::string& relative);
 
 }  // namespace fleet::testing

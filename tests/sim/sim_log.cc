@@ -1,0 +1,50 @@
+#include "tests/sim/sim_log.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/string_view.h"
+
+namespace fleet::sim {
+namespace {
+
+// Writes all of `text`; a log that cannot be written is not worth failing the simulation for.
+void WriteAll(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+std::string LogTimestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
+  return buf;
+}
+
+void SimLog::Record(std::string_view message) const {
+  std::string line =
+      absl::StrCat("[", LogTimestamp(), prefix_.empty() ? "" : " ", prefix_, "] ", AsAbsl(message));
+  if (line.back() != '\n') line.push_back('\n');
+  WriteAll(fd_, line);
+}
+
+void SimLog::Raw(std::string_view text) const {
+  std::string out(text);
+  if (out.empty() || out.back() != '\n') out.push_back('\n');
+  WriteAll(fd_, out);
+}
+
+}  // namespace fleet::sim

@@ -1,0 +1,48 @@
+// The Python tracebacks the simulated server prints, shaped like CPython's (frames, the chained
+// "The above exception was the direct cause" form, the exception line) with the frames of
+// SGLang, torch and flashinfer that real failures show. Each function returns the whole text; the
+// caller writes it as one log record so that it cannot interleave with other processes' output.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "tests/sim/flashinfer_jit.h"
+#include "tests/sim/toolchain.h"
+
+namespace fleet::sim {
+
+// `python -m sglang.launch_server` failing to import sgl_kernel's extension (launcher).
+std::string SglKernelImportError(const std::string& site, std::string_view library);
+
+// Transformers failing to find the model's config.json (launcher).
+std::string ModelNotFoundError(const std::string& site, const std::string& model);
+
+// What a scheduler child fails with; rendered by SchedulerException.
+enum class SchedulerFailure {
+  kNoDriver,            // no GPU driver to initialise CUDA with
+  kInvalidDevice,       // CUDA_VISIBLE_DEVICES leaves no GPU for this rank
+  kNccl,                // NCCL fails while the process group is set up
+  kAttentionBackend,    // the chosen attention backend does not run on this GPU
+  kJitNvcc,             // flashinfer's JIT finds no (working) nvcc
+  kJitNinjaMissing,     // subprocess cannot start ninja
+  kJitNinjaFailed,      // a ninja step failed (its output is already in the log)
+  kJitStaleLibrary,     // a cached JIT library cannot be loaded
+  kCaptureOutOfMemory,  // CUDA graph capture runs out of GPU memory
+};
+
+struct SchedulerFailureDetail {
+  SchedulerFailure failure;
+  const JitToolchain* toolchain = nullptr;  // kJit*
+  const JitBuild* build = nullptr;          // kJit*
+  const JitOp* op = nullptr;                // kJit*
+  int gpu = 0;                              // kCaptureOutOfMemory: the physical GPU's ordinal
+  double gpu_total_gib = 0;                 // kCaptureOutOfMemory
+  std::string attention_backend;            // kAttentionBackend
+};
+
+// "Scheduler hit an exception: Traceback (most recent call last): ..." with the frames from the
+// scheduler's entry point down to the failure and the exception line(s).
+std::string SchedulerException(const std::string& site, const SchedulerFailureDetail& detail);
+
+}  // namespace fleet::sim
