@@ -305,7 +305,10 @@ void Classifier::ProcessLine(std::string_view raw) {
   for (int h : hits_) {
     if (h >= n) break;
     const Signature& s = sigs[h];
-    if (s.role == SignatureRole::kContext && !code_line) matcher_->Extract(h, raw, &context_);
+    // Context facts keep their first value: once known, the (costly) extraction is skipped.
+    if (s.role == SignatureRole::kContext && !code_line && !matcher_->AddsNothingTo(h, context_)) {
+      matcher_->Extract(h, raw, &context_);
+    }
   }
   for (int h : hits_) {
     if (h >= n) break;

@@ -414,6 +414,8 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
     }
     std::sort(c.captures.begin(), c.captures.end(),
               [](const Capture& a, const Capture& b) { return a.group < b.group; });
+    c.first_values_only =
+        sig != nullptr && !sig->all_matches && !keys.count("package") && !c.captures.empty();
     if (sig != nullptr) {
       if (keys.count("package") != keys.count("version")) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -536,6 +538,16 @@ void SignatureMatcher::Extract(int index, std::string_view line, Facts* facts) c
     const size_t end = static_cast<size_t>(sub[0].data() - line.data()) + sub[0].size();
     pos = sub[0].empty() ? end + 1 : end;
   }
+}
+
+bool SignatureMatcher::AddsNothingTo(int index, const Facts& facts) const {
+  const Compiled& c = compiled_[index];
+  if (c.captures.empty()) return true;
+  if (!c.first_values_only) return false;
+  for (const Capture& cap : c.captures) {
+    if (!facts.Has(cap.key)) return false;
+  }
+  return true;
 }
 
 std::string_view SignatureMatcher::StripLogPrefixes(std::string_view line) const {

@@ -53,6 +53,9 @@ class SignatureMatcher {
 
   // Adds the named captures of signature `index` on `line` to `facts`.
   void Extract(int index, std::string_view line, Facts* facts) const;
+  // Whether Extract(index, ...) could add nothing to `facts`: every key it captures has a value
+  // already and it collects only first values (no all_matches, no packages).
+  bool AddsNothingTo(int index, const Facts& facts) const;
 
   // `line` without the log-record prefixes that hide its structure: journald, vLLM's
   // "(EngineCore pid=1) ERROR 10-30 18:49:38 [core.py:708] ", SGLang's "[2026-01-01 10:00:00
@@ -78,6 +81,7 @@ class SignatureMatcher {
   struct Compiled {
     std::unique_ptr<RE2> re;
     std::vector<Capture> captures;
+    bool first_values_only = false;  // not all_matches, no package/version
   };
 
   SignatureMatcher() = default;
