@@ -105,6 +105,27 @@ TEST(SignatureMatcher, APatternThatThrashesTheDfaCacheStillMatches) {
   EXPECT_EQ(hits, std::vector<int>{0});
 }
 
+TEST(SignatureMatcher, TheAlternationsBudgetGrowsWithTheCatalogue) {
+  // A catalogue three times the built-in one must get a budget big enough for its program (a
+  // budget too small makes RE2 fall back to its NFA silently).
+  std::string text(BuiltinSignatureCatalogue());
+  std::string bigger = text;
+  for (int copy = 1; copy <= 2; ++copy) {
+    std::string renamed = text;
+    for (size_t pos = 0; (pos = renamed.find("\n[", pos)) != std::string::npos; pos += 2) {
+      renamed.insert(pos + 2, "copy" + std::to_string(copy) + "_");
+    }
+    bigger += renamed;
+  }
+  auto small = SignatureMatcher::Load("");
+  auto parsed = ParseSignatureCatalogue(bigger, "bigger");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto large = SignatureMatcher::Create(*std::move(parsed));
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_GE((*small)->alternation_budget(), 8 << 20);
+  EXPECT_GT((*large)->alternation_budget(), 2 * (*small)->alternation_budget());
+}
+
 TEST(SignatureMatcher, StripsCommonLogPrefixes) {
   auto m = SignatureMatcher::Load("");
   ASSERT_TRUE(m.ok());

@@ -73,6 +73,9 @@ class SignatureMatcher {
   // benchmark that compares our throughput with grep's on the same patterns.
   std::vector<std::string> ToExtendedRegexps() const;
 
+  // The memory budget of the alternation FindCandidate runs (bytes), sized from its program.
+  int64_t alternation_budget() const { return any_budget_; }
+
  private:
   struct Capture {
     std::string key;  // fact key; "package"/"version" pair into `packages`
@@ -91,6 +94,7 @@ class SignatureMatcher {
   std::vector<Compiled> compiled_;     // one per pattern
   std::unique_ptr<RE2::Set> set_;
   std::unique_ptr<RE2> any_;  // every pattern in one alternation, for FindCandidate
+  int64_t any_budget_ = 0;
   std::vector<std::unique_ptr<RE2>> prefixes_;
   std::unique_ptr<RE2> exception_line_;
   std::unique_ptr<RE2> warning_line_;
