@@ -25,6 +25,7 @@
 #include "common/diagnosis/facts.h"
 #include "common/diagnosis/signature_catalogue.h"
 #include "common/diagnosis/signature_matcher.h"
+#include "tests/testing/subprocess.h"
 
 namespace fleet::diagnosis {
 namespace {
@@ -296,19 +297,6 @@ void CheckDiagnosis(const Diagnosis& d, int64_t lines_read, const ClassifierOpti
   static_cast<void>(FormatExplainText("fuzz.log", d, /*color=*/true));
 }
 
-// The input split into lines the way AddBytes splits them.
-std::vector<std::string_view> Lines(std::string_view text) {
-  std::vector<std::string_view> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    lines.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return lines;
-}
-
 void FuzzLog(const SignatureMatcher& matcher, const uint8_t* data, size_t size) {
   const size_t schedule_size = size < kScheduleBytes ? size : kScheduleBytes;
   const uint8_t* schedule = data;
@@ -347,7 +335,7 @@ void FuzzLog(const SignatureMatcher& matcher, const uint8_t* data, size_t size) 
 
   // So do complete lines.
   Classifier by_line(&matcher, options);
-  for (std::string_view line : Lines(log)) by_line.AddLine(line);
+  for (std::string_view line : fleet::testing::SplitLines(log)) by_line.AddLine(line);
   const std::string line_json = Json(by_line.Finish());
   FUZZ_CHECK(line_json == json, "AddBytes:\n" + json + "\nAddLine:\n" + line_json);
 }

@@ -38,6 +38,7 @@ namespace {
 using ::fleet::testing::ReadFile;
 using ::fleet::testing::RunOptions;
 using ::fleet::testing::RunResult;
+using ::fleet::testing::SplitLines;
 using ::fleet::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::Contains;
@@ -109,21 +110,8 @@ std::string MissingTools(const std::vector<std::string>& tools) {
     if (!missing_tools.empty()) GTEST_SKIP() << missing_tools;     \
   } while (false)
 
-// The lines of `text` numbered as the classifier numbers them: lines()[0] is line 1.
-std::vector<std::string> SplitLines(std::string_view text) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    lines.emplace_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return lines;
-}
-
 // The 1-based number of the first line that contains every one of `needles`, or 0.
-int64_t LineContaining(const std::vector<std::string>& lines,
+int64_t LineContaining(const std::vector<std::string_view>& lines,
                        const std::vector<std::string_view>& needles) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const bool all = std::all_of(needles.begin(), needles.end(), [&](std::string_view n) {
@@ -140,10 +128,10 @@ bool StartsWith(std::string_view s, std::string_view prefix) {
 
 // The ninja FAILED block that starts at line `failed` (1-based): its lines up to the next ninja
 // status line ("[n/m] ...") or ninja's own "ninja: ..." line.
-std::vector<int64_t> FailedBlock(const std::vector<std::string>& lines, int64_t failed) {
+std::vector<int64_t> FailedBlock(const std::vector<std::string_view>& lines, int64_t failed) {
   std::vector<int64_t> block;
   for (int64_t n = failed; n <= static_cast<int64_t>(lines.size()); ++n) {
-    const std::string& line = lines[static_cast<size_t>(n - 1)];
+    const std::string_view line = lines[static_cast<size_t>(n - 1)];
     if (n > failed && (StartsWith(line, "[") || StartsWith(line, "ninja: "))) break;
     block.push_back(n);
   }
@@ -217,7 +205,7 @@ class LiveToolTest : public ::testing::Test {
 
 // Expects the root cause at line `expected` (1-based, > 0) and that line, verbatim, in the
 // evidence.
-void ExpectRootCauseAt(const Diagnosis& d, const std::vector<std::string>& lines,
+void ExpectRootCauseAt(const Diagnosis& d, const std::vector<std::string_view>& lines,
                        int64_t expected) {
   ASSERT_GT(expected, 0) << "the tool did not print the line this test looks for";
   EXPECT_EQ(d.root_cause_line, expected);
@@ -228,7 +216,7 @@ void ExpectRootCauseAt(const Diagnosis& d, const std::vector<std::string>& lines
 }
 
 // Expects every line of the FAILED block at `failed` in the evidence, verbatim.
-void ExpectFailedBlockInEvidence(const Diagnosis& d, const std::vector<std::string>& lines,
+void ExpectFailedBlockInEvidence(const Diagnosis& d, const std::vector<std::string_view>& lines,
                                  int64_t failed) {
   ASSERT_GT(failed, 0) << "ninja printed no FAILED: line";
   for (const int64_t n : FailedBlock(lines, failed)) {
@@ -273,7 +261,7 @@ TEST_F(LiveToolTest, PtxasGivenNewerPtxIsaIsPtxVersionUnsupported) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("ptxas.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "ptx_version_unsupported");
   ExpectRootCauseAt(d, lines, LineContaining(lines, {"Unsupported .version 9.2"}));
   EXPECT_EQ(d.facts.First("ptx_wanted"), "9.2");
@@ -299,7 +287,7 @@ TEST_F(LiveToolTest, PtxasStepInsideNinjaBlockBeatsBuildStopped) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("ninja.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   const int64_t failed = LineContaining(lines, {"FAILED: "});
   const int64_t stopped = LineContaining(lines, {"ninja: build stopped"});
   EXPECT_EQ(d.diagnosis_class, "ptx_version_unsupported");
@@ -370,7 +358,7 @@ TEST_F(LiveToolTest, NvccWithHeadersOfAnotherCudaIsCudaHeaderMismatch) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("nvcc.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "cuda_header_mismatch");
   ExpectRootCauseAt(d, lines,
                     LineContaining(lines, {"error", "CUDA compiler and CUDA toolkit headers are"}));
@@ -398,7 +386,7 @@ TEST_F(LiveToolTest, NvccStepWithHeadersOfAnotherCudaInsideNinjaBlock) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("ninja.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "cuda_header_mismatch");
   ExpectRootCauseAt(d, lines,
                     LineContaining(lines, {"error", "CUDA compiler and CUDA toolkit headers are"}));
@@ -442,7 +430,7 @@ TEST_F(LiveToolTest, LinkWithLcudaAndNoStubDirIsLinkError) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("link.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   const int64_t collect2 = LineContaining(lines, {"collect2"});
   EXPECT_EQ(d.diagnosis_class, "link_error");
   // The cannot-find line, not collect2's summary of it.
@@ -490,7 +478,7 @@ TEST_F(LiveToolTest, NinjaLinkStepWithLcudaAndNoStubDirIsLinkError) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("ninja.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   const int64_t failed = LineContaining(lines, {"FAILED: "});
   const int64_t collect2 = LineContaining(lines, {"collect2"});
   const int64_t stopped = LineContaining(lines, {"ninja: build stopped"});
@@ -520,7 +508,7 @@ TEST_F(LiveToolTest, NinjaStepWithGccSyntaxErrorIsJitBuildFailed) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("ninja.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   const int64_t failed = LineContaining(lines, {"FAILED: "});
   const int64_t stopped = LineContaining(lines, {"ninja: build stopped"});
   EXPECT_EQ(d.diagnosis_class, "jit_build_failed");
@@ -545,7 +533,7 @@ TEST_F(LiveToolTest, NinjaStepWithNvccSyntaxErrorIsJitBuildFailed) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("ninja.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "jit_build_failed");
   // nvcc's front end says "broken.cu(1): error: ...".
   ExpectRootCauseAt(d, lines, LineContaining(lines, {"broken.cu", "error"}));
@@ -573,7 +561,7 @@ TEST_F(LiveToolTest, ShellFindsNoNinjaOnPathIsNinjaNotFound) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("sh.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "ninja_not_found");
   ExpectRootCauseAt(d, lines, LineContaining(lines, {"ninja", "not found"}));
   EXPECT_TRUE(d.toolchain_fix);
@@ -599,7 +587,7 @@ TEST_F(LiveToolTest, PythonSubprocessFindsNoNinjaIsNinjaNotFound) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("python.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "ninja_not_found");
   ExpectRootCauseAt(d, lines, LineContaining(lines, {"FileNotFoundError", "'ninja'"}));
   // The evidence is the whole traceback.
@@ -628,7 +616,7 @@ TEST_F(LiveToolTest, ShellFindsNoNvccUnderWrongCudaHomeIsNvccNotFound) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("sh.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "nvcc_not_found");
   ExpectRootCauseAt(d, lines, LineContaining(lines, {nvcc_path, "not found"}));
   EXPECT_EQ(d.facts.First("nvcc_path"), nvcc_path);
@@ -655,7 +643,7 @@ TEST_F(LiveToolTest, PythonSubprocessFindsNoNvccUnderWrongCudaHomeIsNvccNotFound
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("python.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "nvcc_not_found");
   ExpectRootCauseAt(d, lines, LineContaining(lines, {"FileNotFoundError", nvcc_path}));
   EXPECT_EQ(d.facts.First("nvcc_path"), nvcc_path);
@@ -678,7 +666,7 @@ TEST_F(LiveToolTest, NvccGivenUnknownArchIsUnsupportedGpuArch) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("nvcc.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "unsupported_gpu_arch");
   ExpectRootCauseAt(d, lines, LineContaining(lines, {"nvcc", "sm_200"}));
   EXPECT_EQ(d.facts.First("gpu_arch"), "sm_200");
@@ -698,7 +686,7 @@ TEST_F(LiveToolTest, PtxasGivenUnknownArchIsUnsupportedGpuArch) {
 
   Diagnosis d;
   ASSERT_NO_FATAL_FAILURE(Classify("ptxas.log", &d));
-  const std::vector<std::string> lines = SplitLines(run->output);
+  const std::vector<std::string_view> lines = SplitLines(run->output);
   EXPECT_EQ(d.diagnosis_class, "unsupported_gpu_arch");
   ExpectRootCauseAt(d, lines, LineContaining(lines, {"ptxas", "sm_200"}));
   EXPECT_EQ(d.facts.First("gpu_arch"), "sm_200");

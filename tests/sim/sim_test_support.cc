@@ -123,28 +123,11 @@ absl::StatusOr<std::unique_ptr<BackgroundProcess>> BackgroundProcess::Start(
   // The log exists before the process does, so a watch on it can start at once.
   const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", log_path));
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
-  std::vector<char*> c_argv, c_env;
-  for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
-  c_argv.push_back(nullptr);
-  for (const std::string& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
-  c_env.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, log_fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, log_fd, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, &attr, c_argv.data(), c_env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
   close(log_fd);
-  if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("spawn ", argv[0]));
+  absl::StatusOr<pid_t> spawned =
+      fleet::testing::Spawn(argv, {.env = env, .output_path = log_path});
+  if (!spawned.ok()) return spawned.status();
+  const pid_t pid = *spawned;
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
     const int err = errno;

@@ -39,15 +39,16 @@ std::string FindOnPath(const std::string& name, const std::string& path_var) {
   return "";
 }
 
-absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv, const RunOptions& options) {
-  if (argv.empty()) return absl::InvalidArgumentError("run: empty argv");
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const RunOptions& options) {
+  if (argv.empty()) return absl::InvalidArgumentError("spawn: empty argv");
   const std::map<std::string, std::string> env = options.env ? *options.env : CurrentEnvironment();
   std::string program = argv[0];
   if (program.find('/') == std::string::npos) {
     auto it = env.find("PATH");
     program = FindOnPath(program, it == env.end() ? "/usr/bin:/bin" : it->second);
-    if (program.empty())
-      return absl::NotFoundError(absl::StrCat("run: ", argv[0], ": not on PATH"));
+    if (program.empty()) {
+      return absl::NotFoundError(absl::StrCat("spawn: ", argv[0], ": not on PATH"));
+    }
   }
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
@@ -73,10 +74,16 @@ absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv, const RunOpt
   const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("run: spawn ", program));
+  if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("spawn ", program));
+  return pid;
+}
+
+absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv, const RunOptions& options) {
+  absl::StatusOr<pid_t> pid = Spawn(argv, options);
+  if (!pid.ok()) return pid.status();
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("run: wait ", program));
+  while (waitpid(*pid, &status, 0) < 0) {
+    if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("wait ", argv[0]));
   }
   RunResult result;
   if (WIFEXITED(status)) {
@@ -87,6 +94,18 @@ absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv, const RunOpt
   }
   if (!options.output_path.empty()) result.output = ReadFile(options.output_path);
   return result;
+}
+
+std::vector<std::string_view> SplitLines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
 }
 
 TempDir::TempDir() {

@@ -3,9 +3,12 @@
 // the live-tool tests, the simulator tests and the end-to-end tests.
 #pragma once
 
+#include <sys/types.h>
+
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,8 +30,16 @@ struct RunResult {
   std::string output;  // the contents of output_path after the run ("" without one)
 };
 
-// Runs argv[0] (searched on the child's PATH when it has no '/') to completion.
+// Starts argv[0] (searched on the child's PATH when it has no '/') in its own process group,
+// without waiting. The caller reaps it (waitpid).
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const RunOptions& options = {});
+
+// Runs argv[0] to completion (Spawn, then wait).
 absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv, const RunOptions& options = {});
+
+// The lines of `text` as views into it, numbered as the classifier numbers them (element 0 is line
+// 1); a final line without a newline counts.
+std::vector<std::string_view> SplitLines(std::string_view text);
 
 // The test process's environment as a map (to copy and modify for a child).
 std::map<std::string, std::string> CurrentEnvironment();
