@@ -1,6 +1,8 @@
 #include "common/diagnosis/signature_matcher.h"
 
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -496,6 +498,19 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Load(const s
   auto signatures = ParseSignatureCatalogue(text, origin);
   if (!signatures.ok()) return signatures.status();
   return Create(*std::move(signatures));
+}
+
+const SignatureMatcher& SignatureMatcher::Builtin() {
+  static const SignatureMatcher* const builtin = [] {
+    absl::StatusOr<std::unique_ptr<SignatureMatcher>> loaded = Load("");
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "built-in signature catalogue: %s\n",
+                   loaded.status().ToString().c_str());
+      std::abort();
+    }
+    return loaded->release();
+  }();
+  return *builtin;
 }
 
 void SignatureMatcher::Match(std::string_view line, std::vector<int>* hits) const {

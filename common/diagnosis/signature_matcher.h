@@ -30,6 +30,11 @@ enum class Structure { kNinjaFailed = 0, kTraceback, kFrame, kWorkerError, kIncl
 
 class SignatureMatcher {
  public:
+  // The built-in catalogue, compiled on first use and kept for the life of the process:
+  // immutable, safe to share between threads. The built-in catalogue always compiles (tests
+  // check it); if it did not, this aborts with the error.
+  static const SignatureMatcher& Builtin();
+
   // Compiles `signatures`. InvalidArgument names the signature's origin (file:line) and the
   // pattern's error, or a summary `{key}` that the pattern does not capture.
   static absl::StatusOr<std::unique_ptr<SignatureMatcher>> Create(

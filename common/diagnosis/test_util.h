@@ -10,14 +10,7 @@
 
 namespace fleet::diagnosis {
 
-inline const SignatureMatcher& BuiltinMatcher() {
-  static const SignatureMatcher* matcher = [] {
-    auto m = SignatureMatcher::Load("");
-    EXPECT_TRUE(m.ok()) << m.status();
-    return m.ok() ? m->release() : nullptr;
-  }();
-  return *matcher;
-}
+inline const SignatureMatcher& BuiltinMatcher() { return SignatureMatcher::Builtin(); }
 
 inline Diagnosis ClassifyText(std::string_view text, ClassifierOptions options = {}) {
   Classifier c(&BuiltinMatcher(), options);

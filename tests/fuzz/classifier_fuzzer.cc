@@ -395,16 +395,8 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using fleet::diagnosis::SignatureMatcher;
-  // Compiled once: the built-in catalogue, shared by every input (never destroyed).
-  static const SignatureMatcher* const matcher = [] {
-    absl::StatusOr<std::unique_ptr<SignatureMatcher>> loaded = SignatureMatcher::Load("");
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "built-in catalogue: %s\n", loaded.status().ToString().c_str());
-      std::abort();
-    }
-    return loaded->release();
-  }();
+  const fleet::diagnosis::SignatureMatcher* const matcher =
+      &fleet::diagnosis::SignatureMatcher::Builtin();
   fleet::diagnosis::FuzzLog(*matcher, data, size);
   fleet::diagnosis::FuzzCatalogue(data, size);
   return 0;

@@ -73,18 +73,7 @@ constexpr char kGoodKernel[] =
     "#include <cuda/std/cstdint>\n"
     "__global__ void fleet_live_kernel(cuda::std::int32_t* p) { *p = 1; }\n";
 
-const SignatureMatcher& Matcher() {
-  // Built once and kept for the whole run (never destroyed: tests may run in any order).
-  static const SignatureMatcher* const matcher = [] {
-    absl::StatusOr<std::unique_ptr<SignatureMatcher>> loaded = SignatureMatcher::Load("");
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "built-in catalogue: %s\n", loaded.status().ToString().c_str());
-      std::abort();
-    }
-    return loaded->release();
-  }();
-  return *matcher;
-}
+const SignatureMatcher& Matcher() { return SignatureMatcher::Builtin(); }
 
 bool IsExecutable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
 

@@ -313,10 +313,7 @@ absl::StatusOr<HttpReply> HttpRequest(int port, const std::string& method, const
 }
 
 absl::StatusOr<fleet::diagnosis::Diagnosis> Classify(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<fleet::diagnosis::SignatureMatcher>> matcher =
-      fleet::diagnosis::SignatureMatcher::Load("");
-  if (!matcher.ok()) return matcher.status();
-  return fleet::diagnosis::ClassifyFile(path, **matcher);
+  return fleet::diagnosis::ClassifyFile(path, fleet::diagnosis::SignatureMatcher::Builtin());
 }
 
 bool HasFact(const fleet::diagnosis::Facts& facts, const std::string& key,
