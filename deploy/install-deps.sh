@@ -14,6 +14,8 @@ packages=(
   libspdlog-dev libfmt-dev libssh-dev libsqlite3-dev libgtest-dev libgmock-dev libre2-dev
   # Tests and benchmarks: real tools whose output the tests classify, and measurement.
   binutils grep coreutils time
+  # The agent: HTTP readiness probes (a real client library), its local state (SQLite).
+  libcurl4-openssl-dev
 )
 
 missing=()

@@ -1,0 +1,132 @@
+#include "agent/command_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/base/errno_status.h"
+
+namespace fleet::agent {
+
+std::string FindExecutable(const std::string& name, const std::string& path_var) {
+  for (absl::string_view dir : absl::StrSplit(path_var, ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(dir, "/", name);
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
+absl::StatusOr<CommandResult> PosixCommandRunner::Run(const Command& command) {
+  if (command.argv.empty()) return absl::InvalidArgumentError("command: empty argv");
+  std::string program = command.argv[0];
+  if (program.find('/') == std::string::npos) {
+    auto path = command.env.find("PATH");
+    program = FindExecutable(program, path == command.env.end() ? "" : path->second);
+    if (program.empty()) {
+      return absl::NotFoundError(absl::StrCat(command.argv[0], ": not found on the PATH given"));
+    }
+  }
+  std::vector<std::string> env_strings;
+  env_strings.reserve(command.env.size());
+  for (const auto& [k, v] : command.env) env_strings.push_back(absl::StrCat(k, "=", v));
+  std::vector<char*> c_argv, c_env;
+  for (const std::string& a : command.argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  for (const std::string& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
+  c_env.push_back(nullptr);
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "command: pipe");
+  absl::Cleanup close_read = [&] { close(fds[0]); };
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  if (!command.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, command.cwd.c_str());
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  // Default dispositions and an empty mask in the child, whatever the agent set for itself.
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setpgroup(&attr, 0);
+  const absl::Time start = absl::Now();
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(fds[1]);
+  if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("command: spawn ", program));
+
+  CommandResult result;
+  const absl::Time deadline = start + command.timeout;
+  char buffer[16 << 10];
+  bool eof = false;
+  while (!eof) {
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left_ms <= 0) {
+      result.timed_out = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 1 << 30)));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    if (ready == 0) continue;
+    const ssize_t n = read(fds[0], buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      break;
+    }
+    if (n == 0) {
+      eof = true;
+      break;
+    }
+    result.output_bytes += n;
+    result.output.append(buffer, static_cast<size_t>(n));
+    if (result.output.size() > 2 * max_output_) {
+      result.output.erase(0, result.output.size() - max_output_);
+    }
+  }
+  if (result.output.size() > max_output_) {
+    result.output.erase(0, result.output.size() - max_output_);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("command: wait ", program));
+  }
+  // Anything left in the group (a child that kept the pipe open) goes too.
+  kill(-pid, SIGKILL);
+  result.took = absl::Now() - start;
+  if (WIFEXITED(status)) {
+    result.exited = true;
+    result.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.signal = WTERMSIG(status);
+  }
+  return result;
+}
+
+}  // namespace fleet::agent

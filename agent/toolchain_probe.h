@@ -1,0 +1,38 @@
+// ToolchainProbe: reads the CUDA toolchain a server will really use, resolved from the server's
+// own environment and argv (PATH, CUDA_HOME, LD_LIBRARY_PATH, the python/venv it runs), the way
+// flashinfer and torch resolve it. It runs the tools it finds (nvcc --version, ptxas on a probe
+// PTX, nvidia-smi) through a CommandRunner with the server's environment, reads pip dist-info
+// (no network) and header files. Missing tools are facts in the snapshot, never errors.
+//
+// Thread-safe when its CommandRunner is.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/command_runner.h"
+#include "proto/agent.pb.h"
+
+namespace fleet::agent {
+
+struct ProbeTarget {
+  std::vector<std::string> argv;               // the server's argv (its python, its venv)
+  std::map<std::string, std::string> env;      // the server's whole environment
+  std::string workdir;
+  std::vector<std::string> nvidia_smi;         // argv prefix; empty: nvidia-smi on env's PATH
+  std::string venv;                            // the venv root when configured; else from argv[0]
+  std::vector<std::string> jit_cache_roots;    // empty: flashinfer's and torch's defaults
+};
+
+class ToolchainProbe {
+ public:
+  // `runner` must outlive the probe.
+  explicit ToolchainProbe(CommandRunner* runner) : runner_(runner) {}
+  fleet::v1::ToolchainSnapshot Probe(const ProbeTarget& target) const;
+
+ private:
+  CommandRunner* runner_;
+};
+
+}  // namespace fleet::agent
