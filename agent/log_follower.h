@@ -46,7 +46,7 @@ class LogFollower {
   // Follows `path` from `offset` of the file there now (0: from its start). The file and even its
   // directory may not exist yet. `sink` must outlive the follower.
   static absl::StatusOr<std::unique_ptr<LogFollower>> Create(std::string path, int64_t offset,
-                                                            Sink* sink, Options options);
+                                                             Sink* sink, Options options);
   ~LogFollower();
   LogFollower(const LogFollower&) = delete;
   LogFollower& operator=(const LogFollower&) = delete;

@@ -17,12 +17,12 @@
 namespace fleet::agent {
 
 struct ProbeTarget {
-  std::vector<std::string> argv;               // the server's argv (its python, its venv)
-  std::map<std::string, std::string> env;      // the server's whole environment
+  std::vector<std::string> argv;           // the server's argv (its python, its venv)
+  std::map<std::string, std::string> env;  // the server's whole environment
   std::string workdir;
-  std::vector<std::string> nvidia_smi;         // argv prefix; empty: nvidia-smi on env's PATH
-  std::string venv;                            // the venv root when configured; else from argv[0]
-  std::vector<std::string> jit_cache_roots;    // empty: flashinfer's and torch's defaults
+  std::vector<std::string> nvidia_smi;       // argv prefix; empty: nvidia-smi on env's PATH
+  std::string venv;                          // the venv root when configured; else from argv[0]
+  std::vector<std::string> jit_cache_roots;  // empty: flashinfer's and torch's defaults
 };
 
 class ToolchainProbe {
