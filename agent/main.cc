@@ -1,25 +1,90 @@
-// fleet-agent: runs inside each container, one inference server per GPU. This build has the
-// command line only; launching, log following and probing arrive with the agent issue.
+// fleet-agent: runs inside each container; one inference server per GPU. Wires the agent, serves
+// agent.proto over gRPC, and runs until SIGTERM/SIGINT. Servers outlive it (they belong to their
+// own sessions); in standalone mode it plays the daemon's part and stops them on exit.
+#include <signal.h>
+#include <sys/prctl.h>
+
+#include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "agent/agent.h"
+#include "agent/agent_service.h"
+#include "agent/command_runner.h"
+#include "agent/process_launcher.h"
+#include "agent/readiness.h"
+#include "agent/standalone.h"
+#include "common/base/clock.h"
 #include "common/base/flag_set.h"
 #include "common/base/version.h"
+#include "grpcpp/grpcpp.h"
+
+namespace {
+
+constexpr char kSummary[] =
+    "The gpu-fleet agent: runs inside a container, launches one inference server per GPU (each in\n"
+    "its own session, its log in a file), follows each log, names the root cause of a failed\n"
+    "start, notices stalls (no log line, no build step, no CPU time), probes the CUDA toolchain\n"
+    "the server will use, and applies typed fixes. It serves agent.proto; fleetd decides what to\n"
+    "launch. Servers outlive the agent; a restarted agent re-adopts them.\n"
+    "\n"
+    "Standalone (no daemon): --standalone SPEC runs the servers of a text-format\n"
+    "fleet.v1.StandaloneConfig, prints every event as a line, relaunches failed or stalled ones\n"
+    "(max_attempts, backoff) and stops them on exit. With --until-ready it exits 0 once all are\n"
+    "READY, 1 when one gave up. Example SPEC:\n"
+    "  servers { server { gpu: 0 } port: 30000\n"
+    "            argv: \"/venv/bin/python\" argv: \"-m\" argv: \"sglang.launch_server\"\n"
+    "            argv: \"--model-path\" argv: \"/models/m\" argv: \"--port\" argv: \"30000\"\n"
+    "            log_path: \"/workspace/sglang_logs/sglang_gpu0.log\"\n"
+    "            readiness { path: \"/health_generate\" } }\n"
+    "  max_attempts: 3 backoff { seconds: 5 }";
+
+absl::Duration Seconds(double s) { return absl::Milliseconds(static_cast<int64_t>(s * 1000)); }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   bool version = false;
-  std::string listen = "127.0.0.1:0";
+  bool until_ready = false;
+  std::string listen = "127.0.0.1:50151";
+  std::string port_file;
   std::string state_dir = "/var/lib/gpu-fleet-agent";
-  fleet::FlagSet flags(
-      "fleet-agent [flags]",
-      "The gpu-fleet agent: runs inside a container, launches one inference server "
-      "per GPU,\nfollows its log, diagnoses failed starts, probes the CUDA "
-      "toolchain and applies typed fixes.");
+  std::string standalone;
+  std::string host = "local";
+  std::string container = "local";
+  double readiness_interval = 2;
+  double sample_interval = 5;
+  double stop_grace = 30;
+  std::vector<std::string> jit_cache_roots;
+  std::vector<std::string> toolkit_roots;
+  fleet::FlagSet flags("fleet-agent [flags]", kSummary);
   flags.AddBool("version", '\0', &version, "print the version and exit");
-  flags.AddString("listen", '\0', &listen, "gRPC address to serve agent.proto on", "ADDR");
-  flags.AddString("state-dir", '\0', &state_dir, "where the agent keeps what it runs", "DIR");
+  flags.AddString("listen", '\0', &listen,
+                  "gRPC address to serve agent.proto on (port 0: any free port); empty: none",
+                  "ADDR");
+  flags.AddString("port-file", '\0', &port_file, "write the bound port here once serving", "FILE");
+  flags.AddString("state-dir", '\0', &state_dir, "the agent's record (agent.db)", "DIR");
+  flags.AddString("standalone", '\0', &standalone, "run the servers of this spec, no daemon",
+                  "SPEC");
+  flags.AddBool("until-ready", '\0', &until_ready,
+                "standalone: exit once every server is READY (0) or one gave up (1)");
+  flags.AddString("host", '\0', &host, "host name used in events", "NAME");
+  flags.AddString("container", '\0', &container, "container id used in events", "CTID");
+  flags.AddDouble("readiness-interval", '\0', &readiness_interval,
+                  "seconds between readiness probes of a starting server", "S");
+  flags.AddDouble("sample-interval", '\0', &sample_interval,
+                  "seconds between CPU-time samples of a starting server's processes", "S");
+  flags.AddDouble("stop-grace", '\0', &stop_grace, "seconds between SIGTERM and SIGKILL", "S");
+  flags.AddRepeated("jit-cache-root", '\0', &jit_cache_roots,
+                    "ClearJitCache may act below this directory (repeatable)", "DIR");
+  flags.AddRepeated("toolkit-root", '\0', &toolkit_roots,
+                    "Symlink may act below this directory (repeatable)", "DIR");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "fleet-agent: " << s.message() << "\n";
     return 1;
@@ -32,6 +97,97 @@ int main(int argc, char** argv) {
     std::cout << "fleet-agent " << fleet::kVersion << " (" << fleet::kGitRevision << ")\n";
     return 0;
   }
-  std::cerr << "fleet-agent: serving is not in this build yet (the agent issue adds it)\n";
-  return 1;
+  if (!flags.positional().empty()) {
+    std::cerr << "fleet-agent: unexpected argument '" << flags.positional()[0] << "'\n";
+    return 1;
+  }
+
+  // Orphans of a server (its children after it died) become ours, so the agent reaps them.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::optional<fleet::v1::StandaloneConfig> config;
+  if (!standalone.empty()) {
+    auto c = fleet::agent::ReadStandaloneConfig(standalone);
+    if (!c.ok()) {
+      std::cerr << "fleet-agent: " << c.status().message() << "\n";
+      return 1;
+    }
+    config = *std::move(c);
+  }
+
+  fleet::RealClock clock;
+  fleet::agent::PosixProcessLauncher launcher;
+  fleet::agent::CurlReadinessProber prober;
+  // Probes read long outputs (ldconfig -p is tens of KB); action results keep their own tails.
+  fleet::agent::PosixCommandRunner runner(/*max_output=*/1 << 20);
+  fleet::agent::AgentOptions options;
+  options.state_dir = state_dir;
+  options.host = host;
+  options.container = container;
+  options.readiness_interval = Seconds(readiness_interval);
+  options.progress_sample_interval = Seconds(sample_interval);
+  options.stop_grace = Seconds(stop_grace);
+  options.jit_cache_roots = jit_cache_roots;
+  options.toolkit_roots = toolkit_roots;
+  auto agent = fleet::agent::Agent::Create(options, {&clock, &launcher, &prober, &runner});
+  if (!agent.ok()) {
+    std::cerr << "fleet-agent: " << agent.status().message() << "\n";
+    return 1;
+  }
+  (*agent)->Start();
+
+  std::unique_ptr<fleet::agent::AgentService> service;
+  std::unique_ptr<grpc::Server> server;
+  if (!listen.empty()) {
+    service = std::make_unique<fleet::agent::AgentService>(agent->get());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    // Mutual TLS comes with the remote-fleet issue; until then, serve loopback only.
+    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service.get());
+    server = builder.BuildAndStart();
+    if (server == nullptr || port == 0) {
+      std::cerr << "fleet-agent: cannot serve on " << listen << "\n";
+      return 1;
+    }
+    if (!port_file.empty()) {
+      std::ofstream(port_file + ".tmp") << port << "\n";
+      std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+    }
+    std::cerr << "fleet-agent: serving agent.proto on port " << port << ", incarnation "
+              << (*agent)->incarnation() << "\n";
+  }
+
+  int exit_code = 0;
+  if (config) {
+    fleet::agent::StandaloneRunner standalone_runner(agent->get(), *config, &clock, &std::cout);
+    std::thread signals([&] {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      standalone_runner.RequestStop();
+    });
+    exit_code = standalone_runner.Run(until_ready);
+    // Standalone owns its servers: stop them.
+    for (const auto& s : config->servers()) {
+      fleet::v1::StopRequest stop;
+      *stop.mutable_server() = s.server();
+      (*agent)->Stop(stop).IgnoreError();
+    }
+    pthread_kill(signals.native_handle(), SIGTERM);
+    signals.join();
+  } else {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+  }
+  if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server.reset();
+  service.reset();
+  agent->reset();
+  return exit_code;
 }

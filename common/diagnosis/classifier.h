@@ -85,6 +85,8 @@ class Classifier {
   Diagnosis Snapshot() const;
 
   int64_t lines() const { return line_no_; }
+  // The last lines read (at most kTailLines), for a stall report.
+  std::vector<EvidenceLine> LastLines() const { return {tail_.begin(), tail_.end()}; }
 
  private:
   struct PhaseEntry {

@@ -1,0 +1,990 @@
+#include "agent/agent.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "agent/log_follower.h"
+#include "agent/proc.h"
+#include "common/base/errno_status.h"
+#include "common/base/version.h"
+#include "common/diagnosis/classifier.h"
+#include "common/diagnosis/diagnosis_proto.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace fleet::agent {
+namespace {
+
+using fleet::v1::AgentEvent;
+using fleet::v1::ServerSpec;
+using google::protobuf::util::TimeUtil;
+
+constexpr char kStarting[] = "STARTING";
+constexpr char kReady[] = "READY";
+constexpr char kFailed[] = "FAILED";
+constexpr char kStopping[] = "STOPPING";
+constexpr char kStopped[] = "STOPPED";
+
+google::protobuf::Timestamp ToTimestamp(absl::Time t) {
+  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
+}
+
+absl::Time FromTimestamp(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(t));
+}
+
+google::protobuf::Duration ToDuration(absl::Duration d) {
+  return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
+}
+
+absl::Duration DurationOr(const google::protobuf::Duration& d, absl::Duration fallback) {
+  const int64_t ns = TimeUtil::DurationToNanoseconds(d);
+  return ns > 0 ? absl::Nanoseconds(ns) : fallback;
+}
+
+std::map<std::string, std::string> EnvOf(const ServerSpec& spec) {
+  return {spec.env().begin(), spec.env().end()};
+}
+
+// Evidence that leaves the agent has secret values masked.
+void RedactDiagnosis(const std::map<std::string, std::string>& env, fleet::v1::Diagnosis* d) {
+  for (auto& line : *d->mutable_evidence()) line.set_text(RedactText(line.text(), env));
+  d->set_summary(RedactText(d->summary(), env));
+}
+
+}  // namespace
+
+// One attempt of one server: its process, its log follower and classifier, its timers. Lives in
+// Agent::servers_ and is used only under Agent::mu_ (the classifier and follower call back into
+// it from inside the loop, which holds the lock).
+class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollower::Sink {
+ public:
+  ServerRun(Agent* agent, ServerSpec spec, std::string attempt_id, int64_t attempt_number)
+      : agent_(agent),
+        spec_(std::move(spec)),
+        attempt_id_(std::move(attempt_id)),
+        attempt_number_(attempt_number),
+        env_(EnvOf(spec_)) {
+    diagnosis::ClassifierOptions options;
+    options.offline = false;  // a live log: stalls are the timers' business
+    classifier_ = std::make_unique<diagnosis::Classifier>(agent_->matcher_, options, this);
+  }
+
+  int32_t gpu() const { return spec_.server().gpu(); }
+  const ServerSpec& spec() const { return spec_; }
+  const std::string& attempt_id() const { return attempt_id_; }
+  int64_t attempt_number() const { return attempt_number_; }
+
+  // --- LogFollower::Sink
+  void OnData(std::string_view bytes) override {
+    last_progress_at_ = agent_->deps_.clock->Now();
+    if (!finished_) classifier_->AddBytes(bytes);
+  }
+
+  // --- diagnosis::ClassifierListener (called inside AddBytes, under the agent's lock)
+  void OnPhaseChanged(diagnosis::Phase phase, std::string_view detail, int64_t line) override {
+    agent_->mu_.AssertHeld();
+    if (phase == diagnosis::Phase::kReady) {
+      // The ready line is a hint: probe now rather than at the next interval.
+      next_probe_at_ = absl::InfinitePast();
+      return;
+    }
+    if (ready_ || exited_) return;
+    state_ = std::string(diagnosis::PhaseName(phase));
+    phase_detail_ = std::string(detail);
+    if (replaying_) return;
+    AgentEvent e = NewEvent();
+    auto* p = e.mutable_phase();
+    p->set_state(state_);
+    p->set_detail(phase_detail_);
+    p->set_log_line(line);
+    agent_->Emit(std::move(e));
+  }
+
+  void OnProgress(int64_t step, int64_t total, int64_t line) override {
+    agent_->mu_.AssertHeld();
+    last_progress_at_ = agent_->deps_.clock->Now();
+    progress_step_ = step;
+    progress_total_ = total;
+    if (replaying_) return;
+    AgentEvent e = NewEvent();
+    auto* p = e.mutable_progress();
+    p->set_step(step);
+    p->set_total(total);
+    p->set_log_line(line);
+    agent_->Emit(std::move(e));
+  }
+
+  void OnRootCause(int64_t line) override {
+    agent_->mu_.AssertHeld();
+    if (!replaying_) EmitDiagnosis(classifier_->Snapshot(), /*final=*/false);
+  }
+
+  void OnFailingUnitEnded(int64_t line) override {
+    agent_->mu_.AssertHeld();
+    if (!replaying_) EmitDiagnosis(classifier_->Snapshot(), /*final=*/true);
+  }
+
+  // --- lifecycle
+  absl::Status StartFollowing(bool replay) {
+    agent_->mu_.AssertHeld();
+    auto follower = LogFollower::Create(spec_.log_path(), 0, this, {});
+    if (!follower.ok()) return follower.status();
+    follower_ = *std::move(follower);
+    agent_->WatchFd(follower_->fd(), Watch::kLog, gpu());
+    replaying_ = replay;
+    absl::Status s = follower_->Poll();
+    replaying_ = false;
+    return s;
+  }
+
+  void Launched(ServerProcess process, absl::Time now) {
+    agent_->mu_.AssertHeld();
+    pid_ = process.pid;
+    start_ticks_ = process.start_ticks;
+    pidfd_ = std::move(process.pidfd);
+    is_child_ = true;
+    alive_ = true;
+    started_at_ = now;
+    last_progress_at_ = now;
+    next_probe_at_ = now + agent_->options_.readiness_interval;
+    next_sample_at_ = now;
+    state_ = kStarting;
+    agent_->WatchFd(pidfd_.get(), Watch::kExit, gpu());
+  }
+
+  void Adopted(const fleet::v1::ServerRecord& record, UniqueFd pidfd, absl::Time now) {
+    agent_->mu_.AssertHeld();
+    pid_ = record.pid();
+    start_ticks_ = record.start_ticks();
+    pidfd_ = std::move(pidfd);
+    is_child_ = false;
+    alive_ = true;
+    started_at_ = FromTimestamp(record.started_at());
+    last_progress_at_ = now;
+    next_probe_at_ = now;
+    next_sample_at_ = now;
+    ready_ = record.ready();
+    stop_requested_ = record.stop_requested();
+    state_ = ready_ ? kReady : (stop_requested_ ? kStopping : kStarting);
+    agent_->WatchFd(pidfd_.get(), Watch::kExit, gpu());
+  }
+
+  void Restored(const fleet::v1::ServerRecord& record) {
+    pid_ = record.pid();
+    start_ticks_ = record.start_ticks();
+    started_at_ = FromTimestamp(record.started_at());
+    state_ = record.state();
+    ready_ = record.ready();
+    exited_ = true;
+    finished_ = true;
+    exit_ = record.exit();
+    final_diagnosis_ = record.diagnosis();
+  }
+
+  void PollLog() {
+    if (follower_ == nullptr) return;
+    absl::Status s = follower_->Poll();
+    static_cast<void>(s);  // a read error is retried at the next event or tick
+  }
+
+  // The process has exited (pidfd readable), or was found dead after an agent restart.
+  void Exited(absl::Time now, bool status_known) {
+    agent_->mu_.AssertHeld();
+    if (exited_) return;
+    int status = 0;
+    bool reaped = false;
+    if (is_child_ && status_known) {
+      while (true) {
+        const pid_t r = waitpid(pid_, &status, WNOHANG);
+        if (r == pid_) {
+          reaped = true;
+          break;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        break;
+      }
+    }
+    // The server is gone; what it left behind in its group (a scheduler child, a compiler) goes
+    // too, and is reaped as it dies (the agent, as subreaper, inherits it).
+    SignalGroup(pid_, SIGKILL).IgnoreError();
+    ReapGroup();
+    exited_ = true;
+    alive_ = false;
+    exit_.Clear();
+    *exit_.mutable_at() = ToTimestamp(now);
+    if (reaped && WIFEXITED(status)) {
+      exit_.set_exited(true);
+      exit_.set_exit_code(WEXITSTATUS(status));
+    } else if (reaped && WIFSIGNALED(status)) {
+      exit_.set_signal(WTERMSIG(status));
+    } else {
+      exit_.set_status_unknown(true);
+    }
+    PollLog();
+    diagnosis::Diagnosis d = finished_ ? diagnosis::Diagnosis() : classifier_->Finish();
+    finished_ = true;
+    if (d.diagnosis_class == "none" && !stop_requested_) {
+      // The process died and the log names no cause: say what is known.
+      d.diagnosis_class = "unknown";
+      d.fix = diagnosis::FixKind::kReport;
+      d.toolchain_fix = false;
+      d.summary =
+          exit_.status_unknown()
+              ? "the server died while the agent was away and its log names no cause"
+          : exit_.exited()
+              ? absl::StrCat("the server exited with status ", exit_.exit_code(),
+                             ready_ ? " after it was ready" : "", "; its log names no cause")
+              : absl::StrCat("the server was killed by signal ", exit_.signal(),
+                             "; its log names no cause");
+    }
+    state_ = stop_requested_ ? kStopped : kFailed;
+    if (follower_) agent_->UnwatchFd(follower_->fd());
+    agent_->UnwatchFd(pidfd_.get());
+    follower_.reset();
+    pidfd_.Reset();
+
+    AgentEvent e = NewEvent();
+    *e.mutable_exited() = exit_;
+    agent_->Emit(std::move(e));
+    // The final diagnosis was already sent when the failing unit ended, unless the exit changed
+    // it (a unit still open, no cause in the log): send it only then.
+    const bool already_sent = final_diagnosis_.has_value() &&
+                              final_diagnosis_->diagnosis_class() == d.diagnosis_class &&
+                              final_diagnosis_->root_cause_line() == d.root_cause_line;
+    if (!stop_requested_ && !already_sent) EmitDiagnosis(d, /*final=*/true);
+    AgentEvent phase = NewEvent();
+    phase.mutable_phase()->set_state(state_);
+    agent_->Emit(std::move(phase));
+  }
+
+  void RequestStop(absl::Time now, absl::Duration grace) {
+    agent_->mu_.AssertHeld();
+    if (!alive_) return;
+    stop_requested_ = true;
+    stop_deadline_ = now + grace;
+    SignalGroup(pid_, SIGTERM).IgnoreError();
+    state_ = kStopping;
+    AgentEvent e = NewEvent();
+    e.mutable_phase()->set_state(state_);
+    agent_->Emit(std::move(e));
+  }
+
+  void Ready(const ReadinessResult& result, absl::Time now) {
+    agent_->mu_.AssertHeld();
+    ready_ = true;
+    state_ = kReady;
+    phase_detail_.clear();
+    AgentEvent e = NewEvent();
+    e.mutable_ready()->set_http_status(result.http_status);
+    *e.mutable_ready()->mutable_time_to_ready() = ToDuration(now - started_at_);
+    agent_->Emit(std::move(e));
+    AgentEvent phase = NewEvent();
+    phase.mutable_phase()->set_state(state_);
+    agent_->Emit(std::move(phase));
+  }
+
+  // Timers: readiness, CPU sampling, stall and deadline, stop escalation. Returns the next time
+  // this run needs attention.
+  // Reaps the dead of the server's group that are the agent's children; true once no process
+  // of the group is left.
+  bool ReapGroup() {
+    siginfo_t info;
+    while (true) {
+      info.si_pid = 0;
+      if (waitid(P_PGID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG) != 0 ||
+          info.si_pid == 0) {
+        break;
+      }
+    }
+    // Zombies count: one killed a moment ago may not be reapable yet.
+    group_gone_ = ListSession(pid_, agent_->options_.proc_root, /*include_zombies=*/true).empty();
+    return group_gone_;
+  }
+
+  absl::Time Tick(absl::Time now) {
+    agent_->mu_.AssertHeld();
+    if (exited_ && !group_gone_ && pid_ > 0) {
+      return ReapGroup() ? absl::InfiniteFuture() : now + absl::Milliseconds(100);
+    }
+    if (!alive_) return absl::InfiniteFuture();
+    absl::Time next = absl::InfiniteFuture();
+    if (stop_requested_) {
+      if (now >= stop_deadline_) {
+        SignalGroup(pid_, SIGKILL).IgnoreError();
+        stop_deadline_ = absl::InfiniteFuture();
+      }
+      return stop_deadline_;
+    }
+    if (ready_) return next;
+    if (!probe_in_flight_ && now >= next_probe_at_) {
+      probe_in_flight_ = true;
+      next_probe_at_ = now + agent_->options_.readiness_interval;
+      ReadinessCheck check;
+      check.port = spec_.port();
+      check.path = spec_.readiness().path().empty() ? std::string("/health_generate")
+                                                    : spec_.readiness().path();
+      check.completion_check = spec_.readiness().completion_check();
+      agent_->RequestProbe({gpu(), attempt_id_, check});
+    }
+    if (!probe_in_flight_) next = std::min(next, next_probe_at_);
+    if (now >= next_sample_at_) {
+      const uint64_t ticks = SessionCpuTicks(pid_, agent_->options_.proc_root);
+      if (ticks > cpu_ticks_) {
+        cpu_ticks_ = ticks;
+        last_progress_at_ = now;
+      }
+      next_sample_at_ = now + agent_->options_.progress_sample_interval;
+    }
+    next = std::min(next, next_sample_at_);
+    const absl::Duration stall =
+        DurationOr(spec_.stall_timeout(), agent_->options_.default_stall_timeout);
+    if (!stall_reported_) {
+      if (now - last_progress_at_ >= stall) {
+        stall_reported_ = true;
+        EmitStalled(
+            "startup_stalled",
+            absl::StrCat("no new log line, build step or CPU time for ",
+                         absl::FormatDuration(now - last_progress_at_), " in ", state_,
+                         phase_detail_.empty() ? "" : absl::StrCat(" (", phase_detail_, ")")));
+      } else {
+        next = std::min(next, last_progress_at_ + stall);
+      }
+    }
+    const absl::Duration deadline =
+        DurationOr(spec_.startup_deadline(), agent_->options_.default_startup_deadline);
+    if (!deadline_reported_) {
+      if (now - started_at_ >= deadline) {
+        deadline_reported_ = true;
+        EmitStalled(
+            "startup_deadline_exceeded",
+            absl::StrCat("still not ready after ", absl::FormatDuration(now - started_at_),
+                         " (startup deadline ", absl::FormatDuration(deadline), "), in ", state_));
+      } else {
+        next = std::min(next, started_at_ + deadline);
+      }
+    }
+    return next;
+  }
+
+  void ProbeDone(const ReadinessResult& result, absl::Time now) {
+    agent_->mu_.AssertHeld();
+    probe_in_flight_ = false;
+    if (result.ready && alive_ && !ready_ && !stop_requested_) Ready(result, now);
+  }
+
+  fleet::v1::ServerRecord Record() const {
+    fleet::v1::ServerRecord r;
+    *r.mutable_spec() = spec_;
+    r.set_attempt_id(attempt_id_);
+    r.set_attempt_number(attempt_number_);
+    r.set_pid(pid_);
+    r.set_start_ticks(start_ticks_);
+    *r.mutable_started_at() = ToTimestamp(started_at_);
+    r.set_state(state_);
+    r.set_stop_requested(stop_requested_);
+    r.set_ready(ready_);
+    if (exited_) *r.mutable_exit() = exit_;
+    if (final_diagnosis_.has_value()) *r.mutable_diagnosis() = *final_diagnosis_;
+    return r;
+  }
+
+  fleet::v1::ServerStatus Status() const {
+    fleet::v1::ServerStatus s;
+    *s.mutable_server() = spec_.server();
+    s.set_attempt_id(attempt_id_);
+    s.set_attempt_number(attempt_number_);
+    s.set_state(state_);
+    s.set_phase_detail(phase_detail_);
+    s.set_progress_step(progress_step_);
+    s.set_progress_total(progress_total_);
+    s.set_pid(pid_);
+    *s.mutable_started_at() = ToTimestamp(started_at_);
+    if (final_diagnosis_.has_value()) {
+      *s.mutable_diagnosis() = *final_diagnosis_;
+    } else if (!finished_) {
+      const diagnosis::Diagnosis d = classifier_->Snapshot();
+      if (d.diagnosis_class != "none") {
+        diagnosis::ToProto(d, s.mutable_diagnosis());
+        RedactDiagnosis(env_, s.mutable_diagnosis());
+      }
+    }
+    if (exited_) *s.mutable_exit() = exit_;
+    return s;
+  }
+
+  bool alive() const { return alive_; }
+  bool ready() const { return ready_; }
+
+  // After a re-adoption: one event that says where the server is now.
+  void AnnounceAdopted() {
+    agent_->mu_.AssertHeld();
+    AgentEvent e = NewEvent();
+    e.mutable_phase()->set_state(state_);
+    e.mutable_phase()->set_detail(phase_detail_);
+    agent_->Emit(std::move(e));
+    const diagnosis::Diagnosis d = classifier_->Snapshot();
+    if (d.diagnosis_class != "none") EmitDiagnosis(d, /*final=*/false);
+  }
+
+ private:
+  AgentEvent NewEvent() const {
+    AgentEvent e;
+    *e.mutable_at() = ToTimestamp(agent_->deps_.clock->Now());
+    *e.mutable_server() = spec_.server();
+    e.set_attempt_id(attempt_id_);
+    return e;
+  }
+
+  void EmitDiagnosis(const diagnosis::Diagnosis& d, bool final) {
+    agent_->mu_.AssertHeld();
+    AgentEvent e = NewEvent();
+    auto* de = e.mutable_diagnosis();
+    de->set_final(final);
+    diagnosis::ToProto(d, de->mutable_diagnosis());
+    de->mutable_diagnosis()->set_provisional(!final);
+    RedactDiagnosis(env_, de->mutable_diagnosis());
+    if (final) final_diagnosis_ = de->diagnosis();
+    agent_->Emit(std::move(e));
+  }
+
+  void EmitStalled(const std::string& diagnosis_class, const std::string& summary) {
+    agent_->mu_.AssertHeld();
+    AgentEvent e = NewEvent();
+    auto* st = e.mutable_stalled();
+    st->set_diagnosis_class(diagnosis_class);
+    diagnosis::Diagnosis d = classifier_->Snapshot();
+    d.diagnosis_class = diagnosis_class;
+    d.summary = summary;
+    d.fix = diagnosis::FixKind::kSupervisor;
+    d.toolchain_fix = false;
+    d.evidence = classifier_->LastLines();
+    d.root_cause_line = d.evidence.empty() ? 0 : d.evidence.back().line;
+    diagnosis::ToProto(d, st->mutable_diagnosis());
+    RedactDiagnosis(env_, st->mutable_diagnosis());
+    for (const SessionProcess& p : ListSession(pid_, agent_->options_.proc_root)) {
+      st->add_running_processes(absl::StrCat(p.stat.pid, " ", p.stat.comm,
+                                             " cpu=", p.stat.utime + p.stat.stime, " ",
+                                             RedactText(p.cmdline, env_)));
+    }
+    agent_->Emit(std::move(e));
+  }
+
+  Agent* const agent_;
+  const ServerSpec spec_;
+  const std::string attempt_id_;
+  const int64_t attempt_number_;
+  const std::map<std::string, std::string> env_;
+
+  std::unique_ptr<diagnosis::Classifier> classifier_;
+  std::unique_ptr<LogFollower> follower_;
+  pid_t pid_ = 0;
+  uint64_t start_ticks_ = 0;
+  UniqueFd pidfd_;
+  bool is_child_ = false;
+  bool alive_ = false;
+  bool exited_ = false;
+  bool finished_ = false;    // the classifier has seen the end of the log
+  bool group_gone_ = false;  // no process of the server's session is left
+  bool ready_ = false;
+  bool stop_requested_ = false;
+  bool replaying_ = false;
+  bool probe_in_flight_ = false;
+  bool stall_reported_ = false;
+  bool deadline_reported_ = false;
+  std::string state_ = kStarting;
+  std::string phase_detail_;
+  int64_t progress_step_ = 0;
+  int64_t progress_total_ = 0;
+  uint64_t cpu_ticks_ = 0;
+  absl::Time started_at_;
+  absl::Time last_progress_at_;
+  absl::Time next_probe_at_ = absl::InfiniteFuture();
+  absl::Time next_sample_at_ = absl::InfiniteFuture();
+  absl::Time stop_deadline_ = absl::InfiniteFuture();
+  fleet::v1::ProcessExit exit_;
+  std::optional<fleet::v1::Diagnosis> final_diagnosis_;
+};
+
+Agent::Agent(AgentOptions options, Dependencies deps) : options_(std::move(options)), deps_(deps) {}
+
+absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options, Dependencies deps) {
+  std::unique_ptr<Agent> agent(new Agent(std::move(options), deps));
+  if (absl::Status s = agent->Init(); !s.ok()) return s;
+  return agent;
+}
+
+absl::Status Agent::Init() {
+  matcher_ = &diagnosis::SignatureMatcher::Builtin();
+  probe_ = std::make_unique<ToolchainProbe>(deps_.runner);
+  actions_ = std::make_unique<ActionRunner>(deps_.runner);
+  epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid()) return ErrnoToStatus(errno, "agent: epoll_create1");
+  wake_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_.valid()) return ErrnoToStatus(errno, "agent: eventfd");
+  auto store = AgentStore::Open(options_.state_dir, options_.event_retention);
+  if (!store.ok()) return store.status();
+  {
+    absl::MutexLock lock(&mu_);
+    store_ = *std::move(store);
+    WatchFd(wake_.get(), Watch::kWake, -1);
+    auto records = store_->Servers();
+    if (!records.ok()) return records.status();
+    for (const fleet::v1::ServerRecord& r : *records) Readopt(r);
+  }
+  NotifySubscribers();
+  readiness_thread_ = std::thread([this] { ReadinessLoop(); });
+  return absl::OkStatus();
+}
+
+Agent::~Agent() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  Wake();
+  if (loop_thread_.joinable()) loop_thread_.join();
+  if (readiness_thread_.joinable()) readiness_thread_.join();
+}
+
+void Agent::Readopt(const fleet::v1::ServerRecord& record) {
+  const absl::Time now = deps_.clock->Now();
+  auto run = std::make_unique<ServerRun>(this, record.spec(), record.attempt_id(),
+                                         record.attempt_number());
+  const int32_t gpu = record.spec().server().gpu();
+  if (record.has_exit()) {
+    run->Restored(record);
+    servers_[gpu] = std::move(run);
+    return;
+  }
+  absl::StatusOr<UniqueFd> pidfd = OpenPidfd(record.pid(), record.start_ticks());
+  if (pidfd.ok()) {
+    run->Adopted(record, *std::move(pidfd), now);
+    // Re-read the attempt's log from its start to know its phase and diagnosis again, silently;
+    // then say once where it is.
+    run->StartFollowing(/*replay=*/true).IgnoreError();
+    run->AnnounceAdopted();
+  } else {
+    // It died while the agent was away: its log tells why.
+    run->Adopted(record, UniqueFd(), now);
+    run->StartFollowing(/*replay=*/true).IgnoreError();
+    run->Exited(now, /*status_known=*/false);
+  }
+  ServerRun* raw = run.get();
+  servers_[gpu] = std::move(run);
+  Persist(*raw);
+}
+
+void Agent::Start() {
+  loop_thread_ = std::thread([this] {
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+      }
+      RunOnce(absl::Seconds(60));
+    }
+  });
+}
+
+void Agent::RunOnce(absl::Duration timeout) {
+  // How long to wait: until the next timer, at most `timeout`.
+  absl::Duration wait = timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = deps_.clock->Now();
+    absl::Time next = now + timeout;
+    for (auto& [gpu, run] : servers_) next = std::min(next, run->Tick(now));
+    wait = std::max(absl::ZeroDuration(), next - now);
+    if (!probe_outcomes_.empty()) wait = absl::ZeroDuration();
+  }
+  NotifySubscribers();
+  epoll_event events[32];
+  const int timeout_ms = static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1))), 60000));
+  int n = epoll_wait(epoll_.get(), events, 32, timeout_ms);
+  if (n < 0) n = 0;  // EINTR: handle timers only
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = deps_.clock->Now();
+    for (int i = 0; i < n; ++i) {
+      auto it = watches_.find(events[i].data.fd);
+      if (it == watches_.end()) continue;
+      const Watch watch = it->second;
+      if (watch.kind == Watch::kWake) {
+        uint64_t value;
+        while (read(wake_.get(), &value, sizeof(value)) > 0) {
+        }
+        continue;
+      }
+      auto run = servers_.find(watch.gpu);
+      if (run == servers_.end()) continue;
+      if (watch.kind == Watch::kLog) run->second->PollLog();
+      if (watch.kind == Watch::kExit) {
+        run->second->Exited(now, /*status_known=*/true);
+        Persist(*run->second);
+      }
+    }
+    while (!probe_outcomes_.empty()) {
+      ProbeOutcome o = std::move(probe_outcomes_.front());
+      probe_outcomes_.pop_front();
+      auto run = servers_.find(o.gpu);
+      if (run == servers_.end() || run->second->attempt_id() != o.attempt_id) continue;
+      const bool was_ready = run->second->ready();
+      run->second->ProbeDone(o.result, now);
+      if (!was_ready && run->second->ready()) Persist(*run->second);
+    }
+    HandleTimers(now);
+  }
+  NotifySubscribers();
+}
+
+void Agent::HandleTimers(absl::Time now) {
+  for (auto& [gpu, run] : servers_) {
+    run->Tick(now);
+    // Events are hints: look at each live log now and then anyway.
+    if (run->alive()) run->PollLog();
+  }
+}
+
+absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchRequest& request) {
+  const ServerSpec& spec = request.spec();
+  if (request.attempt_id().empty()) {
+    return absl::InvalidArgumentError("launch: attempt_id is required (the daemon allocates it)");
+  }
+  if (spec.argv().empty()) return absl::InvalidArgumentError("launch: spec.argv is empty");
+  if (spec.log_path().empty() || spec.log_path()[0] != '/') {
+    return absl::InvalidArgumentError("launch: spec.log_path must be an absolute path");
+  }
+  if (spec.server().gpu() < 0) return absl::InvalidArgumentError("launch: spec.server.gpu < 0");
+  fleet::v1::LaunchResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    const int32_t gpu = spec.server().gpu();
+    auto existing = servers_.find(gpu);
+    int64_t previous_attempt = 0;
+    if (existing != servers_.end()) {
+      ServerRun& old = *existing->second;
+      if (old.attempt_id() == request.attempt_id()) {
+        *response.mutable_status() = StatusOf(old);
+        response.set_already_running(true);
+        return response;
+      }
+      if (old.alive()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("launch: gpu ", gpu, " runs attempt ", old.attempt_id(),
+                         "; stop it before launching ", request.attempt_id()));
+      }
+      previous_attempt = old.attempt_number();
+    }
+    RotateLog(spec.log_path(), previous_attempt);
+    ServerCommand command;
+    command.argv.assign(spec.argv().begin(), spec.argv().end());
+    command.env = EnvOf(spec);
+    command.env["CUDA_VISIBLE_DEVICES"] = absl::StrCat(gpu);
+    command.cwd = spec.workdir();
+    command.log_path = spec.log_path();
+    ServerSpec effective = spec;
+    (*effective.mutable_env())["CUDA_VISIBLE_DEVICES"] = absl::StrCat(gpu);
+    if (effective.server().host().empty()) effective.mutable_server()->set_host(options_.host);
+    if (effective.server().container().empty()) {
+      effective.mutable_server()->set_container(options_.container);
+    }
+    absl::StatusOr<ServerProcess> process = deps_.launcher->Launch(command);
+    if (!process.ok()) return process.status();
+    auto run = std::make_unique<ServerRun>(this, effective, request.attempt_id(),
+                                           request.attempt_number());
+    run->Launched(*std::move(process), deps_.clock->Now());
+    ServerRun* raw = run.get();
+    servers_[gpu] = std::move(run);
+    Persist(*raw);
+    AgentEvent e;
+    *e.mutable_at() = ToTimestamp(deps_.clock->Now());
+    *e.mutable_server() = effective.server();
+    e.set_attempt_id(request.attempt_id());
+    e.mutable_phase()->set_state(kStarting);
+    Emit(std::move(e));
+    absl::Status follow = raw->StartFollowing(/*replay=*/false);
+    if (!follow.ok()) {
+      // The server runs; its log is not readable yet. The periodic look will pick it up.
+      raw->PollLog();
+    }
+    *response.mutable_status() = StatusOf(*raw);
+  }
+  NotifySubscribers();
+  Wake();
+  return response;
+}
+
+absl::StatusOr<fleet::v1::StopResponse> Agent::Stop(const fleet::v1::StopRequest& request) {
+  fleet::v1::StopResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = servers_.find(request.server().gpu());
+    if (it == servers_.end()) {
+      return absl::NotFoundError(absl::StrCat("stop: no server on gpu ", request.server().gpu()));
+    }
+    it->second->RequestStop(deps_.clock->Now(), DurationOr(request.grace(), options_.stop_grace));
+    Persist(*it->second);
+    *response.mutable_status() = StatusOf(*it->second);
+  }
+  NotifySubscribers();
+  Wake();
+  return response;
+}
+
+fleet::v1::StatusResponse Agent::Status() {
+  absl::MutexLock lock(&mu_);
+  fleet::v1::StatusResponse response;
+  response.set_incarnation(store_->incarnation());
+  response.set_sequence(store_->last_sequence());
+  response.set_agent_version(kVersion);
+  for (const auto& [gpu, run] : servers_) *response.add_servers() = StatusOf(*run);
+  return response;
+}
+
+fleet::v1::ServerStatus Agent::StatusOf(const ServerRun& run) const { return run.Status(); }
+
+namespace {
+
+ProbeTarget TargetOf(const ServerSpec& spec) {
+  ProbeTarget t;
+  t.argv.assign(spec.argv().begin(), spec.argv().end());
+  t.env = EnvOf(spec);
+  t.workdir = spec.workdir();
+  t.nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
+  t.venv = spec.tools().venv();
+  t.jit_cache_roots.assign(spec.tools().jit_cache_roots().begin(),
+                           spec.tools().jit_cache_roots().end());
+  return t;
+}
+
+}  // namespace
+
+fleet::v1::ToolchainSnapshot Agent::Probe(const ServerSpec& spec) {
+  absl::MutexLock tools(&tool_mu_);
+  return probe_->Probe(TargetOf(spec));
+}
+
+fleet::v1::ApplyResponse Agent::Apply(const fleet::v1::ApplyRequest& request) {
+  absl::MutexLock tools(&tool_mu_);
+  const ServerSpec& spec = request.spec();
+  ActionContext context;
+  context.env = EnvOf(spec);
+  context.pip.assign(spec.tools().pip().begin(), spec.tools().pip().end());
+  context.venv = spec.tools().venv();
+  context.pip_options.assign(spec.tools().pip_options().begin(), spec.tools().pip_options().end());
+  context.apt_get.assign(spec.tools().apt_get().begin(), spec.tools().apt_get().end());
+  context.jit_cache_roots.assign(spec.tools().jit_cache_roots().begin(),
+                                 spec.tools().jit_cache_roots().end());
+  for (const std::string& r : options_.jit_cache_roots) context.jit_cache_roots.push_back(r);
+  context.toolkit_roots.assign(spec.tools().toolkit_roots().begin(),
+                               spec.tools().toolkit_roots().end());
+  for (const std::string& r : options_.toolkit_roots) context.toolkit_roots.push_back(r);
+  fleet::v1::ApplyResponse response;
+  const bool has_pip = std::any_of(request.actions().begin(), request.actions().end(),
+                                   [](const fleet::v1::Action& a) { return a.has_pip_install(); });
+  if (request.save_package_set() && has_pip) {
+    // The package set before the change, for a rollback: `pip freeze` through the same pip.
+    Command freeze;
+    freeze.argv = context.pip.empty()
+                      ? std::vector<std::string>{context.venv + "/bin/python", "-m", "pip"}
+                      : context.pip;
+    freeze.argv.push_back("freeze");
+    freeze.env = context.env;
+    absl::StatusOr<CommandResult> r = deps_.runner->Run(freeze);
+    if (r.ok() && r->ok()) {
+      for (absl::string_view line : absl::StrSplit(r->output, '\n', absl::SkipEmpty())) {
+        const size_t eq = line.find("==");
+        if (eq == absl::string_view::npos) continue;
+        auto* p = response.add_saved_package_set();
+        p->set_name(std::string(line.substr(0, eq)));
+        p->set_version(std::string(line.substr(eq + 2)));
+      }
+    }
+  }
+  for (const fleet::v1::Action& action : request.actions()) {
+    fleet::v1::ActionResult result = actions_->Apply(action, context);
+    const bool ok = result.ok();
+    *response.add_results() = std::move(result);
+    if (!ok) break;  // later actions assumed the earlier ones
+  }
+  *response.mutable_after() = probe_->Probe(TargetOf(spec));
+  return response;
+}
+
+std::vector<AgentEvent> Agent::EventsAfter(const std::string& incarnation, uint64_t after,
+                                           size_t limit) {
+  absl::MutexLock lock(&mu_);
+  std::vector<AgentEvent> out;
+  const bool foreign = incarnation != store_->incarnation();
+  const bool lost =
+      !foreign && (after + 1 < store_->first_sequence() || after > store_->last_sequence());
+  if (foreign || lost) {
+    AgentEvent resync;
+    resync.set_incarnation(store_->incarnation());
+    resync.set_sequence(store_->last_sequence());
+    *resync.mutable_at() = ToTimestamp(deps_.clock->Now());
+    resync.mutable_resync()->set_previous_incarnation(incarnation);
+    resync.mutable_resync()->set_first_sequence(store_->first_sequence());
+    out.push_back(std::move(resync));
+    return out;
+  }
+  auto events = store_->EventsAfter(after, limit);
+  if (events.ok()) out = *std::move(events);
+  return out;
+}
+
+void Agent::Subscribe(EventSubscriber* subscriber) {
+  absl::MutexLock lock(&mu_);
+  subscribers_.insert(subscriber);
+}
+
+void Agent::Unsubscribe(EventSubscriber* subscriber) {
+  absl::MutexLock lock(&mu_);
+  subscribers_.erase(subscriber);
+}
+
+std::string Agent::LogPath(int32_t gpu, int64_t attempt_number) {
+  absl::MutexLock lock(&mu_);
+  auto it = servers_.find(gpu);
+  if (it == servers_.end()) return "";
+  const ServerRun& run = *it->second;
+  const std::string& live = run.spec().log_path();
+  if (attempt_number == 0 || attempt_number == run.attempt_number()) return live;
+  const std::string rotated = absl::StrCat(live, ".", attempt_number);
+  return access(rotated.c_str(), R_OK) == 0 ? rotated : "";
+}
+
+std::string Agent::incarnation() const {
+  absl::MutexLock lock(&mu_);
+  return store_->incarnation();
+}
+
+uint64_t Agent::last_sequence() const {
+  absl::MutexLock lock(&mu_);
+  return store_->last_sequence();
+}
+
+void Agent::Emit(AgentEvent event) {
+  if (event.server().host().empty()) event.mutable_server()->set_host(options_.host);
+  if (event.server().container().empty()) event.mutable_server()->set_container(options_.container);
+  absl::Status s = store_->Append(&event);
+  if (!s.ok()) {
+    // The stream would have a hole if this were skipped silently; there is nothing better to do
+    // than say so on stderr (the daemon resynchronises from Status after a gap).
+    fprintf(stderr, "fleet-agent: event log: %s\n", s.ToString().c_str());
+    return;
+  }
+  events_pending_ = true;
+}
+
+void Agent::NotifySubscribers() {
+  std::vector<EventSubscriber*> to_notify;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!events_pending_) return;
+    events_pending_ = false;
+    to_notify.assign(subscribers_.begin(), subscribers_.end());
+  }
+  for (EventSubscriber* s : to_notify) s->OnEventsAvailable();
+}
+
+void Agent::Persist(const ServerRun& run) {
+  absl::Status s = store_->PutServer(run.gpu(), run.Record());
+  if (!s.ok()) fprintf(stderr, "fleet-agent: record: %s\n", s.ToString().c_str());
+}
+
+void Agent::RotateLog(const std::string& log_path, int64_t previous_attempt) {
+  struct stat st;
+  if (stat(log_path.c_str(), &st) != 0 || st.st_size == 0) return;
+  // The previous attempt's log is kept as LOG.<attempt>; a log of unknown origin as
+  // LOG.prev-<mtime>. Never overwritten: an existing name gets a suffix.
+  std::string target = previous_attempt > 0 ? absl::StrCat(log_path, ".", previous_attempt)
+                                            : absl::StrCat(log_path, ".prev-", st.st_mtime);
+  for (int n = 1; access(target.c_str(), F_OK) == 0; ++n) {
+    target = absl::StrCat(
+        log_path, ".",
+        previous_attempt > 0 ? absl::StrCat(previous_attempt) : absl::StrCat("prev-", st.st_mtime),
+        "-", n);
+  }
+  if (rename(log_path.c_str(), target.c_str()) != 0) return;
+  // Bounded retention: the newest `log_retention` rotated logs of this path stay.
+  const std::filesystem::path p(log_path);
+  std::vector<std::pair<std::filesystem::file_time_type, std::filesystem::path>> rotated;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(p.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string prefix = p.filename().string() + ".";
+    if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) {
+      rotated.emplace_back(entry.last_write_time(ec), entry.path());
+    }
+  }
+  if (static_cast<int>(rotated.size()) <= options_.log_retention) return;
+  std::sort(rotated.begin(), rotated.end());
+  for (size_t i = 0; i + options_.log_retention < rotated.size(); ++i) {
+    std::filesystem::remove(rotated[i].second, ec);
+  }
+}
+
+void Agent::WatchFd(int fd, Watch::Kind kind, int32_t gpu) {
+  if (fd < 0) return;
+  watches_[fd] = Watch{kind, gpu};
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST) {
+    epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev);
+  }
+}
+
+void Agent::UnwatchFd(int fd) {
+  if (fd < 0) return;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  watches_.erase(fd);
+}
+
+void Agent::Wake() {
+  const uint64_t one = 1;
+  ssize_t n = write(wake_.get(), &one, sizeof(one));
+  static_cast<void>(n);
+}
+
+void Agent::RequestProbe(ProbeJob job) { probe_jobs_.push_back(std::move(job)); }
+
+void Agent::ReadinessLoop() {
+  while (true) {
+    ProbeJob job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Agent* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->mu_) {
+            return a->stopping_ || !a->probe_jobs_.empty();
+          },
+          this));
+      if (stopping_) return;
+      job = std::move(probe_jobs_.front());
+      probe_jobs_.pop_front();
+    }
+    ReadinessResult result = deps_.prober->Check(job.check);
+    {
+      absl::MutexLock lock(&mu_);
+      probe_outcomes_.push_back({job.gpu, job.attempt_id, std::move(result)});
+    }
+    Wake();
+  }
+}
+
+}  // namespace fleet::agent

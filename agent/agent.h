@@ -1,0 +1,174 @@
+// Agent: runs one inference server per GPU inside its container, follows each server's log,
+// knows its phase, tells why a start failed, notices stalls, and reports all of it as a
+// resumable event stream. It starts servers only when asked (Launch, with the attempt id the
+// daemon allocated; idempotent on it) and never relaunches on its own: the daemon decides
+// (DESIGN.md, "Contracts"). Standalone mode (main.cc) plays the daemon's part for a local spec.
+//
+// Servers are the agent's children in sessions of their own, with their logs in files, so they
+// outlive an agent restart; the agent records what it runs (AgentStore) and a restarted agent
+// re-adopts live servers (pid + start time) instead of relaunching them, and reports the ones that
+// died while it was away, with their log's diagnosis.
+//
+// Threads: one event loop (Start(), or RunOnce() from tests) waits on each log's inotify
+// descriptor, each server's pidfd and a wake-up eventfd, and runs the timers (readiness probes,
+// CPU sampling, stall and deadline checks, stop escalation). A readiness thread makes the blocking
+// HTTP probes. The public methods are thread-safe and may be called from gRPC threads; Probe()
+// and Apply() block while tools run (call them off the event loop). Everything mutable is
+// guarded by mu_.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/action_runner.h"
+#include "agent/agent_store.h"
+#include "agent/command_runner.h"
+#include "agent/process_launcher.h"
+#include "agent/readiness.h"
+#include "agent/toolchain_probe.h"
+#include "common/base/clock.h"
+#include "common/base/unique_fd.h"
+#include "common/diagnosis/signature_matcher.h"
+#include "proto/agent.pb.h"
+
+namespace fleet::agent {
+
+struct AgentOptions {
+  std::string state_dir;
+  // Identity used in events when a spec does not name it.
+  std::string host = "local";
+  std::string container = "local";
+  absl::Duration readiness_interval = absl::Seconds(2);
+  absl::Duration progress_sample_interval = absl::Seconds(5);
+  absl::Duration default_stall_timeout = absl::Minutes(10);
+  absl::Duration default_startup_deadline = absl::Minutes(90);
+  absl::Duration stop_grace = absl::Seconds(30);
+  // Earlier attempts' logs kept per log path (LOG.<attempt>).
+  int log_retention = 10;
+  int64_t event_retention = 20000;
+  std::string proc_root = "/proc";
+  // Action limits (from the config): where ClearJitCache and Symlink may act.
+  std::vector<std::string> jit_cache_roots;
+  std::vector<std::string> toolkit_roots;
+};
+
+// A stream position's owner: told (without the agent's lock held) that events may be waiting.
+class EventSubscriber {
+ public:
+  virtual ~EventSubscriber() = default;
+  virtual void OnEventsAvailable() = 0;
+};
+
+class Agent {
+ public:
+  struct Dependencies {
+    Clock* clock;
+    ProcessLauncher* launcher;
+    ReadinessProber* prober;
+    CommandRunner* runner;  // probes and actions
+  };
+
+  // Opens the state dir, re-adopts live servers and reports the dead ones. The dependencies must
+  // outlive the agent.
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options, Dependencies deps);
+  // Stops the loop and readiness threads. Servers keep running: they are not the agent's to stop.
+  ~Agent();
+
+  // Runs the event loop on a thread of its own.
+  void Start();
+  // One turn of the loop: waits at most `timeout` for a descriptor, then handles every ready one
+  // and every timer due. Tests call it directly (with a FakeClock) instead of Start().
+  void RunOnce(absl::Duration timeout);
+
+  absl::StatusOr<fleet::v1::LaunchResponse> Launch(const fleet::v1::LaunchRequest& request);
+  absl::StatusOr<fleet::v1::StopResponse> Stop(const fleet::v1::StopRequest& request);
+  fleet::v1::StatusResponse Status();
+  fleet::v1::ToolchainSnapshot Probe(const fleet::v1::ServerSpec& spec);
+  fleet::v1::ApplyResponse Apply(const fleet::v1::ApplyRequest& request);
+
+  // Events after (incarnation, sequence), at most `limit`. A position from another incarnation,
+  // or one the log no longer holds, yields one Resync event first (at the current sequence: the
+  // caller takes a Status() snapshot and continues after it).
+  std::vector<fleet::v1::AgentEvent> EventsAfter(const std::string& incarnation, uint64_t after,
+                                                 size_t limit);
+  void Subscribe(EventSubscriber* subscriber);
+  void Unsubscribe(EventSubscriber* subscriber);
+
+  // The log of `gpu`'s attempt `attempt_number` (0: the current one): the live log path, or the
+  // LOG.<attempt> it was rotated to. "" when there is none.
+  std::string LogPath(int32_t gpu, int64_t attempt_number);
+
+  std::string incarnation() const;
+  uint64_t last_sequence() const;
+
+ private:
+  class ServerRun;
+  friend class ServerRun;
+  struct Watch {
+    enum Kind { kWake, kLog, kExit } kind;
+    int32_t gpu;
+  };
+  struct ProbeJob {
+    int32_t gpu;
+    std::string attempt_id;
+    ReadinessCheck check;
+  };
+  struct ProbeOutcome {
+    int32_t gpu;
+    std::string attempt_id;
+    ReadinessResult result;
+  };
+
+  Agent(AgentOptions options, Dependencies deps);
+  absl::Status Init();
+  void Readopt(const fleet::v1::ServerRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleTimers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(fleet::v1::AgentEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Persist(const ServerRun& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RotateLog(const std::string& log_path, int64_t previous_attempt);
+  void WatchFd(int fd, Watch::Kind kind, int32_t gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnwatchFd(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Wake();
+  void NotifySubscribers() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReadinessLoop();
+  void RequestProbe(ProbeJob job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  fleet::v1::ServerStatus StatusOf(const ServerRun& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const AgentOptions options_;
+  const Dependencies deps_;
+  const diagnosis::SignatureMatcher* matcher_ = nullptr;
+  UniqueFd epoll_;
+  UniqueFd wake_;
+  std::unique_ptr<ToolchainProbe> probe_;
+  std::unique_ptr<ActionRunner> actions_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<AgentStore> store_ ABSL_GUARDED_BY(mu_);
+  std::map<int32_t, std::unique_ptr<ServerRun>> servers_ ABSL_GUARDED_BY(mu_);
+  // Watches by descriptor; the epoll data points at the map's nodes, which stay put.
+  std::map<int, Watch> watches_ ABSL_GUARDED_BY(mu_);
+  std::set<EventSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
+  bool events_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<ProbeJob> probe_jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<ProbeOutcome> probe_outcomes_ ABSL_GUARDED_BY(mu_);
+
+  // Serialises Probe/Apply: one change of a container's toolchain at a time.
+  absl::Mutex tool_mu_;
+
+  std::thread loop_thread_;
+  std::thread readiness_thread_;
+};
+
+}  // namespace fleet::agent

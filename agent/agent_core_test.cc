@@ -1,0 +1,579 @@
+// The agent with real processes (fleet-test-child, the simulated SGLang server), its real event
+// loop and store; a FakeClock where a timeout is tested; gRPC over a loopback port for the event
+// stream. Waits are on the loop's descriptors (RunOnce), never fixed sleeps.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "agent/agent.h"
+#include "agent/agent_service.h"
+#include "agent/proc.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/agent.grpc.pb.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/subprocess.h"
+
+namespace fleet::agent {
+namespace {
+
+using fleet::v1::AgentEvent;
+using ::testing::HasSubstr;
+
+// A readiness prober that answers as told and counts the checks.
+class FakeProber : public ReadinessProber {
+ public:
+  ReadinessResult Check(const ReadinessCheck& check) override {
+    ++checks;
+    ReadinessResult r;
+    r.ready = ready.load();
+    r.http_status = r.ready ? 200 : 0;
+    return r;
+  }
+  std::atomic<int> checks{0};
+  std::atomic<bool> ready{false};
+};
+
+class AgentHarness {
+ public:
+  explicit AgentHarness(Clock* clock = nullptr, ReadinessProber* prober = nullptr,
+                        std::string state_dir = "")
+      : clock_(clock != nullptr ? clock : &real_clock_),
+        prober_(prober != nullptr ? prober : &fake_prober_) {
+    options_.state_dir = state_dir.empty() ? dir_.Join("state") : state_dir;
+    options_.readiness_interval = absl::Milliseconds(50);
+    options_.progress_sample_interval = absl::Seconds(5);
+    options_.stop_grace = absl::Milliseconds(300);
+    options_.log_retention = 2;
+    Recreate();
+  }
+
+  void Recreate() {
+    agent_.reset();
+    auto a = Agent::Create(options_, {clock_, &launcher_, prober_, &runner_});
+    EXPECT_TRUE(a.ok()) << a.status();
+    agent_ = *std::move(a);
+  }
+  void Destroy() { agent_.reset(); }
+
+  Agent& agent() { return *agent_; }
+  AgentOptions& options() { return options_; }
+  const fleet::testing::TempDir& dir() const { return dir_; }
+
+  fleet::v1::ServerSpec ChildSpec(int gpu, std::vector<std::string> args) const {
+    fleet::v1::ServerSpec spec;
+    spec.mutable_server()->set_gpu(gpu);
+    spec.add_argv(fleet::testing::BuildPath("tests/testing/fleet-test-child"));
+    for (auto& a : args) spec.add_argv(a);
+    (*spec.mutable_env())["PATH"] = "/usr/bin:/bin";
+    spec.set_log_path(dir_.Join(absl::StrCat("logs/gpu", gpu, ".log")));
+    spec.set_port(1);  // nothing listens there
+    return spec;
+  }
+
+  absl::StatusOr<fleet::v1::LaunchResponse> Launch(const fleet::v1::ServerSpec& spec,
+                                                   const std::string& attempt, int64_t number = 1) {
+    fleet::v1::LaunchRequest r;
+    r.set_attempt_id(attempt);
+    r.set_attempt_number(number);
+    *r.mutable_spec() = spec;
+    return agent_->Launch(r);
+  }
+
+  void Stop(int gpu) {
+    fleet::v1::StopRequest r;
+    r.mutable_server()->set_gpu(gpu);
+    ASSERT_TRUE(agent_->Stop(r).ok());
+  }
+
+  // Runs the loop until `done(events so far)` holds, or 20 s of real time pass.
+  bool RunUntil(const std::function<bool(const std::vector<AgentEvent>&)>& done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      Collect();
+      if (done(events_)) return true;
+      agent_->RunOnce(absl::Milliseconds(50));
+    }
+    Collect();
+    return done(events_);
+  }
+
+  const std::vector<AgentEvent>& events() {
+    Collect();
+    return events_;
+  }
+
+  static bool HasPhase(const std::vector<AgentEvent>& events, const std::string& state) {
+    for (const AgentEvent& e : events) {
+      if (e.has_phase() && e.phase().state() == state) return true;
+    }
+    return false;
+  }
+
+  static const AgentEvent* Find(const std::vector<AgentEvent>& events,
+                                const std::function<bool(const AgentEvent&)>& pred) {
+    for (const AgentEvent& e : events) {
+      if (pred(e)) return &e;
+    }
+    return nullptr;
+  }
+
+ private:
+  void Collect() {
+    if (!agent_) return;
+    if (incarnation_.empty()) incarnation_ = agent_->incarnation();
+    for (AgentEvent& e : agent_->EventsAfter(incarnation_, cursor_, 1000)) {
+      incarnation_ = e.incarnation();
+      cursor_ = e.sequence();
+      if (!e.has_resync()) events_.push_back(std::move(e));
+    }
+  }
+
+  fleet::testing::TempDir dir_;
+  RealClock real_clock_;
+  FakeProber fake_prober_;
+  Clock* clock_;
+  ReadinessProber* prober_;
+  PosixProcessLauncher launcher_;
+  PosixCommandRunner runner_;
+  AgentOptions options_;
+  std::unique_ptr<Agent> agent_;
+  std::string incarnation_;
+  uint64_t cursor_ = 0;
+  std::vector<AgentEvent> events_;
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  // Orphans of a server's group become the test process's children, as they become the
+  // agent's (fleet-agent sets this too), so the agent can reap them.
+  static void SetUpTestSuite() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+};
+
+TEST_F(AgentTest, LaunchRunsInItsOwnSessionWritesItsLogAndIsIdempotent) {
+  AgentHarness h;
+  const auto spec = h.ChildSpec(0, {"lines", "3"});
+  auto first = h.Launch(spec, "attempt-1");
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int pid = first->status().pid();
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(getsid(pid), pid);
+  // The same attempt id again starts nothing new.
+  auto again = h.Launch(spec, "attempt-1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->already_running());
+  EXPECT_EQ(again->status().pid(), pid);
+  // Another attempt while this one runs is refused.
+  EXPECT_EQ(h.Launch(spec, "attempt-2", 2).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(h.RunUntil([&](auto&) {
+    return absl::StrContains(fleet::testing::ReadFile(spec.log_path()), "line 3");
+  }));
+  // CUDA_VISIBLE_DEVICES is the server's GPU, whatever the spec said.
+  const std::string environ = fleet::testing::ReadFile(absl::StrCat("/proc/", pid, "/environ"));
+  EXPECT_THAT(environ, HasSubstr(std::string("CUDA_VISIBLE_DEVICES=0\0", 23)));
+
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+  const AgentEvent* exit =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_exited(); });
+  ASSERT_NE(exit, nullptr);
+  EXPECT_TRUE(exit->exited().exited());
+  EXPECT_EQ(exit->exited().exit_code(), 0);
+  EXPECT_FALSE(AgentHarness::HasPhase(h.events(), "FAILED"));
+}
+
+TEST_F(AgentTest, StopEscalatesToSigkillWhenSigtermIsIgnoredAndReapsTheGroup) {
+  AgentHarness h;
+  const auto spec = h.ChildSpec(0, {"forker"});
+  auto launched = h.Launch(spec, "a");
+  ASSERT_TRUE(launched.ok());
+  const int pid = launched->status().pid();
+  ASSERT_TRUE(h.RunUntil([&](auto&) {
+    return absl::StrContains(fleet::testing::ReadFile(spec.log_path()), "child");
+  }));
+  int parent = 0, child = 0;
+  ASSERT_EQ(std::sscanf(fleet::testing::ReadFile(spec.log_path()).c_str(), "parent %d child %d",
+                        &parent, &child),
+            2);
+  EXPECT_EQ(parent, pid);
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+  // The parent exits on SIGTERM; its child ignores it and is killed with the group after the
+  // grace period. Both are reaped: no process, not even a zombie, remains.
+  ASSERT_TRUE(h.RunUntil([&](auto&) { return !ReadProcStat(child).has_value(); }))
+      << "child " << child << " still exists";
+  EXPECT_FALSE(ReadProcStat(pid).has_value());
+}
+
+TEST_F(AgentTest, SigkillAfterGraceForAServerThatIgnoresSigterm) {
+  AgentHarness h;
+  const auto spec = h.ChildSpec(0, {"ignore-term"});
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  ASSERT_TRUE(h.RunUntil([&](auto&) {
+    return absl::StrContains(fleet::testing::ReadFile(spec.log_path()), "ready");
+  }));
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+  const AgentEvent* exit =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_exited(); });
+  ASSERT_NE(exit, nullptr);
+  EXPECT_FALSE(exit->exited().exited());
+  EXPECT_EQ(exit->exited().signal(), SIGKILL);
+}
+
+TEST_F(AgentTest, ACrashIsAFailureWithItsSignal) {
+  AgentHarness h;
+  ASSERT_TRUE(h.Launch(h.ChildSpec(0, {"crash"}), "a").ok());
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "FAILED"); }));
+  const AgentEvent* exit =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_exited(); });
+  ASSERT_NE(exit, nullptr);
+  EXPECT_EQ(exit->exited().signal(), SIGABRT);
+  const AgentEvent* diagnosis = AgentHarness::Find(
+      h.events(), [](const AgentEvent& e) { return e.has_diagnosis() && e.diagnosis().final(); });
+  ASSERT_NE(diagnosis, nullptr);
+  EXPECT_EQ(diagnosis->diagnosis().diagnosis().diagnosis_class(), "unknown");
+  EXPECT_THAT(diagnosis->diagnosis().diagnosis().summary(), HasSubstr("signal 6"));
+}
+
+TEST_F(AgentTest, ExitZeroWithAFailedLogIsAFailureWithTheLogsDiagnosis) {
+  AgentHarness h;
+  ASSERT_TRUE(h.Launch(h.ChildSpec(0, {"exit0-failed"}), "a").ok());
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "FAILED"); }));
+  const auto& events = h.events();
+  const AgentEvent* exit =
+      AgentHarness::Find(events, [](const AgentEvent& e) { return e.has_exited(); });
+  ASSERT_NE(exit, nullptr);
+  EXPECT_TRUE(exit->exited().exited());
+  EXPECT_EQ(exit->exited().exit_code(), 0);
+  int finals = 0;
+  for (const AgentEvent& e : events) {
+    if (e.has_diagnosis() && e.diagnosis().final()) {
+      ++finals;
+      EXPECT_EQ(e.diagnosis().diagnosis().diagnosis_class(), "missing_shared_library");
+      EXPECT_EQ(e.diagnosis().diagnosis().root_cause_line(), 4);
+    }
+  }
+  EXPECT_EQ(finals, 1);
+  // The provisional diagnosis came before the final one.
+  const AgentEvent* provisional = AgentHarness::Find(
+      events, [](const AgentEvent& e) { return e.has_diagnosis() && !e.diagnosis().final(); });
+  ASSERT_NE(provisional, nullptr);
+}
+
+TEST_F(AgentTest, SecretsAreMaskedInTheEvidence) {
+  AgentHarness h;
+  auto spec = h.ChildSpec(0, {"leak", "HF_TOKEN"});
+  (*spec.mutable_env())["HF_TOKEN"] = "hf_supersecret123";
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "FAILED"); }));
+  bool saw_evidence = false;
+  for (const AgentEvent& e : h.events()) {
+    const std::string bytes = e.SerializeAsString();
+    EXPECT_EQ(bytes.find("hf_supersecret123"), std::string::npos);
+    if (e.has_diagnosis()) {
+      for (const auto& line : e.diagnosis().diagnosis().evidence()) {
+        if (absl::StrContains(line.text(), "token ***")) saw_evidence = true;
+      }
+    }
+  }
+  EXPECT_TRUE(saw_evidence);
+}
+
+TEST_F(AgentTest, AReadyLineIsOnlyAHintReadyIsAnHttpAnswer) {
+  FakeProber prober;
+  AgentHarness h(nullptr, &prober);
+  h.options().readiness_interval = absl::Hours(1);  // only the hint triggers a probe
+  h.Recreate();
+  ASSERT_TRUE(h.Launch(h.ChildSpec(0, {"ready-line"}), "a").ok());
+  ASSERT_TRUE(h.RunUntil([&](auto&) { return prober.checks.load() >= 1; }));
+  EXPECT_FALSE(AgentHarness::HasPhase(h.events(), "READY"));
+  EXPECT_NE(h.agent().Status().servers(0).state(), "READY");
+  // Once the endpoint answers, the next probe makes it READY.
+  prober.ready = true;
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+TEST_F(AgentTest, ReadyAfterAnHttp200) {
+  FakeProber prober;
+  prober.ready = true;
+  AgentHarness h(nullptr, &prober);
+  ASSERT_TRUE(h.Launch(h.ChildSpec(0, {"lines", "1"}), "a").ok());
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "READY"); }));
+  const AgentEvent* ready =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_ready(); });
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->ready().http_status(), 200);
+  EXPECT_EQ(h.agent().Status().servers(0).state(), "READY");
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+// Drives the fake clock forward in `step`s for `total`, running the loop after each step; before
+// each step `before_step` runs (real time passes there).
+void Advance(AgentHarness& h, fleet::testing::FakeClock& clock, absl::Duration total,
+             absl::Duration step, const std::function<void()>& before_step = {}) {
+  for (absl::Duration done; done < total; done += step) {
+    if (before_step) before_step();
+    clock.Advance(step);
+    h.agent().RunOnce(absl::ZeroDuration());
+  }
+}
+
+TEST_F(AgentTest, AQuietServerStallsAndTheReportCarriesLastLinesAndProcesses) {
+  fleet::testing::FakeClock clock;
+  AgentHarness h(&clock);
+  auto spec = h.ChildSpec(0, {"quiet"});
+  spec.mutable_stall_timeout()->set_seconds(60);
+  auto launched = h.Launch(spec, "a");
+  ASSERT_TRUE(launched.ok());
+  ASSERT_TRUE(h.RunUntil([&](auto&) {
+    return absl::StrContains(fleet::testing::ReadFile(spec.log_path()), "loading");
+  }));
+  // Let its CPU settle at what starting cost it, then nothing moves for the stall timeout.
+  h.agent().RunOnce(absl::ZeroDuration());
+  Advance(h, clock, absl::Seconds(55), absl::Seconds(5));
+  EXPECT_EQ(AgentHarness::Find(h.events(), [](auto& e) { return e.has_stalled(); }), nullptr);
+  Advance(h, clock, absl::Seconds(10), absl::Seconds(5));
+  const AgentEvent* stalled =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_stalled(); });
+  ASSERT_NE(stalled, nullptr);
+  EXPECT_EQ(stalled->stalled().diagnosis_class(), "startup_stalled");
+  EXPECT_EQ(stalled->stalled().diagnosis().diagnosis_class(), "startup_stalled");
+  EXPECT_FALSE(stalled->stalled().diagnosis().toolchain_fix());
+  ASSERT_GE(stalled->stalled().diagnosis().evidence_size(), 1);
+  EXPECT_EQ(stalled->stalled().diagnosis().evidence(0).text(), "loading");
+  ASSERT_GE(stalled->stalled().running_processes_size(), 1);
+  EXPECT_THAT(stalled->stalled().running_processes(0),
+              HasSubstr(absl::StrCat(launched->status().pid(), " fleet-test-chil")));
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+TEST_F(AgentTest, CpuTimeOfTheServersProcessesIsProgress) {
+  fleet::testing::FakeClock clock;
+  AgentHarness h(&clock);
+  auto spec = h.ChildSpec(0, {"busy"});
+  spec.mutable_stall_timeout()->set_seconds(20);
+  auto launched = h.Launch(spec, "a");
+  ASSERT_TRUE(launched.ok());
+  const pid_t pid = launched->status().pid();
+  // Before each 5 s step of the fake clock the busy child really gains CPU time, which the
+  // agent samples: 60 fake seconds without a log line are not a stall.
+  Advance(h, clock, absl::Seconds(60), absl::Seconds(5), [&] {
+    const uint64_t before = SessionCpuTicks(pid);
+    while (SessionCpuTicks(pid) <= before) {
+    }
+  });
+  EXPECT_EQ(AgentHarness::Find(h.events(), [](auto& e) { return e.has_stalled(); }), nullptr);
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+TEST_F(AgentTest, StartupDeadlineBoundsTheWholeStart) {
+  fleet::testing::FakeClock clock;
+  AgentHarness h(&clock);
+  auto spec = h.ChildSpec(0, {"quiet"});
+  spec.mutable_stall_timeout()->set_seconds(100000);
+  spec.mutable_startup_deadline()->set_seconds(120);
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  Advance(h, clock, absl::Seconds(125), absl::Seconds(5));
+  const AgentEvent* stalled =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_stalled(); });
+  ASSERT_NE(stalled, nullptr);
+  EXPECT_EQ(stalled->stalled().diagnosis_class(), "startup_deadline_exceeded");
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+TEST_F(AgentTest, ARestartedAgentReadoptsItsLiveServerAndKeepsItsIncarnation) {
+  AgentHarness h;
+  const auto spec = h.ChildSpec(0, {"lines", "2"});
+  auto launched = h.Launch(spec, "a");
+  ASSERT_TRUE(launched.ok());
+  const int pid = launched->status().pid();
+  ASSERT_TRUE(h.RunUntil([&](auto&) {
+    return absl::StrContains(fleet::testing::ReadFile(spec.log_path()), "line 2");
+  }));
+  const std::string incarnation = h.agent().incarnation();
+  const uint64_t last = h.agent().last_sequence();
+  h.Recreate();  // the agent goes away and comes back on the same state dir; the server stays
+  EXPECT_EQ(h.agent().incarnation(), incarnation);
+  const auto status = h.agent().Status();
+  ASSERT_EQ(status.servers_size(), 1);
+  EXPECT_EQ(status.servers(0).pid(), pid);
+  EXPECT_EQ(status.servers(0).attempt_id(), "a");
+  // It announced where the server is, after the old events, without repeating them.
+  EXPECT_GT(h.agent().last_sequence(), last);
+  // Still the same process: re-adopted, not relaunched.
+  EXPECT_TRUE(IsSameLiveProcess(pid, ReadProcStat(pid)->start_ticks));
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+TEST_F(AgentTest, AServerThatDiedWhileTheAgentWasAwayIsReportedWithItsDiagnosis) {
+  AgentHarness h;
+  const auto spec = h.ChildSpec(0, {"exit0-failed"});
+  auto launched = h.Launch(spec, "a");
+  ASSERT_TRUE(launched.ok());
+  const int pid = launched->status().pid();
+  h.Destroy();  // gone before it saw the exit
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT), 0);
+  h.Recreate();
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "FAILED"); }));
+  const AgentEvent* exit =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_exited(); });
+  ASSERT_NE(exit, nullptr);
+  EXPECT_TRUE(exit->exited().status_unknown());
+  const AgentEvent* d = AgentHarness::Find(
+      h.events(), [](const AgentEvent& e) { return e.has_diagnosis() && e.diagnosis().final(); });
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->diagnosis().diagnosis().diagnosis_class(), "missing_shared_library");
+  EXPECT_EQ(h.agent().Status().servers(0).state(), "FAILED");
+}
+
+TEST_F(AgentTest, EarlierAttemptsLogsAreKeptWithBoundedRetention) {
+  AgentHarness h;  // log_retention 2
+  const auto spec = h.ChildSpec(0, {"lines", "1"});
+  for (int attempt = 1; attempt <= 4; ++attempt) {
+    ASSERT_TRUE(h.Launch(spec, absl::StrCat("a", attempt), attempt).ok());
+    ASSERT_TRUE(h.RunUntil([&](auto&) {
+      return absl::StrContains(fleet::testing::ReadFile(spec.log_path()), "line 1");
+    }));
+    h.Stop(0);
+    ASSERT_TRUE(h.RunUntil([&](auto& ev) {
+      int stopped = 0;
+      for (const AgentEvent& e : ev) stopped += e.has_phase() && e.phase().state() == "STOPPED";
+      return stopped == attempt;
+    }));
+  }
+  EXPECT_TRUE(absl::StrContains(fleet::testing::ReadFile(spec.log_path() + ".3"), "line 1"));
+  EXPECT_TRUE(absl::StrContains(fleet::testing::ReadFile(spec.log_path() + ".2"), "line 1"));
+  EXPECT_EQ(access((spec.log_path() + ".1").c_str(), F_OK), -1);  // beyond retention
+  EXPECT_EQ(h.agent().LogPath(0, 3), spec.log_path() + ".3");
+  EXPECT_EQ(h.agent().LogPath(0, 1), "");
+}
+
+TEST_F(AgentTest, TheEventStreamResumesOverGrpcWithoutGapOrDuplicate) {
+  AgentHarness h;
+  h.agent().Start();
+  AgentService service(&h.agent());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  auto stub = fleet::v1::Agent::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+
+  const auto spec = h.ChildSpec(0, {"lines", "2"});
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+
+  // Reads events from (incarnation, after) until `enough` holds; returns them.
+  auto read = [&](const std::string& incarnation, uint64_t after,
+                  const std::function<bool(const std::vector<AgentEvent>&)>& enough) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    fleet::v1::EventsRequest request;
+    request.set_incarnation(incarnation);
+    request.set_after_sequence(after);
+    auto reader = stub->Events(&context, request);
+    std::vector<AgentEvent> got;
+    AgentEvent e;
+    while (!enough(got) && reader->Read(&e)) got.push_back(e);
+    context.TryCancel();
+    return got;
+  };
+
+  const std::string incarnation = h.agent().incarnation();
+  // The first event (STARTING), then the client goes away.
+  std::vector<AgentEvent> first = read(incarnation, 0, [](auto& got) { return !got.empty(); });
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].sequence(), 1u);
+  EXPECT_EQ(first[0].phase().state(), "STARTING");
+  h.Stop(0);
+  // Reconnected at its position: what came since, each event once, in order.
+  std::vector<AgentEvent> rest = read(incarnation, 1, [](auto& got) {
+    return !got.empty() && got.back().has_phase() && got.back().phase().state() == "STOPPED";
+  });
+  ASSERT_GE(rest.size(), 3u);  // STOPPING, exited, STOPPED
+  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i].sequence(), 2 + i);
+  EXPECT_EQ(rest[0].phase().state(), "STOPPING");
+  // From the middle again: the next one, not a repeat.
+  std::vector<AgentEvent> again = read(incarnation, 2, [](auto& got) { return !got.empty(); });
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].sequence(), 3u);
+
+  // A position from another incarnation is told so: a Resync at the current sequence.
+  std::vector<AgentEvent> foreign = read("another", 7, [](auto& got) { return !got.empty(); });
+  ASSERT_EQ(foreign.size(), 1u);
+  ASSERT_TRUE(foreign[0].has_resync());
+  EXPECT_EQ(foreign[0].resync().previous_incarnation(), "another");
+  EXPECT_EQ(foreign[0].incarnation(), incarnation);
+  EXPECT_EQ(foreign[0].sequence(), h.agent().last_sequence());
+  server->Shutdown();
+}
+
+TEST_F(AgentTest, TheSimulatedServerGoesFromStartingToReadyOverRealHttp) {
+  fleet::testing::TempDir world;
+  auto made = fleet::testing::Run(
+      {"bash", fleet::testing::SourcePath("tests/sim/make_sim_world.sh"), world.Join("w"),
+       "--state", "fixed", "--server", fleet::testing::BuildPath("tests/sim/sglang-server-sim")},
+      {.output_path = world.Join("make.out")});
+  ASSERT_TRUE(made.ok() && made->exit_code == 0)
+      << fleet::testing::ReadFile(world.Join("make.out"));
+  CurlReadinessProber curl;
+  AgentHarness h(nullptr, &curl);
+  fleet::v1::ServerSpec spec;
+  spec.mutable_server()->set_gpu(3);
+  // A free port: bound with port 0 by the simulator's helper, then released.
+  auto ports = fleet::testing::Run({fleet::testing::BuildPath("tests/sim/sim-free-ports"), "1"},
+                                   {.output_path = world.Join("port")});
+  ASSERT_TRUE(ports.ok());
+  const int port = std::atoi(fleet::testing::ReadFile(world.Join("port")).c_str());
+  ASSERT_GT(port, 0);
+  // As a user starts it: the world's python, SGLang's module and flags.
+  for (const std::string& a :
+       {world.Join("w/venv/bin/python"), std::string("-m"), std::string("sglang.launch_server"),
+        std::string("--model-path"), world.Join("w/models/tiny"), std::string("--host"),
+        std::string("127.0.0.1"), std::string("--port"), absl::StrCat(port)}) {
+    spec.add_argv(a);
+  }
+  spec.set_port(port);
+  const std::string env_text = fleet::testing::ReadFile(world.Join("w/server.env"));
+  for (const std::string_view line : fleet::testing::SplitLines(env_text)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t eq = line.find('=');
+    (*spec.mutable_env())[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+  }
+  (*spec.mutable_env())["FLEET_SIM_SPEED"] = "100";
+  spec.set_log_path(world.Join("w/logs/sglang_gpu3.log"));
+  spec.mutable_readiness()->set_path("/health_generate");
+  ASSERT_TRUE(h.Launch(spec, "sim-1").ok());
+  ASSERT_TRUE(h.RunUntil([](auto& ev) {
+    return AgentHarness::HasPhase(ev, "READY") || AgentHarness::HasPhase(ev, "FAILED");
+  }));
+  const auto& events = h.events();
+  EXPECT_TRUE(AgentHarness::HasPhase(events, "READY"));
+  EXPECT_TRUE(AgentHarness::HasPhase(events, "LOADING"));
+  EXPECT_TRUE(AgentHarness::HasPhase(events, "JIT_COMPILING"));
+  EXPECT_TRUE(AgentHarness::HasPhase(events, "CAPTURING_GRAPHS"));
+  EXPECT_NE(AgentHarness::Find(events, [](auto& e) { return e.has_progress(); }), nullptr);
+  // The simulated world runs the server with CUDA_VISIBLE_DEVICES=3.
+  EXPECT_THAT(fleet::testing::ReadFile(spec.log_path()), HasSubstr("TP0"));
+  h.Stop(3);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+}  // namespace
+}  // namespace fleet::agent

@@ -1,0 +1,54 @@
+// AgentStore: the agent's local record in STATE_DIR/agent.db (SQLite, WAL): its incarnation id
+// (made once, when the record is new: a new incarnation means the state was lost), the servers it
+// runs, and its event log (sequence → event, the newest `retention` kept), so an event stream
+// resumes without a gap or a duplicate even across an agent restart.
+//
+// Not thread-safe: the agent calls it under its own lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/sqlite/database.h"
+#include "proto/agent.pb.h"
+#include "proto/agent_state.pb.h"
+
+namespace fleet::agent {
+
+class AgentStore {
+ public:
+  // Opens or creates STATE_DIR/agent.db (creating STATE_DIR).
+  static absl::StatusOr<std::unique_ptr<AgentStore>> Open(const std::string& state_dir,
+                                                          int64_t retention);
+
+  const std::string& incarnation() const { return incarnation_; }
+  // The sequence of the last event appended (0 when none yet).
+  uint64_t last_sequence() const { return last_sequence_; }
+  // The oldest sequence still kept (last_sequence()+1 when the log is empty).
+  uint64_t first_sequence() const { return first_sequence_; }
+
+  // Gives `event` the next sequence and this incarnation, and stores it.
+  absl::Status Append(fleet::v1::AgentEvent* event);
+  // Events with sequence > `after`, at most `limit`, oldest first.
+  absl::StatusOr<std::vector<fleet::v1::AgentEvent>> EventsAfter(uint64_t after, size_t limit);
+
+  absl::Status PutServer(int32_t gpu, const fleet::v1::ServerRecord& record);
+  absl::Status DeleteServer(int32_t gpu);
+  absl::StatusOr<std::vector<fleet::v1::ServerRecord>> Servers();
+
+ private:
+  AgentStore(std::unique_ptr<sqlite::Database> db, int64_t retention)
+      : db_(std::move(db)), retention_(retention) {}
+  absl::Status Load();
+
+  std::unique_ptr<sqlite::Database> db_;
+  const int64_t retention_;
+  std::string incarnation_;
+  uint64_t last_sequence_ = 0;
+  uint64_t first_sequence_ = 1;
+};
+
+}  // namespace fleet::agent

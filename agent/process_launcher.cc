@@ -1,0 +1,108 @@
+#include "agent/process_launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "agent/command_runner.h"
+#include "agent/proc.h"
+#include "common/base/errno_status.h"
+
+namespace fleet::agent {
+namespace {
+
+int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+}  // namespace
+
+absl::StatusOr<ServerProcess> PosixProcessLauncher::Launch(const ServerCommand& command) {
+  if (command.argv.empty()) return absl::InvalidArgumentError("launch: empty argv");
+  std::string program = command.argv[0];
+  if (program.find('/') == std::string::npos) {
+    auto path = command.env.find("PATH");
+    program = FindExecutable(program, path == command.env.end() ? "" : path->second);
+    if (program.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat("launch: ", command.argv[0], ": not found on the server's PATH"));
+    }
+  }
+  std::error_code ec;
+  const std::filesystem::path log(command.log_path);
+  if (log.has_parent_path()) std::filesystem::create_directories(log.parent_path(), ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("launch: log directory ", log.parent_path().string(), ": ", ec.message()));
+  }
+  UniqueFd log_fd(open(command.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!log_fd.valid()) return ErrnoToStatus(errno, absl::StrCat("launch: log ", command.log_path));
+
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : command.env) env_strings.push_back(absl::StrCat(k, "=", v));
+  std::vector<char*> c_argv, c_env;
+  for (const std::string& a : command.argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  for (const std::string& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
+  c_env.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, log_fd.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, log_fd.get(), 2);
+  if (!command.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, command.cwd.c_str());
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("launch: spawn ", program));
+
+  ServerProcess p;
+  p.pid = pid;
+  p.pidfd = UniqueFd(PidfdOpen(pid));
+  if (!p.pidfd.valid()) {
+    const int err = errno;
+    kill(-pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return ErrnoToStatus(err, "launch: pidfd_open");
+  }
+  // The child exists until we reap it, so its /proc entry is there to read.
+  const std::optional<ProcStat> stat = ReadProcStat(pid);
+  p.start_ticks = stat ? stat->start_ticks : 0;
+  return p;
+}
+
+absl::StatusOr<UniqueFd> OpenPidfd(pid_t pid, uint64_t start_ticks) {
+  UniqueFd fd(PidfdOpen(pid));
+  if (!fd.valid()) return ErrnoToStatus(errno, absl::StrCat("pidfd_open ", pid));
+  // Checked after opening: the pidfd pins the pid, so the process seen now is the one it refers to.
+  if (!IsSameLiveProcess(pid, start_ticks)) {
+    return absl::NotFoundError(absl::StrCat("process ", pid, " is gone or another process"));
+  }
+  return fd;
+}
+
+absl::Status SignalGroup(pid_t pgid, int sig) {
+  if (pgid <= 1) return absl::InvalidArgumentError(absl::StrCat("signal: bad group ", pgid));
+  if (kill(-pgid, sig) != 0 && errno != ESRCH) {
+    return ErrnoToStatus(errno, absl::StrCat("signal group ", pgid));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fleet::agent
