@@ -524,6 +524,107 @@ TEST_F(AgentTest, TheEventStreamResumesOverGrpcWithoutGapOrDuplicate) {
   server->Shutdown();
 }
 
+TEST_F(AgentTest, LogsGivesTheTailThenFollowsOverGrpc) {
+  AgentHarness h;
+  h.agent().Start();
+  AgentService service(&h.agent());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  auto stub = fleet::v1::Agent::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  const auto spec = h.ChildSpec(0, {"lines", "5"});
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  ASSERT_TRUE(h.RunUntil([&](auto&) {
+    return absl::StrContains(fleet::testing::ReadFile(spec.log_path()), "line 5");
+  }));
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  fleet::v1::LogsRequest request;
+  request.mutable_server()->set_gpu(0);
+  request.set_tail_lines(2);
+  request.set_follow(true);
+  auto reader = stub->Logs(&context, request);
+  std::string got;
+  fleet::v1::LogChunk chunk;
+  while (got.size() < 14 && reader->Read(&chunk)) got += chunk.data();
+  EXPECT_EQ(got, "line 4\nline 5\n");
+  // Following: what the server writes next arrives on the same stream.
+  h.Stop(0);  // the child prints "terminated" on SIGTERM
+  while (!absl::StrContains(got, "terminated") && reader->Read(&chunk)) got += chunk.data();
+  EXPECT_EQ(got, "line 4\nline 5\nterminated\n");
+  context.TryCancel();
+  reader->Finish().IgnoreError();
+
+  grpc::ClientContext missing_context;
+  fleet::v1::LogsRequest missing;
+  missing.mutable_server()->set_gpu(7);
+  auto none = stub->Logs(&missing_context, missing);
+  EXPECT_FALSE(none->Read(&chunk));
+  EXPECT_EQ(none->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  server->Shutdown();
+}
+
+TEST_F(AgentTest, ProbeAndApplyChangeAndReadTheSimulatedWorld) {
+  fleet::testing::TempDir world;
+  auto made = fleet::testing::Run(
+      {"bash", fleet::testing::SourcePath("tests/sim/make_sim_world.sh"), world.Join("w"),
+       "--state", "seed", "--server", fleet::testing::BuildPath("tests/sim/sglang-server-sim")},
+      {.output_path = world.Join("make.out")});
+  ASSERT_TRUE(made.ok() && made->exit_code == 0)
+      << fleet::testing::ReadFile(world.Join("make.out"));
+  AgentHarness h;
+  fleet::v1::ServerSpec spec;
+  spec.mutable_server()->set_gpu(0);
+  spec.add_argv(world.Join("w/venv/bin/python"));
+  const std::string env_text = fleet::testing::ReadFile(world.Join("w/server.env"));
+  for (const std::string_view line : fleet::testing::SplitLines(env_text)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t eq = line.find('=');
+    (*spec.mutable_env())[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+  }
+  spec.mutable_tools()->add_pip("/bin/bash");
+  spec.mutable_tools()->add_pip(world.Join("w/venv/bin/pip"));
+  spec.mutable_tools()->add_nvidia_smi(world.Join("w/bin/nvidia-smi"));
+  spec.mutable_tools()->set_venv(world.Join("w/venv"));
+
+  const fleet::v1::ToolchainSnapshot before = h.agent().Probe(spec);
+  EXPECT_TRUE(before.nvcc().path().empty());  // the seed: no compiler
+  EXPECT_EQ(before.gpus_size(), 8);
+
+  fleet::v1::ApplyRequest apply;
+  *apply.mutable_spec() = spec;
+  apply.set_save_package_set(true);
+  auto* pip = apply.add_actions()->mutable_pip_install()->add_requirements();
+  pip->set_name("nvidia-cuda-nvcc");
+  pip->set_version("13.2.78");
+  const fleet::v1::ApplyResponse response = h.agent().Apply(apply);
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_TRUE(response.results(0).ok()) << response.results(0).message();
+  // The package set before the change was saved for a rollback, without the new package.
+  EXPECT_GT(response.saved_package_set_size(), 0);
+  for (const auto& p : response.saved_package_set()) EXPECT_NE(p.name(), "nvidia-cuda-nvcc");
+  bool installed = false;
+  for (const auto& p : response.after().pip_packages()) {
+    installed |= p.name() == "nvidia-cuda-nvcc" && p.version() == "13.2.78";
+  }
+  EXPECT_TRUE(installed);
+
+  // An injection attempt runs nothing and says why.
+  fleet::v1::ApplyRequest bad;
+  *bad.mutable_spec() = spec;
+  auto* evil = bad.add_actions()->mutable_pip_install()->add_requirements();
+  evil->set_name("torch; rm -rf /");
+  evil->set_version("2.0");
+  const fleet::v1::ApplyResponse refused = h.agent().Apply(bad);
+  ASSERT_EQ(refused.results_size(), 1);
+  EXPECT_FALSE(refused.results(0).ok());
+  EXPECT_THAT(refused.results(0).message(), HasSubstr("rejected"));
+}
+
 TEST_F(AgentTest, TheSimulatedServerGoesFromStartingToReadyOverRealHttp) {
   fleet::testing::TempDir world;
   auto made = fleet::testing::Run(
