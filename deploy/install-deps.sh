@@ -16,6 +16,8 @@ packages=(
   binutils grep coreutils time
   # The agent: HTTP readiness probes (a real client library), its local state (SQLite).
   libcurl4-openssl-dev
+  # The daemon and the CLI: the fleet config is YAML (with line marks for errors).
+  libyaml-cpp-dev
 )
 
 missing=()
