@@ -6,6 +6,8 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include <string_view>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,8 @@ namespace {
 using fleet::sim::testing::BackgroundProcess;
 using fleet::v1::AgentEvent;
 
+constexpr std::string_view kAnnouncement = "serving agent.proto on port ";
+
 class RunningAgent {
  public:
   RunningAgent(const testing::TempDir& dir, int incarnation_of_run) {
@@ -31,14 +35,25 @@ class RunningAgent {
         {{"PATH", "/usr/bin:/bin"}}, log);
     EXPECT_TRUE(p.ok()) << p.status();
     process_ = *std::move(p);
+    // Wait for the whole announcement line, not just a prefix of it: the port is read from it.
+    auto port_in = [](const std::string& s, int* port) {
+      const size_t at = s.find(kAnnouncement);
+      if (at == std::string::npos) return false;
+      const size_t begin = at + kAnnouncement.size();
+      const size_t end = s.find(',', begin);
+      return end != std::string::npos && absl::SimpleAtoi(s.substr(begin, end - begin), port) &&
+             *port > 0;
+    };
     EXPECT_TRUE(process_
-                    ->WaitForLog([](const std::string& s) { return absl::StrContains(s, "port "); },
-                                 std::chrono::seconds(20))
+                    ->WaitForLog(
+                        [&](const std::string& s) {
+                          int found = 0;
+                          return port_in(s, &found);
+                        },
+                        std::chrono::seconds(20))
                     .ok())
         << process_->Log();
-    const std::string text = process_->Log();
-    const size_t at = text.find("port ") + 5;
-    EXPECT_TRUE(absl::SimpleAtoi(text.substr(at, text.find(',', at) - at), &port_));
+    EXPECT_TRUE(port_in(process_->Log(), &port_)) << process_->Log();
     stub_ = v1::Agent::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
   }
