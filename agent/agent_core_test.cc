@@ -1,18 +1,25 @@
 // The agent with real processes (fleet-test-child, the simulated SGLang server), its real event
 // loop and store; a FakeClock where a timeout is tested; gRPC over a loopback port for the event
 // stream. Waits are on the loop's descriptors (RunOnce), never fixed sleeps.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
 #include "agent/agent_service.h"
+#include "agent/curl_readiness_prober.h"
 #include "agent/proc.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -625,7 +632,9 @@ TEST_F(AgentTest, ProbeAndApplyChangeAndReadTheSimulatedWorld) {
   EXPECT_THAT(refused.results(0).message(), HasSubstr("rejected"));
 }
 
-TEST_F(AgentTest, TheSimulatedServerGoesFromStartingToReadyOverRealHttp) {
+// Launches the simulated SGLang server in a fixed world under an agent that probes readiness
+// with `prober`, and expects it to go through its phases to READY, then stops it.
+void ExpectTheSimulatedServerGetsReady(ReadinessProber* prober) {
   fleet::testing::TempDir world;
   auto made = fleet::testing::Run(
       {"bash", fleet::testing::SourcePath("tests/sim/make_sim_world.sh"), world.Join("w"),
@@ -633,8 +642,7 @@ TEST_F(AgentTest, TheSimulatedServerGoesFromStartingToReadyOverRealHttp) {
       {.output_path = world.Join("make.out")});
   ASSERT_TRUE(made.ok() && made->exit_code == 0)
       << fleet::testing::ReadFile(world.Join("make.out"));
-  CurlReadinessProber curl;
-  AgentHarness h(nullptr, &curl);
+  AgentHarness h(nullptr, prober);
   fleet::v1::ServerSpec spec;
   spec.mutable_server()->set_gpu(3);
   // A free port: bound with port 0 by the simulator's helper, then released.
@@ -674,6 +682,222 @@ TEST_F(AgentTest, TheSimulatedServerGoesFromStartingToReadyOverRealHttp) {
   EXPECT_THAT(fleet::testing::ReadFile(spec.log_path()), HasSubstr("TP0"));
   h.Stop(3);
   ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+TEST_F(AgentTest, TheSimulatedServerGoesFromStartingToReadyOverRealHttp) {
+  CurlReadinessProber curl;
+  ExpectTheSimulatedServerGetsReady(&curl);
+}
+
+// As fleet-agent probes: libcurl in the fleet-http-probe helper, run for each check.
+TEST_F(AgentTest, TheSimulatedServerGetsReadyThroughTheHttpProbeHelper) {
+  PosixCommandRunner runner;
+  ProcessReadinessProber prober(fleet::testing::BuildPath("agent/fleet-http-probe"), &runner);
+  ExpectTheSimulatedServerGetsReady(&prober);
+}
+
+// A loopback HTTP/1.0-style server for readiness checks: port 0, one request per connection,
+// answers from a table of paths, records "METHOD PATH BODY" of every request. Stopped (and its
+// thread joined) on destruction.
+class TinyHttpServer {
+ public:
+  struct Answer {
+    int status = 200;
+    std::string body;
+  };
+
+  explicit TinyHttpServer(std::map<std::string, Answer> answers) : answers_(std::move(answers)) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(fd_, 16), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~TinyHttpServer() {
+    shutdown(fd_, SHUT_RDWR);  // wakes accept()
+    thread_.join();
+    close(fd_);
+  }
+
+  int port() const { return port_; }
+  std::vector<std::string> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void Serve() {
+    while (true) {
+      const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        return;
+      }
+      Reply(conn);
+      close(conn);
+    }
+  }
+
+  void Reply(int conn) {
+    std::string in;
+    char buffer[4096];
+    size_t header_end = std::string::npos;
+    size_t want = 0;
+    while (header_end == std::string::npos || in.size() < want) {
+      const ssize_t n = read(conn, buffer, sizeof(buffer));
+      if (n <= 0) return;
+      in.append(buffer, static_cast<size_t>(n));
+      if (header_end == std::string::npos && (header_end = in.find("\r\n\r\n")) != in.npos) {
+        const size_t cl = in.find("Content-Length: ");
+        want = header_end + 4 + (cl < header_end ? std::stoul(in.substr(cl + 16)) : 0);
+      }
+    }
+    const size_t sp1 = in.find(' ');
+    const size_t sp2 = in.find(' ', sp1 + 1);
+    const std::string method = in.substr(0, sp1);
+    const std::string path = in.substr(sp1 + 1, sp2 - sp1 - 1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(absl::StrCat(method, " ", path, " ", in.substr(header_end + 4)));
+    }
+    auto it = answers_.find(path);
+    const Answer answer = it != answers_.end() ? it->second : Answer{404, ""};
+    const std::string reply = absl::StrCat(
+        "HTTP/1.1 ", answer.status, " X\r\nContent-Type: application/json\r\n",
+        "Content-Length: ", answer.body.size(), "\r\nConnection: close\r\n\r\n", answer.body);
+    for (size_t done = 0; done < reply.size();) {
+      const ssize_t n = write(conn, reply.data() + done, reply.size() - done);
+      if (n <= 0) return;
+      done += static_cast<size_t>(n);
+    }
+  }
+
+  const std::map<std::string, Answer> answers_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> requests_;
+};
+
+class ProcessReadinessProberTest : public ::testing::Test {
+ protected:
+  ReadinessResult Check(int port, const std::string& path, bool completion_check = false) {
+    ProcessReadinessProber prober(fleet::testing::BuildPath("agent/fleet-http-probe"), &runner_);
+    ReadinessCheck check;
+    check.port = port;
+    check.path = path;
+    check.completion_check = completion_check;
+    return prober.Check(check);
+  }
+
+  PosixCommandRunner runner_;
+};
+
+TEST_F(ProcessReadinessProberTest, ReadyWhenTheHealthEndpointAnswers200) {
+  TinyHttpServer server({{"/health_generate", {200, "{}"}}});
+  const ReadinessResult r = Check(server.port(), "/health_generate");
+  EXPECT_TRUE(r.ready) << r.detail;
+  EXPECT_EQ(r.http_status, 200);
+  EXPECT_THAT(server.requests(), ::testing::ElementsAre("GET /health_generate "));
+}
+
+TEST_F(ProcessReadinessProberTest, NotReadyWithTheStatusAndTheReasonOfAnotherAnswer) {
+  TinyHttpServer server({{"/health_generate", {503, "loading"}}});
+  const ReadinessResult r = Check(server.port(), "/health_generate");
+  EXPECT_FALSE(r.ready);
+  EXPECT_EQ(r.http_status, 503);
+  EXPECT_EQ(r.detail, "GET /health_generate: HTTP 503");
+}
+
+TEST_F(ProcessReadinessProberTest, NotReadyWithStatusZeroWhenNothingListens) {
+  // Bound but not listening: connections are refused, and no other process can take the port.
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const ReadinessResult r = Check(ntohs(addr.sin_port), "/health");
+  close(fd);
+  EXPECT_FALSE(r.ready);
+  EXPECT_EQ(r.http_status, 0);
+  EXPECT_THAT(r.detail, HasSubstr("GET /health: "));
+}
+
+TEST_F(ProcessReadinessProberTest, TheCompletionCheckAsksForTheModelTheServerNames) {
+  TinyHttpServer server({{"/health", {200, ""}},
+                         {"/v1/models", {200, R"({"object":"list","data":[{"id":"tiny-7b"}]})"}},
+                         {"/v1/completions", {200, R"({"choices":[{"text":"!"}]})"}}});
+  const ReadinessResult r = Check(server.port(), "/health", /*completion_check=*/true);
+  EXPECT_TRUE(r.ready) << r.detail;
+  EXPECT_EQ(r.http_status, 200);
+  const std::vector<std::string> requests = server.requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[0], "GET /health ");
+  EXPECT_EQ(requests[1], "GET /v1/models ");
+  EXPECT_THAT(requests[2], HasSubstr("POST /v1/completions "));
+  EXPECT_THAT(requests[2], HasSubstr(R"("model":"tiny-7b")"));
+  EXPECT_THAT(requests[2], HasSubstr(R"("max_tokens":1)"));
+}
+
+TEST_F(ProcessReadinessProberTest, AFailedCompletionIsNotReady) {
+  TinyHttpServer server({{"/health", {200, ""}}, {"/v1/completions", {500, "oops"}}});
+  const ReadinessResult r = Check(server.port(), "/health", /*completion_check=*/true);
+  EXPECT_FALSE(r.ready);
+  EXPECT_EQ(r.http_status, 500);
+  EXPECT_EQ(r.detail, "POST /v1/completions: HTTP 500");
+}
+
+TEST_F(ProcessReadinessProberTest, AMissingHelperIsNotReadyAndNamed) {
+  ProcessReadinessProber prober("/nonexistent/fleet-http-probe", &runner_);
+  ReadinessCheck check;
+  check.port = 1;
+  const ReadinessResult r = prober.Check(check);
+  EXPECT_FALSE(r.ready);
+  EXPECT_THAT(r.detail, HasSubstr("/nonexistent/fleet-http-probe"));
+}
+
+TEST_F(ProcessReadinessProberTest, AHelperUsageErrorIsNotReadyWithItsMessage) {
+  const ReadinessResult r = Check(/*port=*/0, "/health");
+  EXPECT_FALSE(r.ready);
+  EXPECT_THAT(r.detail, HasSubstr("exit 2"));
+  EXPECT_THAT(r.detail, HasSubstr("--port must be 1..65535"));
+}
+
+TEST_F(ProcessReadinessProberTest, AHelperAnsweringSomethingElseIsNotReady) {
+  // /bin/echo exits 0 and prints its arguments: not a readiness line.
+  ProcessReadinessProber prober("/bin/echo", &runner_);
+  ReadinessCheck check;
+  check.port = 1;
+  const ReadinessResult r = prober.Check(check);
+  EXPECT_FALSE(r.ready);
+  EXPECT_THAT(r.detail, HasSubstr("unexpected output '--host 127.0.0.1 --port 1"));
+}
+
+TEST(ReadinessLine, ParsesTheHelpersLines) {
+  absl::StatusOr<ReadinessResult> ready = ParseReadinessLine("ready 200\n");
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_TRUE(ready->ready);
+  EXPECT_EQ(ready->http_status, 200);
+  EXPECT_EQ(ready->detail, "");
+
+  absl::StatusOr<ReadinessResult> refused =
+      ParseReadinessLine("not-ready 0 GET /health: Couldn't connect to server\n");
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_FALSE(refused->ready);
+  EXPECT_EQ(refused->http_status, 0);
+  EXPECT_EQ(refused->detail, "GET /health: Couldn't connect to server");
+
+  for (const char* bad : {"", "ready", "ready two", "maybe 200", "not-ready -1 x", "READY 200"}) {
+    EXPECT_FALSE(ParseReadinessLine(bad).ok()) << bad;
+  }
 }
 
 }  // namespace

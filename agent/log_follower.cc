@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -76,7 +77,7 @@ class LogFollower::Impl {
       : path_(std::move(path)),
         sink_(sink),
         inotify_fd_(std::move(inotify_fd)),
-        buffer_(options.chunk_bytes, '\0') {}
+        chunk_bytes_(options.chunk_bytes) {}
 
   absl::Status Init(int64_t offset);
   absl::Status Poll();
@@ -124,8 +125,11 @@ class LogFollower::Impl {
   const std::string path_;
   Sink* const sink_;
   const ScopedFd inotify_fd_;
+  // The most one read takes. The buffer is allocated per ReadAvailable, only as large as what is
+  // there to read: an agent follows many logs that are quiet most of the time, and a buffer held
+  // per follower would stay resident for each of them.
+  const size_t chunk_bytes_;
 
-  std::string buffer_;  // one chunk: the only buffer file bytes pass through
   File file_;
   int64_t delivered_ = 0;
   // The directory watched for the file's name: the file's directory, or while it does not exist,
@@ -284,15 +288,19 @@ absl::StatusOr<bool> LogFollower::Impl::ReadAvailable() {
   // Reading stops at the size seen now rather than at EOF, so a writer faster than the sink cannot
   // keep one Poll going forever; what it writes later left an event behind.
   const int64_t end = st.st_size;
+  if (file_.offset >= end) return false;
+  const size_t size = static_cast<size_t>(
+      std::min<int64_t>(end - file_.offset, static_cast<int64_t>(chunk_bytes_)));
+  const std::unique_ptr<char[]> buffer = std::make_unique_for_overwrite<char[]>(size);
   while (file_.offset < end) {
-    const size_t want = static_cast<size_t>(std::min<int64_t>(end - file_.offset, buffer_.size()));
-    const ssize_t n = pread(file_.fd.get(), buffer_.data(), want, file_.offset);
+    const size_t want = static_cast<size_t>(std::min<int64_t>(end - file_.offset, size));
+    const ssize_t n = pread(file_.fd.get(), buffer.get(), want, file_.offset);
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoToStatus(errno, What("read"));
     }
     if (n == 0) return true;
-    Deliver(std::string_view(buffer_.data(), static_cast<size_t>(n)));
+    Deliver(std::string_view(buffer.get(), static_cast<size_t>(n)));
   }
   return false;
 }

@@ -1,119 +1,119 @@
 #include "agent/readiness.h"
 
-#include <curl/curl.h>
+#include <unistd.h>
 
-#include <memory>
-#include <mutex>
+#include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/string_view.h"
 
 namespace fleet::agent {
 namespace {
 
-struct Reply {
-  long status = 0;
-  std::string body;
-  std::string error;
-};
+constexpr char kHelperName[] = "fleet-http-probe";
 
-size_t Collect(char* data, size_t size, size_t n, void* user) {
-  auto* body = static_cast<std::string*>(user);
-  // A health answer is small; keep at most 64 KiB of it.
-  const size_t bytes = size * n;
-  if (body->size() < (64 << 10)) body->append(data, std::min(bytes, (64 << 10) - body->size()));
-  return bytes;
-}
+// Time the helper gets beyond its requests' own timeouts: exec, the dynamic loader and libcurl's
+// initialisation, on a machine busy compiling kernels.
+constexpr absl::Duration kHelperStartAllowance = absl::Seconds(5);
 
-Reply Request(const std::string& url, const std::string* post_json, absl::Duration timeout) {
-  Reply reply;
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
-  if (!curl) {
-    reply.error = "curl_easy_init failed";
-    return reply;
-  }
-  char error[CURL_ERROR_SIZE] = {};
-  curl_slist* headers = nullptr;
-  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(timeout)));
-  curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(timeout)));
-  curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, Collect);
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &reply.body);
-  curl_easy_setopt(curl.get(), CURLOPT_PROXY, "");  // never through a proxy from the environment
-  if (post_json != nullptr) {
-    headers = curl_slist_append(headers, "Content-Type: application/json");
-    curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, post_json->c_str());
-  }
-  const CURLcode rc = curl_easy_perform(curl.get());
-  curl_slist_free_all(headers);
-  if (rc != CURLE_OK) {
-    reply.error = error[0] != '\0' ? error : curl_easy_strerror(rc);
-    return reply;
-  }
-  curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &reply.status);
-  return reply;
-}
+// At most this much of an unexpected helper output goes into a detail.
+constexpr size_t kMaxOutputInDetail = 200;
 
-// The first "id" of an OpenAI-style /v1/models answer; "" when there is none.
-std::string FirstModelId(const std::string& body) {
-  const size_t key = body.find("\"id\"");
-  if (key == std::string::npos) return "";
-  const size_t open = body.find('"', body.find(':', key) + 1);
-  const size_t close = open == std::string::npos ? open : body.find('"', open + 1);
-  if (close == std::string::npos) return "";
-  return body.substr(open + 1, close - open - 1);
-}
-
-std::string JsonEscaped(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (static_cast<unsigned char>(c) >= 0x20) out.push_back(c);
+std::string Excerpt(std::string_view output) {
+  std::string out(AsStd(absl::StripAsciiWhitespace(AsAbsl(output))).substr(0, kMaxOutputInDetail));
+  for (char& c : out) {
+    if (c == '\n' || c == '\r') c = ' ';
   }
   return out;
 }
 
 }  // namespace
 
-CurlReadinessProber::CurlReadinessProber() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+absl::StatusOr<ReadinessResult> ParseReadinessLine(std::string_view line) {
+  const size_t newline = line.find('\n');
+  if (newline != std::string_view::npos) line = line.substr(0, newline);
+  ReadinessResult result;
+  std::string_view rest;
+  if (line.starts_with("ready ")) {
+    result.ready = true;
+    rest = line.substr(6);
+  } else if (line.starts_with("not-ready ")) {
+    rest = line.substr(10);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("readiness line '", Excerpt(line), "': neither ready nor not-ready"));
+  }
+  const size_t space = rest.find(' ');
+  const std::string_view status = rest.substr(0, space);
+  if (!absl::SimpleAtoi(AsAbsl(status), &result.http_status) || result.http_status < 0 ||
+      result.http_status > 999) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("readiness line '", Excerpt(line), "': no HTTP status"));
+  }
+  if (space != std::string_view::npos) result.detail = std::string(rest.substr(space + 1));
+  return result;
 }
 
-ReadinessResult CurlReadinessProber::Check(const ReadinessCheck& check) {
+ProcessReadinessProber::ProcessReadinessProber(std::string helper, CommandRunner* runner)
+    : helper_(std::move(helper)), runner_(runner) {}
+
+std::string ProcessReadinessProber::HelperNextToExecutable() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return "";
+  const std::string_view self(exe, static_cast<size_t>(n));
+  const size_t slash = self.rfind('/');
+  if (slash == std::string_view::npos) return "";
+  return absl::StrCat(AsAbsl(self.substr(0, slash + 1)), kHelperName);
+}
+
+ReadinessResult ProcessReadinessProber::Check(const ReadinessCheck& check) {
+  Command command;
+  command.argv = {helper_,
+                  "--host",
+                  check.host,
+                  "--port",
+                  absl::StrCat(check.port),
+                  "--path",
+                  check.path,
+                  "--timeout-ms",
+                  absl::StrCat(absl::ToInt64Milliseconds(check.timeout))};
+  if (check.completion_check) command.argv.push_back("--completion-check");
+  // libcurl needs nothing from the environment; leaving the agent's out keeps proxies and
+  // resolver or TLS settings meant for other programs away from a loopback request.
+  command.env = {{"PATH", "/usr/bin:/bin"}};
+  const int requests = check.completion_check ? 3 : 1;  // health, models, completion
+  command.timeout = requests * check.timeout + kHelperStartAllowance;
+
   ReadinessResult result;
-  const std::string base = absl::StrCat("http://", check.host, ":", check.port);
-  Reply health = Request(base + check.path, nullptr, check.timeout);
-  result.http_status = static_cast<int>(health.status);
-  if (!health.error.empty()) {
-    result.detail = absl::StrCat("GET ", check.path, ": ", health.error);
+  absl::StatusOr<CommandResult> run = runner_->Run(command);
+  if (!run.ok()) {
+    result.detail = absl::StrCat("readiness helper: ", run.status().message());
     return result;
   }
-  if (health.status != 200) {
-    result.detail = absl::StrCat("GET ", check.path, ": HTTP ", health.status);
+  if (run->timed_out) {
+    result.detail = absl::StrCat("readiness helper ", helper_, ": killed after ",
+                                 absl::FormatDuration(command.timeout));
     return result;
   }
-  if (check.completion_check) {
-    Reply models = Request(base + "/v1/models", nullptr, check.timeout);
-    const std::string model = models.status == 200 ? FirstModelId(models.body) : "";
-    const std::string body = absl::StrCat(
-        "{", model.empty() ? "" : absl::StrCat("\"model\":\"", JsonEscaped(model), "\","),
-        "\"prompt\":\"Hello\",\"max_tokens\":1}");
-    Reply completion = Request(base + "/v1/completions", &body, check.timeout);
-    result.http_status = static_cast<int>(completion.status);
-    if (!completion.error.empty() || completion.status != 200) {
-      result.detail = completion.error.empty()
-                          ? absl::StrCat("POST /v1/completions: HTTP ", completion.status)
-                          : absl::StrCat("POST /v1/completions: ", completion.error);
-      return result;
-    }
+  if (!run->exited) {
+    result.detail = absl::StrCat("readiness helper ", helper_, ": killed by signal ", run->signal);
+    return result;
   }
-  result.ready = true;
-  return result;
+  if (run->exit_code != 0 && run->exit_code != 1) {
+    result.detail = absl::StrCat("readiness helper ", helper_, ": exit ", run->exit_code, ": ",
+                                 Excerpt(run->output));
+    return result;
+  }
+  absl::StatusOr<ReadinessResult> parsed = ParseReadinessLine(run->output);
+  if (!parsed.ok() || parsed->ready != (run->exit_code == 0)) {
+    result.detail = absl::StrCat("readiness helper ", helper_, ": exit ", run->exit_code,
+                                 " with unexpected output '", Excerpt(run->output), "'");
+    return result;
+  }
+  return *std::move(parsed);
 }
 
 }  // namespace fleet::agent

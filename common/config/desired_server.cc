@@ -1,0 +1,75 @@
+#include "common/config/desired_server.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/config/fleet_config.h"
+#include "common/config/placeholders.h"
+#include "common/config/server_name.h"
+
+namespace fleet::config {
+
+using fleet::v1::Container;
+using fleet::v1::FleetConfig;
+using fleet::v1::Host;
+using fleet::v1::Policy;
+using fleet::v1::ServerTemplate;
+
+absl::StatusOr<std::vector<DesiredServer>> ExpandServers(const FleetConfig& config) {
+  FLEET_RETURN_IF_ERROR(ValidateFleetConfig(config));
+  FleetConfig effective = config;
+  ApplyConfigDefaults(&effective);
+
+  absl::flat_hash_map<std::string, const ServerTemplate*> templates;
+  for (const ServerTemplate& t : effective.templates()) templates.try_emplace(t.name(), &t);
+  absl::flat_hash_map<std::string, const Policy*> policies;
+  for (const Policy& p : effective.policies()) policies.try_emplace(p.name(), &p);
+
+  std::vector<DesiredServer> servers;
+  for (const Host& host : effective.hosts()) {
+    for (const Container& container : host.containers()) {
+      // Validation guarantees both exist.
+      const ServerTemplate& tmpl = *templates.at(container.template_());
+      const Policy& policy = *policies.at(container.policy());
+      for (int gpu : container.gpus()) {
+        DesiredServer server;
+        server.name = ServerName(host.name(), container.ctid(), gpu);
+        server.policy = policy;
+        fleet::v1::ServerSpec& spec = server.spec;
+        spec.mutable_server()->set_host(host.name());
+        spec.mutable_server()->set_container(container.ctid());
+        spec.mutable_server()->set_gpu(gpu);
+        spec.set_engine(tmpl.engine());
+        const int port = container.base_port() + gpu;
+        spec.set_port(port);
+        PlaceholderValues values{
+            .gpu = absl::StrCat(gpu), .port = absl::StrCat(port), .log = "", .model = tmpl.model()};
+        FLEET_ASSIGN_OR_RETURN(values.log, ExpandPlaceholders(tmpl.log_path(), values));
+        spec.set_log_path(values.log);
+        for (const std::string& arg : tmpl.argv()) {
+          FLEET_ASSIGN_OR_RETURN(std::string expanded, ExpandPlaceholders(arg, values));
+          spec.add_argv(std::move(expanded));
+        }
+        auto& env = *spec.mutable_env();
+        for (const auto& [name, value] : tmpl.env()) env[name] = value;
+        for (const auto& [name, value] : container.env()) env[name] = value;
+        env["CUDA_VISIBLE_DEVICES"] = absl::StrCat(gpu);
+        spec.set_workdir(tmpl.workdir());
+        *spec.mutable_readiness() = tmpl.readiness();
+        *spec.mutable_stall_timeout() = policy.stall_timeout();
+        *spec.mutable_startup_deadline() = policy.startup_deadline();
+        *spec.mutable_tools() = container.tools();
+        servers.push_back(std::move(server));
+      }
+    }
+  }
+  std::sort(servers.begin(), servers.end(),
+            [](const DesiredServer& a, const DesiredServer& b) { return a.name < b.name; });
+  return servers;
+}
+
+}  // namespace fleet::config

@@ -1,0 +1,36 @@
+// What a fleet config asks for, server by server: one DesiredServer per GPU of each container,
+// its launch spec fully expanded (argv placeholders, port, log path, environment, readiness,
+// timeouts, tool commands) and the policy that governs it. The daemon reconciles against these;
+// `fleetctl deploy --dry-run` compares them.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/agent.pb.h"
+#include "proto/config.pb.h"
+
+namespace fleet::config {
+
+struct DesiredServer {
+  std::string name;            // ServerName: host/ctid/gpuN, e.g. local/sim/gpu3
+  fleet::v1::ServerSpec spec;  // what the agent's Launch gets (before applied env fixes)
+  fleet::v1::Policy policy;    // the container's policy, defaults filled in
+};
+
+// The servers `config` describes, sorted by name (byte order: gpu10 sorts before gpu2). For each
+// GPU n of a container using template T and policy P:
+//   port      base_port + n
+//   log_path  T.log_path with {gpu} {port} {model} expanded (default per engine, docs/config.md)
+//   argv      T.argv with {gpu} {port} {log} {model} expanded ({log} is the expanded log_path)
+//   env       T.env, then the container's env (it wins), then CUDA_VISIBLE_DEVICES=n
+//   readiness T.readiness (default per engine); stall_timeout, startup_deadline from P
+//   tools     the container's
+// `config` may be a parsed (effective) config or one built in code: defaults are applied to a
+// copy, and it is checked as ValidateFleetConfig does (InvalidArgument listing the errors).
+absl::StatusOr<std::vector<DesiredServer>> ExpandServers(const fleet::v1::FleetConfig& config);
+
+}  // namespace fleet::config
