@@ -1,24 +1,73 @@
-// fleetd: the gpu-fleet control plane. This build has the command line only; reconciling,
-// the SQLite store and the CLI service arrive with the daemon issue.
+// fleetd: the gpu-fleet control plane. Takes its lock, opens its record, loads the config it was
+// given (or the one it stored), serves fleet.proto on a unix socket (0660) and reconciles until
+// SIGTERM/SIGINT. One shutdown path: the servers keep running (they belong to the agents).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 #include "common/base/flag_set.h"
+#include "common/base/unique_fd.h"
 #include "common/base/version.h"
+#include "common/config/fleet_config.h"
+#include "daemon/agent_client.h"
+#include "daemon/daemon.h"
+#include "daemon/fleet_service.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/grpcpp.h"
+
+namespace {
+
+// The gRPC target of a container's agent, from its channel. Local reach only for now; SSH hosts
+// (and mutual TLS off loopback) come with the remote-fleet issue.
+std::unique_ptr<fleet::daemon::AgentClient> MakeClient(const std::string& container,
+                                                       const fleet::v1::Host& host,
+                                                       const fleet::v1::Container& config) {
+  if (host.reach().kind() == fleet::v1::Reach::SSH) return nullptr;
+  const fleet::v1::Channel& ch = config.channel();
+  std::string target;
+  if (absl::StartsWith(ch.address(), "unix:")) {
+    target = ch.address();
+  } else {
+    target = absl::StrCat(ch.address().empty() ? "127.0.0.1" : ch.address(), ":",
+                          ch.port() > 0 ? ch.port() : 50151);
+  }
+  return std::make_unique<fleet::daemon::GrpcAgentClient>(container, target);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   bool version = false;
-  std::string config;
+  std::string config_path;
   std::string state_dir = "/var/lib/gpu-fleet";
-  fleet::FlagSet flags("fleetd [flags]",
-                       "The gpu-fleet daemon: reads the fleet config, reaches each container's "
-                       "agent, reconciles\ndesired and actual state per server, plans remediation "
-                       "and records every attempt in SQLite.");
+  std::string socket_path;
+  fleet::FlagSet flags(
+      "fleetd [flags]",
+      "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
+      "follows every container's agent, records every start attempt, diagnosis and remediation,\n"
+      "and reconciles: launch, restart with backoff, give up with the reason, stop. fleetctl\n"
+      "talks to it over STATE_DIR/fleetd.sock. It runs in the foreground (systemd: deploy/\n"
+      "fleetd.service); stopping it leaves the servers running.");
   flags.AddBool("version", '\0', &version, "print the version and exit");
-  flags.AddString("config", '\0', &config, "fleet config (YAML) to load as desired state", "FILE");
-  flags.AddString("state-dir", '\0', &state_dir, "database, socket and lock live here", "DIR");
+  flags.AddString("config", '\0', &config_path,
+                  "fleet config (YAML) to load as desired state at start", "FILE");
+  flags.AddString("state-dir", '\0', &state_dir, "fleet.db, the socket and the lock live here",
+                  "DIR");
+  flags.AddString("socket", '\0', &socket_path,
+                  "unix socket to serve on (default STATE_DIR/fleetd.sock)", "PATH");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "fleetd: " << s.message() << "\n";
     return 1;
@@ -31,6 +80,98 @@ int main(int argc, char** argv) {
     std::cout << "fleetd " << fleet::kVersion << " (" << fleet::kGitRevision << ")\n";
     return 0;
   }
-  std::cerr << "fleetd: the daemon is not in this build yet (the daemon issue adds it)\n";
-  return 1;
+  if (!flags.positional().empty()) {
+    std::cerr << "fleetd: unexpected argument '" << flags.positional()[0] << "'\n";
+    return 1;
+  }
+  if (socket_path.empty()) socket_path = state_dir + "/fleetd.sock";
+
+  // A bad config is reported before anything else happens.
+  std::optional<fleet::v1::FleetConfig> config;
+  std::string yaml;
+  if (!config_path.empty()) {
+    auto c = fleet::config::LoadFleetConfig(config_path);
+    if (!c.ok()) {
+      std::cerr << "fleetd: " << c.status().message() << "\n";
+      return 1;
+    }
+    config = *std::move(c);
+    std::ifstream in(config_path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    yaml = text.str();
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) {
+    std::cerr << "fleetd: state dir " << state_dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  // The lock first: one daemon per state dir.
+  fleet::UniqueFd lock(
+      open((state_dir + "/fleetd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock.valid() || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    std::cerr << "fleetd: another fleetd runs on " << state_dir << " (" << state_dir
+              << "/fleetd.lock is held)\n";
+    return 1;
+  }
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(lock.get(), 0) == 0 && write(lock.get(), pid.data(), pid.size()) < 0) {
+    // The pid in the lock file is a courtesy; the lock is what counts.
+  }
+
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto store = fleet::daemon::FleetStore::Open(state_dir + "/fleet.db");
+  if (!store.ok()) {
+    std::cerr << "fleetd: " << store.status().message() << "\n";
+    return 1;
+  }
+  fleet::RealClock clock;
+  auto daemon = fleet::daemon::Daemon::Create(*std::move(store), MakeClient, &clock);
+  if (!daemon.ok()) {
+    std::cerr << "fleetd: " << daemon.status().message() << "\n";
+    return 1;
+  }
+  if (config) {
+    fleet::v1::DeployRequest deploy;
+    *deploy.mutable_config() = *config;
+    deploy.set_source(config_path);
+    deploy.set_yaml(yaml);
+    auto r = (*daemon)->Deploy(deploy);
+    if (!r.ok()) {
+      std::cerr << "fleetd: " << r.status().message() << "\n";
+      return 1;
+    }
+  }
+
+  fleet::daemon::FleetService service(daemon->get());
+  grpc::ServerBuilder builder;
+  unlink(socket_path.c_str());  // a stale socket of a previous run (the lock says none runs)
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    std::cerr << "fleetd: cannot serve on " << socket_path << "\n";
+    return 1;
+  }
+  chmod(socket_path.c_str(), 0660);
+  (*daemon)->Start();
+  std::cerr << "fleetd " << fleet::kVersion << ": serving on " << socket_path << ", record "
+            << state_dir << "/fleet.db\n";
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::cerr << "fleetd: stopping (the servers keep running)\n";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server.reset();
+  daemon->reset();
+  unlink(socket_path.c_str());
+  return 0;
 }

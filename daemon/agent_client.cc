@@ -1,0 +1,171 @@
+#include "daemon/agent_client.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace fleet::daemon {
+namespace {
+
+constexpr absl::Duration kCallDeadline = absl::Seconds(15);
+// Probing runs tools; applying installs packages: minutes.
+constexpr absl::Duration kToolDeadline = absl::Minutes(30);
+
+std::chrono::system_clock::time_point Deadline(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+}  // namespace
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& container, const char* call) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(
+      static_cast<absl::StatusCode>(s.error_code()),
+      absl::StrCat("container ", container, ": agent ", call, ": ", s.error_message()));
+}
+
+// One followed event stream. Deletes itself in OnDone, after telling the sink.
+class GrpcAgentClient::Stream : public grpc::ClientReadReactor<fleet::v1::AgentEvent> {
+ public:
+  Stream(GrpcAgentClient* owner, EventSink* sink, fleet::v1::EventsRequest request)
+      : owner_(owner), sink_(sink), request_(std::move(request)) {}
+
+  // Started outside the owner's lock: gRPC may run a callback on this thread.
+  void Start() {
+    owner_->stub_->async()->Events(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  void Cancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows with the status
+    sink_->OnEvent(owner_->container_, std::move(event_));
+    event_.Clear();
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    const grpc::Status ended =
+        status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent ended the stream")
+                    : status;
+    sink_->OnStreamEnded(owner_->container_, FromGrpc(ended, owner_->container_, "Events"));
+    {
+      absl::MutexLock lock(&owner_->mu_);
+      if (owner_->stream_ == this) owner_->stream_ = nullptr;
+      owner_->stream_done_.SignalAll();
+    }
+    delete this;
+  }
+
+ private:
+  GrpcAgentClient* const owner_;
+  EventSink* const sink_;
+  fleet::v1::EventsRequest request_;
+  grpc::ClientContext context_;
+  fleet::v1::AgentEvent event_;
+};
+
+GrpcAgentClient::GrpcAgentClient(std::string container, const std::string& target)
+    : container_(std::move(container)) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly after an agent restart; the daemon's own backoff paces the streams.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  stub_ = fleet::v1::Agent::NewStub(channel_);
+}
+
+GrpcAgentClient::~GrpcAgentClient() {
+  CancelFollow();
+  absl::MutexLock lock(&mu_);
+  while (stream_ != nullptr) stream_done_.Wait(&mu_);
+}
+
+absl::StatusOr<fleet::v1::LaunchResponse> GrpcAgentClient::Launch(
+    const fleet::v1::LaunchRequest& r) {
+  grpc::ClientContext c;
+  c.set_deadline(Deadline(kCallDeadline));
+  fleet::v1::LaunchResponse out;
+  absl::Status s = FromGrpc(stub_->Launch(&c, r, &out), container_, "Launch");
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<fleet::v1::StopResponse> GrpcAgentClient::Stop(const fleet::v1::StopRequest& r) {
+  grpc::ClientContext c;
+  c.set_deadline(Deadline(kCallDeadline));
+  fleet::v1::StopResponse out;
+  absl::Status s = FromGrpc(stub_->Stop(&c, r, &out), container_, "Stop");
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<fleet::v1::StatusResponse> GrpcAgentClient::Status() {
+  grpc::ClientContext c;
+  c.set_deadline(Deadline(kCallDeadline));
+  fleet::v1::StatusResponse out;
+  absl::Status s =
+      FromGrpc(stub_->Status(&c, fleet::v1::StatusRequest(), &out), container_, "Status");
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<fleet::v1::ToolchainSnapshot> GrpcAgentClient::Probe(
+    const fleet::v1::ServerSpec& spec) {
+  grpc::ClientContext c;
+  c.set_deadline(Deadline(kToolDeadline));
+  fleet::v1::ProbeRequest request;
+  *request.mutable_spec() = spec;
+  fleet::v1::ProbeResponse out;
+  absl::Status s = FromGrpc(stub_->Probe(&c, request, &out), container_, "Probe");
+  if (!s.ok()) return s;
+  return out.snapshot();
+}
+
+absl::StatusOr<fleet::v1::ApplyResponse> GrpcAgentClient::Apply(const fleet::v1::ApplyRequest& r) {
+  grpc::ClientContext c;
+  c.set_deadline(Deadline(kToolDeadline));
+  fleet::v1::ApplyResponse out;
+  absl::Status s = FromGrpc(stub_->Apply(&c, r, &out), container_, "Apply");
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status GrpcAgentClient::Logs(
+    const fleet::v1::LogsRequest& r,
+    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk) {
+  grpc::ClientContext c;
+  if (!r.follow()) c.set_deadline(Deadline(kCallDeadline));
+  auto reader = stub_->Logs(&c, r);
+  fleet::v1::LogChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (!on_chunk(chunk)) {
+      c.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status s = reader->Finish();
+  if (s.error_code() == grpc::StatusCode::CANCELLED) return absl::OkStatus();
+  return FromGrpc(s, container_, "Logs");
+}
+
+void GrpcAgentClient::Follow(const std::string& incarnation, uint64_t after, EventSink* sink) {
+  fleet::v1::EventsRequest request;
+  request.set_incarnation(incarnation);
+  request.set_after_sequence(after);
+  Stream* stream = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stream_ != nullptr) return;
+    stream = stream_ = new Stream(this, sink, std::move(request));
+  }
+  stream->Start();
+}
+
+void GrpcAgentClient::CancelFollow() {
+  absl::MutexLock lock(&mu_);
+  if (stream_ != nullptr) stream_->Cancel();
+}
+
+}  // namespace fleet::daemon

@@ -1,0 +1,178 @@
+// Daemon: the control plane. It holds the desired state (the fleet config, stored in SQLite so it
+// survives kill -9), follows every container's agent (its event stream, resumed from the stored
+// cursor after any disconnect: no event lost, none applied twice), keeps one record per server
+// and per attempt, and reconciles: it allocates an attempt and writes its row *before* it calls
+// the agent's Launch with that id (idempotent there), restarts with backoff what may succeed on
+// retry, gives up with the reason when nothing it can do would help, and stops what is no longer
+// wanted. It never stops servers when it goes away itself: they belong to the agents.
+//
+// Step(now) is the whole reconciler turn (ingest what the agents said, reconnect what is due,
+// act on every server); Start() runs it on a thread of its own; tests call it directly with a
+// FakeClock and fake agents. The public methods serve fleet.proto and are thread-safe; agent
+// calls are made without the lock held.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "daemon/agent_client.h"
+#include "daemon/fleet_store.h"
+#include "proto/config.pb.h"
+#include "proto/fleet.pb.h"
+
+namespace fleet::daemon {
+
+struct DaemonOptions {
+  absl::Duration tick = absl::Milliseconds(500);  // the longest the loop waits between turns
+  absl::Duration reconnect_initial = absl::Milliseconds(200);
+  absl::Duration reconnect_max = absl::Seconds(30);
+  absl::Duration event_retention = absl::Hours(24 * 30);
+  int64_t max_events = 2000000;
+};
+
+// Makes the client of one container's agent ("host/ctid"), from its config.
+using AgentClientFactory = std::function<std::unique_ptr<AgentClient>(
+    const std::string& container, const fleet::v1::Host& host, const fleet::v1::Container& config)>;
+
+// Told (without the daemon's lock) that server rows changed.
+class StatusSubscriber {
+ public:
+  virtual ~StatusSubscriber() = default;
+  virtual void OnStatusChanged() = 0;
+};
+
+class Daemon : public EventSink {
+ public:
+  static absl::StatusOr<std::unique_ptr<Daemon>> Create(std::unique_ptr<FleetStore> store,
+                                                        AgentClientFactory factory, Clock* clock,
+                                                        DaemonOptions options = {});
+  ~Daemon() override;
+
+  void Start();
+  // One turn of the reconciler.
+  void Step();
+
+  // fleet.proto, for the service.
+  absl::StatusOr<fleet::v1::DeployResponse> Deploy(const fleet::v1::DeployRequest& request);
+  fleet::v1::FleetStatusResponse Status(const fleet::v1::FleetStatusRequest& request);
+  // Rows whose version is above `*since`; updates `*since`.
+  std::vector<fleet::v1::ServerRow> ChangedRows(const std::set<std::string>& servers,
+                                                uint64_t* since);
+  absl::StatusOr<fleet::v1::ListAttemptsResponse> ListAttempts(
+      const fleet::v1::ListAttemptsRequest& request);
+  absl::StatusOr<fleet::v1::ExplainResponse> Explain(const fleet::v1::ExplainRequest& request);
+  absl::StatusOr<fleet::v1::ServersResponse> Restart(const fleet::v1::ServersRequest& request);
+  absl::StatusOr<fleet::v1::ServersResponse> Stop(const fleet::v1::ServersRequest& request);
+  // Streams a server's log from its agent until `on_chunk` returns false. Blocks.
+  absl::Status Logs(const fleet::v1::ServerLogsRequest& request,
+                    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk);
+
+  void Subscribe(StatusSubscriber* s);
+  void Unsubscribe(StatusSubscriber* s);
+
+  // EventSink: called from the streams' threads; queued for the loop.
+  void OnEvent(const std::string& container, fleet::v1::AgentEvent event) override;
+  void OnStreamEnded(const std::string& container, absl::Status status) override;
+
+ private:
+  struct Server {
+    ServerRecord record;
+    AttemptRecord attempt;  // the current attempt (id empty when none)
+    uint64_t version = 0;
+    bool restart_requested = false;
+    bool restart_now = false;
+    bool stop_sent = false;
+    bool stalled = false;  // a stall report arrived: stop it, then count it as a failure
+  };
+  struct Link {
+    std::string container;  // host/ctid
+    fleet::v1::Host host;
+    fleet::v1::Container config;
+    std::unique_ptr<AgentClient> client;
+    enum State { kIdle, kFollowing } state = kIdle;
+    absl::Time retry_at = absl::InfinitePast();
+    int failures = 0;
+    AgentCursor cursor;
+    std::string last_error;
+  };
+  struct Queued {
+    std::string container;
+    bool ended = false;
+    absl::Status status;
+    fleet::v1::AgentEvent event;
+  };
+  // What a turn decided to ask an agent, done without the lock.
+  struct Call {
+    enum Kind { kLaunch, kStop } kind;
+    std::string server;
+    std::string container;
+    fleet::v1::LaunchRequest launch;
+    fleet::v1::StopRequest stop;
+  };
+
+  Daemon(std::unique_ptr<FleetStore> store, AgentClientFactory factory, Clock* clock,
+         DaemonOptions options);
+  absl::Status Recover();
+  absl::Status ApplyConfig(const fleet::v1::FleetConfig& config, const std::set<std::string>& only,
+                           std::vector<fleet::v1::Change>* changes, bool dry_run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Ingest(absl::Time now);
+  void ApplyEvent(const std::string& container, const fleet::v1::AgentEvent& e, absl::Time now,
+                  std::set<std::string>* touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot, absl::Time now,
+                     std::set<std::string>* touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Connect(absl::Time now);
+  std::vector<Call> Reconcile(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Perform(const std::vector<Call>& calls);
+  void SetState(Server& s, const std::string& state, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Touch(Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Persist(const std::set<std::string>& servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Server* FindServer(const fleet::v1::ServerRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  fleet::v1::ServerRow Row(const Server& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<std::string>> Select(const fleet::v1::ServersRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotifySubscribers() ABSL_LOCKS_EXCLUDED(mu_);
+  void Loop();
+
+  // Constant after construction.
+  const AgentClientFactory factory_;
+  Clock* const clock_;
+  const DaemonOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<FleetStore> store_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<Link>> links_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  bool changed_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<StatusSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+
+  // The streams' queue, apart from mu_ so a stream never waits for a turn.
+  absl::Mutex queue_mu_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(queue_mu_) = false;
+
+  absl::Mutex notify_mu_;  // held while subscribers are told: Unsubscribe waits for it
+  std::thread loop_;
+};
+
+// Retrying helps these (transient, or the supervisor's own timeouts); the others need a change
+// that a restart does not make (the remediation planner's job) or cannot be fixed here at all.
+bool RetryMayHelp(const std::string& diagnosis_class);
+
+}  // namespace fleet::daemon

@@ -1,0 +1,212 @@
+#include "daemon/fleet_service.h"
+
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+
+namespace fleet::daemon {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+template <typename T>
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* c, absl::StatusOr<T> result,
+                                 T* response) {
+  auto* reactor = c->DefaultReactor();
+  if (result.ok()) *response = *std::move(result);
+  reactor->Finish(ToGrpc(result.status()));
+  return reactor;
+}
+
+// The whole table first, then each change, until the client goes away.
+class WatchStream : public grpc::ServerWriteReactor<fleet::v1::FleetStatusResponse>,
+                    public StatusSubscriber {
+ public:
+  WatchStream(Daemon* daemon, const fleet::v1::FleetStatusRequest& request)
+      : daemon_(daemon), servers_(request.servers().begin(), request.servers().end()) {
+    daemon_->Subscribe(this);
+    MaybeWrite();
+  }
+
+  void OnStatusChanged() override { MaybeWrite(); }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch: write failed"));
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+    }
+    MaybeWrite();
+  }
+
+  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    daemon_->Unsubscribe(this);
+    delete this;
+  }
+
+ private:
+  void MaybeWrite() {
+    absl::MutexLock lock(&mu_);
+    if (writing_ || finished_) return;
+    std::vector<fleet::v1::ServerRow> rows = daemon_->ChangedRows(servers_, &since_);
+    if (rows.empty() && sent_first_) return;
+    message_.Clear();
+    for (auto& r : rows) *message_.add_servers() = std::move(r);
+    *message_.mutable_at() = google::protobuf::Timestamp();
+    sent_first_ = true;
+    writing_ = true;
+    StartWrite(&message_);
+  }
+
+  void FinishOnce(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  Daemon* const daemon_;
+  const std::set<std::string> servers_;
+  absl::Mutex mu_;
+  uint64_t since_ ABSL_GUARDED_BY(mu_) = 0;
+  bool sent_first_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  fleet::v1::FleetStatusResponse message_ ABSL_GUARDED_BY(mu_);
+};
+
+// Relays the agent's log stream on a thread of its own (the agent call blocks).
+class LogRelay : public grpc::ServerWriteReactor<fleet::v1::LogChunk> {
+ public:
+  LogRelay(Daemon* daemon, fleet::v1::ServerLogsRequest request)
+      : daemon_(daemon), request_(std::move(request)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) cancelled_ = true;
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+
+  void OnDone() override {
+    thread_.join();
+    delete this;
+  }
+
+ private:
+  void Run() {
+    absl::Status s = daemon_->Logs(request_, [this](const fleet::v1::LogChunk& chunk) {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](LogRelay* r)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return !r->writing_ || r->cancelled_; },
+          this));
+      if (cancelled_) return false;
+      chunk_ = chunk;
+      writing_ = true;
+      StartWrite(&chunk_);
+      return true;
+    });
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](LogRelay* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return !r->writing_; }, this));
+    Finish(cancelled_ ? grpc::Status::CANCELLED : ToGrpc(s));
+  }
+
+  Daemon* const daemon_;
+  const fleet::v1::ServerLogsRequest request_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  fleet::v1::LogChunk chunk_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+grpc::ServerUnaryReactor* NotYet(grpc::CallbackServerContext* c, const char* what) {
+  auto* reactor = c->DefaultReactor();
+  reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, what));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* FleetService::Deploy(grpc::CallbackServerContext* c,
+                                               const fleet::v1::DeployRequest* request,
+                                               fleet::v1::DeployResponse* response) {
+  return Answer(c, daemon_->Deploy(*request), response);
+}
+
+grpc::ServerUnaryReactor* FleetService::Status(grpc::CallbackServerContext* c,
+                                               const fleet::v1::FleetStatusRequest* request,
+                                               fleet::v1::FleetStatusResponse* response) {
+  return Answer(c, absl::StatusOr<fleet::v1::FleetStatusResponse>(daemon_->Status(*request)),
+                response);
+}
+
+grpc::ServerWriteReactor<fleet::v1::FleetStatusResponse>* FleetService::Watch(
+    grpc::CallbackServerContext* c, const fleet::v1::FleetStatusRequest* request) {
+  return new WatchStream(daemon_, *request);
+}
+
+grpc::ServerWriteReactor<fleet::v1::LogChunk>* FleetService::Logs(
+    grpc::CallbackServerContext* c, const fleet::v1::ServerLogsRequest* request) {
+  return new LogRelay(daemon_, *request);
+}
+
+grpc::ServerUnaryReactor* FleetService::ListAttempts(grpc::CallbackServerContext* c,
+                                                     const fleet::v1::ListAttemptsRequest* request,
+                                                     fleet::v1::ListAttemptsResponse* response) {
+  return Answer(c, daemon_->ListAttempts(*request), response);
+}
+
+grpc::ServerUnaryReactor* FleetService::Explain(grpc::CallbackServerContext* c,
+                                                const fleet::v1::ExplainRequest* request,
+                                                fleet::v1::ExplainResponse* response) {
+  return Answer(c, daemon_->Explain(*request), response);
+}
+
+grpc::ServerUnaryReactor* FleetService::Plan(grpc::CallbackServerContext* c,
+                                             const fleet::v1::PlanRequest* request,
+                                             fleet::v1::PlanResponse* response) {
+  return NotYet(c, "not yet: the remediation planner comes with issue 5");
+}
+
+grpc::ServerUnaryReactor* FleetService::ApplyPlan(grpc::CallbackServerContext* c,
+                                                  const fleet::v1::ApplyPlanRequest* request,
+                                                  fleet::v1::ApplyPlanResponse* response) {
+  return NotYet(c, "not yet: the remediation planner comes with issue 5");
+}
+
+grpc::ServerUnaryReactor* FleetService::Restart(grpc::CallbackServerContext* c,
+                                                const fleet::v1::ServersRequest* request,
+                                                fleet::v1::ServersResponse* response) {
+  return Answer(c, daemon_->Restart(*request), response);
+}
+
+grpc::ServerUnaryReactor* FleetService::Stop(grpc::CallbackServerContext* c,
+                                             const fleet::v1::ServersRequest* request,
+                                             fleet::v1::ServersResponse* response) {
+  return Answer(c, daemon_->Stop(*request), response);
+}
+
+grpc::ServerUnaryReactor* FleetService::TrustHost(grpc::CallbackServerContext* c,
+                                                  const fleet::v1::TrustHostRequest* request,
+                                                  fleet::v1::TrustHostResponse* response) {
+  return NotYet(c, "not yet: SSH hosts come with issue 6");
+}
+
+}  // namespace fleet::daemon

@@ -1,0 +1,53 @@
+// FleetService: fleet.proto's Fleet service (what fleetctl calls) over the Daemon, with gRPC's
+// callback API: thin unary handlers; one reactor per Watch stream (subscribed to status changes)
+// and per Logs stream (a thread relaying the agent's stream). Plan/ApplyPlan and TrustHost answer
+// "not yet" until the remediation and remote-fleet issues. absl::Status becomes grpc::Status only
+// here. Thread-safe; destroy after the gRPC server has shut down.
+#pragma once
+
+#include "daemon/daemon.h"
+#include "proto/fleet.grpc.pb.h"
+
+namespace fleet::daemon {
+
+class FleetService final : public fleet::v1::Fleet::CallbackService {
+ public:
+  explicit FleetService(Daemon* daemon) : daemon_(daemon) {}
+
+  grpc::ServerUnaryReactor* Deploy(grpc::CallbackServerContext* c,
+                                   const fleet::v1::DeployRequest* request,
+                                   fleet::v1::DeployResponse* response) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* c,
+                                   const fleet::v1::FleetStatusRequest* request,
+                                   fleet::v1::FleetStatusResponse* response) override;
+  grpc::ServerWriteReactor<fleet::v1::FleetStatusResponse>* Watch(
+      grpc::CallbackServerContext* c, const fleet::v1::FleetStatusRequest* request) override;
+  grpc::ServerWriteReactor<fleet::v1::LogChunk>* Logs(
+      grpc::CallbackServerContext* c, const fleet::v1::ServerLogsRequest* request) override;
+  grpc::ServerUnaryReactor* ListAttempts(grpc::CallbackServerContext* c,
+                                         const fleet::v1::ListAttemptsRequest* request,
+                                         fleet::v1::ListAttemptsResponse* response) override;
+  grpc::ServerUnaryReactor* Explain(grpc::CallbackServerContext* c,
+                                    const fleet::v1::ExplainRequest* request,
+                                    fleet::v1::ExplainResponse* response) override;
+  grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* c,
+                                 const fleet::v1::PlanRequest* request,
+                                 fleet::v1::PlanResponse* response) override;
+  grpc::ServerUnaryReactor* ApplyPlan(grpc::CallbackServerContext* c,
+                                      const fleet::v1::ApplyPlanRequest* request,
+                                      fleet::v1::ApplyPlanResponse* response) override;
+  grpc::ServerUnaryReactor* Restart(grpc::CallbackServerContext* c,
+                                    const fleet::v1::ServersRequest* request,
+                                    fleet::v1::ServersResponse* response) override;
+  grpc::ServerUnaryReactor* Stop(grpc::CallbackServerContext* c,
+                                 const fleet::v1::ServersRequest* request,
+                                 fleet::v1::ServersResponse* response) override;
+  grpc::ServerUnaryReactor* TrustHost(grpc::CallbackServerContext* c,
+                                      const fleet::v1::TrustHostRequest* request,
+                                      fleet::v1::TrustHostResponse* response) override;
+
+ private:
+  Daemon* const daemon_;
+};
+
+}  // namespace fleet::daemon

@@ -1,0 +1,126 @@
+// FleetStore: the daemon's permanent record in STATE_DIR/fleet.db (SQLite, WAL, migrations by
+// PRAGMA user_version). The schema is a user interface (docs/schema.md): hosts, containers,
+// servers, configs (desired state, so it survives kill -9), attempts (a row written *before* each
+// launch and closed after), remediations and actions, events (each agent event, once), and the
+// per-agent stream cursors.
+//
+// Exactly once: a batch of one agent's events, the server and attempt rows they change, and the
+// agent's new cursor are written in one transaction (IngestBatch); an event already stored
+// (same container, incarnation, sequence) is skipped.
+//
+// Not thread-safe: the daemon calls it under its own lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/sqlite/database.h"
+#include "proto/agent.pb.h"
+#include "proto/config.pb.h"
+#include "proto/diagnosis.pb.h"
+
+namespace fleet::daemon {
+
+// One server as the daemon sees it: what is wanted and where it is.
+struct ServerRecord {
+  std::string name;  // host/ctid/gpuN
+  std::string host;
+  std::string container;
+  int32_t gpu = 0;
+  fleet::v1::ServerSpec spec;  // desired, placeholders expanded
+  fleet::v1::Policy policy;
+  bool desired_running = true;
+  bool removed = false;  // no longer in the config
+  std::string state = "PENDING";
+  std::string phase_detail;
+  int64_t progress_step = 0;
+  int64_t progress_total = 0;
+  absl::Time state_since;
+  std::string attempt_id;  // the current (last) attempt
+  int64_t attempt_number = 0;
+  std::string last_class;
+  std::string last_summary;
+  std::string reason;  // why FAILED / GAVE_UP
+  absl::Time backoff_until = absl::InfinitePast();
+  bool degraded = false;
+};
+
+struct AttemptRecord {
+  std::string id;
+  std::string server;
+  int64_t number = 0;
+  std::string trigger;  // initial | restart | recovery | remediation:<id>
+  fleet::v1::ServerSpec spec;
+  absl::Time created_at;
+  absl::Time launched_at = absl::InfinitePast();  // the agent accepted Launch
+  absl::Time ended_at = absl::InfinitePast();
+  std::string outcome = "pending";  // pending | running | ready | failed | stopped | lost
+  fleet::v1::ProcessExit exit;
+  std::string diagnosis_class;
+  std::string summary;
+  fleet::v1::Diagnosis diagnosis;
+  int64_t time_to_ready_ms = -1;
+};
+
+struct AgentCursor {
+  std::string incarnation;
+  uint64_t sequence = 0;
+};
+
+class FleetStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<FleetStore>> Open(const std::string& path);
+
+  // Desired state: the config as given (its YAML text too), newest last.
+  absl::StatusOr<int64_t> SaveConfig(const fleet::v1::FleetConfig& config, std::string_view source,
+                                     std::string_view yaml, absl::Time now);
+  absl::StatusOr<std::optional<fleet::v1::FleetConfig>> LatestConfig();
+
+  // Servers (by name; hosts and containers rows follow).
+  absl::Status PutServer(const ServerRecord& server);
+  absl::StatusOr<std::vector<ServerRecord>> Servers();
+
+  // Attempts. CreateAttempt gives the next number for the server and a unique id, and writes the
+  // row with outcome "pending" before anything is launched.
+  absl::StatusOr<AttemptRecord> CreateAttempt(const std::string& server, const std::string& trigger,
+                                              const fleet::v1::ServerSpec& spec, absl::Time now);
+  absl::Status PutAttempt(const AttemptRecord& attempt);
+  // The attempts of `server` (all servers when empty), oldest first.
+  absl::StatusOr<std::vector<AttemptRecord>> Attempts(const std::string& server);
+  // Attempt `number` of `server` (the latest when 0).
+  absl::StatusOr<std::optional<AttemptRecord>> Attempt(const std::string& server, int64_t number);
+
+  // Agent streams.
+  absl::StatusOr<AgentCursor> Cursor(const std::string& container);
+  // One transaction: the events (skipping ones already stored), the servers and attempts they
+  // changed, and the new cursor. `gap` records a resynchronisation (events lost at the agent).
+  absl::Status IngestBatch(const std::string& container,
+                           const std::vector<fleet::v1::AgentEvent>& events,
+                           const std::vector<ServerRecord>& servers,
+                           const std::vector<AttemptRecord>& attempts, const AgentCursor& cursor,
+                           absl::Time now);
+  absl::Status RecordGap(const std::string& container, const AgentCursor& from,
+                         const AgentCursor& to, absl::Time now);
+
+  // Retention: events older than `older_than`, and beyond the newest `max_events`, are deleted.
+  // Attempts and remediations are kept.
+  absl::Status PruneEvents(absl::Time older_than, int64_t max_events);
+  absl::StatusOr<int64_t> EventCount();
+
+  sqlite::Database& db() { return *db_; }
+
+ private:
+  explicit FleetStore(std::unique_ptr<sqlite::Database> db) : db_(std::move(db)) {}
+  absl::StatusOr<int64_t> ContainerId(const std::string& host, const std::string& container);
+  absl::Status PutServerRow(const ServerRecord& server);
+  absl::Status PutAttemptRow(const AttemptRecord& attempt);
+
+  std::unique_ptr<sqlite::Database> db_;
+};
+
+}  // namespace fleet::daemon
