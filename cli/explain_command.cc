@@ -3,6 +3,7 @@
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
+#include "cli/server_explain.h"
 #include "common/base/flag_set.h"
 #include "common/diagnosis/diagnosis_format.h"
 #include "common/diagnosis/log_file.h"
@@ -12,6 +13,16 @@ namespace fleet::cli {
 
 int RunExplain(const std::vector<std::string>& args, bool stdout_is_tty, std::ostream& out,
                std::ostream& err) {
+  CommandContext ctx;
+  ctx.stdout_is_tty = stdout_is_tty;
+  ctx.out = &out;
+  ctx.err = &err;
+  return RunExplain(args, ctx);
+}
+
+int RunExplain(const std::vector<std::string>& args, const CommandContext& ctx) {
+  std::ostream& out = *ctx.out;
+  std::ostream& err = *ctx.err;
   std::string output = "text";
   std::string signatures;
   std::string color = "auto";
@@ -51,9 +62,19 @@ int RunExplain(const std::vector<std::string>& args, bool stdout_is_tty, std::os
     err << "fleetctl explain: flag --color: '" << color << "' is not one of auto, always, never\n";
     return 1;
   }
+  // NO_COLOR (https://no-color.org) turns colour off unless asked for explicitly.
+  const bool use_color =
+      color == "always" || (color == "auto" && ctx.stdout_is_tty && !ctx.no_color);
   if (!server.empty()) {
-    err << "fleetctl explain --server: stored evidence needs fleetd, which this build does not "
-           "have yet\n";
+    if (!flags.positional().empty()) {
+      err << "fleetctl explain: give log files or --server, not both\n";
+      return 1;
+    }
+    return RunServerExplain(
+        {.server = server, .attempt = attempt, .json = output == "json", .color = use_color}, ctx);
+  }
+  if (attempt != 0) {
+    err << "fleetctl explain: --attempt goes with --server\n";
     return 1;
   }
   if (flags.positional().empty()) {
@@ -66,7 +87,6 @@ int RunExplain(const std::vector<std::string>& args, bool stdout_is_tty, std::os
     err << "fleetctl explain: " << matcher.status().message() << "\n";
     return 1;
   }
-  const bool use_color = color == "always" || (color == "auto" && stdout_is_tty);
   diagnosis::ClassifierOptions options;
   options.offline = !live;
 

@@ -1,17 +1,29 @@
 // fleetctl: the command-line client of gpu-fleet. Parses the verb and hands over to its command.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "cli/attempts_command.h"
+#include "cli/completion_command.h"
+#include "cli/control_command.h"
+#include "cli/deploy_command.h"
 #include "cli/explain_command.h"
+#include "cli/global_flags.h"
+#include "cli/later_verbs.h"
+#include "cli/logs_command.h"
+#include "cli/status_command.h"
+#include "common/base/clock.h"
 #include "common/base/version.h"
 
 namespace {
 
 constexpr char kUsage[] =
-    "usage: fleetctl [--version] [--help] VERB [flags] [args]\n"
+    "usage: fleetctl [--version] [--help] [--socket PATH | --state-dir DIR] [--timeout D] VERB "
+    "[flags] [args]\n"
     "\n"
     "Supervises LLM inference servers (SGLang, vLLM), one per GPU, across Proxmox LXC containers.\n"
     "\n"
@@ -19,7 +31,8 @@ constexpr char kUsage[] =
     "  explain FILE...|-         name the root cause of a failed start from its log (no daemon)\n"
     "  explain --server SERVER   stored evidence of a server's attempt\n"
     "  deploy [-f FILE]          send a fleet config to fleetd and start what it describes\n"
-    "  status [--watch]          servers, states, phases, last diagnosis\n"
+    "  status [--watch] [--until-ready] [-o table|wide|json|name]\n"
+    "                            servers, states, phases, last diagnosis\n"
     "  logs SERVER [-f]          a server's log, by attempt\n"
     "  attempts [SERVER]         the history of start attempts\n"
     "  plan SERVER               the remediation the planner would apply\n"
@@ -28,24 +41,24 @@ constexpr char kUsage[] =
     "  stop SERVER|--all         stop servers\n"
     "  hosts trust HOST          record a Proxmox host's SSH key after checking it\n"
     "  certs init                create the fleet CA and certificates\n"
+    "  completion bash           a bash completion script\n"
     "\n"
     "SERVER is host/ctid/gpuN (pve1/200/gpu3; the local host is 'local').\n"
-    "Run 'fleetctl VERB --help' for a verb's flags.\n";
-
-bool IsVerb(const std::string& v) {
-  for (const char* known : {"deploy", "status", "logs", "attempts", "plan", "apply", "restart",
-                            "stop", "hosts", "certs"}) {
-    if (v == known) return true;
-  }
-  return false;
-}
+    "Run 'fleetctl VERB --help' for a verb's flags; docs/cli.md has every output format.\n"
+    "\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  absl::StatusOr<fleet::cli::GlobalFlags> global =
+      fleet::cli::ParseGlobalFlags(&args, std::getenv("FLEET_SOCKET"));
+  if (!global.ok()) {
+    std::cerr << "fleetctl: " << global.status().message() << "\n";
+    return 1;
+  }
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::cout << kUsage;
+    std::cout << kUsage << fleet::cli::kGlobalFlagsHelp;
     return args.empty() ? 1 : 0;
   }
   if (args[0] == "--version" || args[0] == "version") {
@@ -54,14 +67,32 @@ int main(int argc, char** argv) {
   }
   const std::string verb = args[0];
   args.erase(args.begin());
-  if (verb == "explain") {
-    return fleet::cli::RunExplain(args, isatty(STDOUT_FILENO) != 0, std::cout, std::cerr);
+
+  fleet::RealClock clock;
+  fleet::cli::CommandContext ctx;
+  ctx.socket_path = global->socket_path;
+  ctx.timeout = global->timeout;
+  ctx.stdout_is_tty = isatty(STDOUT_FILENO) != 0;
+  const char* no_color = std::getenv("NO_COLOR");
+  ctx.no_color = no_color != nullptr && no_color[0] != '\0';
+  ctx.time_zone = absl::LocalTimeZone();
+  ctx.redraw_interval = absl::Seconds(1);
+  if (struct winsize ws; ctx.stdout_is_tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0) {
+    ctx.terminal_width = ws.ws_col;
   }
-  if (IsVerb(verb)) {
-    std::cerr << "fleetctl " << verb << ": not yet: this verb needs fleetd, which this build does "
-              << "not have yet\n";
-    return 1;
-  }
+  ctx.clock = &clock;
+  ctx.out = &std::cout;
+  ctx.err = &std::cerr;
+
+  if (verb == "explain") return fleet::cli::RunExplain(args, ctx);
+  if (verb == "deploy") return fleet::cli::RunDeploy(args, ctx);
+  if (verb == "status") return fleet::cli::RunStatus(args, ctx);
+  if (verb == "attempts") return fleet::cli::RunAttempts(args, ctx);
+  if (verb == "logs") return fleet::cli::RunLogs(args, ctx);
+  if (verb == "restart") return fleet::cli::RunRestart(args, ctx);
+  if (verb == "stop") return fleet::cli::RunStop(args, ctx);
+  if (verb == "completion") return fleet::cli::RunCompletion(args, ctx);
+  if (fleet::cli::IsLaterVerb(verb)) return fleet::cli::RunLaterVerb(verb, args, std::cerr);
   std::cerr << "fleetctl: unknown verb '" << verb << "' (see fleetctl --help)\n";
   return 1;
 }

@@ -1,0 +1,177 @@
+#include "cli/attempts_command.h"
+
+#include <csignal>
+#include <cstring>
+#include <optional>
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "cli/command_errors.h"
+#include "cli/fleet_client.h"
+#include "cli/status_format.h"
+#include "cli/text_table.h"
+#include "common/base/flag_set.h"
+
+namespace fleet::cli {
+namespace {
+
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+// sigabbrev_np is glibc 2.32+; Debian 12 has 2.36.
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
+}
+
+// The attempt's length: to its end, or to `now` while it runs.
+std::optional<absl::Duration> Duration(const v1::Attempt& a, absl::Time now) {
+  std::optional<absl::Time> start = FromProtoTime(a.started_at());
+  if (!start) return std::nullopt;
+  std::optional<absl::Time> end = FromProtoTime(a.ended_at());
+  return end.value_or(now) - *start;
+}
+
+void TimeOrNull(const google::protobuf::Timestamp& t, JsonWriter* json) {
+  if (std::optional<absl::Time> time = FromProtoTime(t)) {
+    json->String(FormatRfc3339(*time));
+  } else {
+    json->Null();
+  }
+}
+
+}  // namespace
+
+std::string FormatExit(const v1::Attempt& attempt) {
+  if (!attempt.has_exit()) return "-";
+  const v1::ProcessExit& exit = attempt.exit();
+  if (exit.status_unknown()) return "unknown";
+  if (exit.exited()) return absl::StrCat(exit.exit_code());
+  if (exit.signal() > 0) return SignalName(exit.signal());
+  return "-";
+}
+
+void WriteAttemptJson(const v1::Attempt& a, JsonWriter* json) {
+  json->BeginObject();
+  json->Key("id");
+  json->String(a.id());
+  json->Key("server");
+  json->String(a.server());
+  json->Key("number");
+  json->Int(a.number());
+  json->Key("outcome");
+  json->String(a.outcome());
+  json->Key("diagnosis_class");
+  json->String(a.diagnosis_class());
+  json->Key("summary");
+  json->String(a.summary());
+  json->Key("trigger");
+  json->String(a.trigger());
+  json->Key("started_at");
+  TimeOrNull(a.started_at(), json);
+  json->Key("ended_at");
+  TimeOrNull(a.ended_at(), json);
+  json->Key("duration_ms");
+  std::optional<absl::Time> start = FromProtoTime(a.started_at());
+  std::optional<absl::Time> end = FromProtoTime(a.ended_at());
+  if (start && end) {
+    json->Int(absl::ToInt64Milliseconds(*end - *start));
+  } else {
+    json->Null();
+  }
+  json->Key("time_to_ready_ms");
+  if (a.has_time_to_ready()) {
+    json->Int(a.time_to_ready().seconds() * 1000 + a.time_to_ready().nanos() / 1000000);
+  } else {
+    json->Null();
+  }
+  json->Key("exit");
+  if (a.has_exit()) {
+    json->BeginObject();
+    json->Key("exited");
+    json->Bool(a.exit().exited());
+    json->Key("exit_code");
+    json->Int(a.exit().exit_code());
+    json->Key("signal");
+    json->Int(a.exit().signal());
+    json->Key("status_unknown");
+    json->Bool(a.exit().status_unknown());
+    json->Key("at");
+    TimeOrNull(a.exit().at(), json);
+    json->EndObject();
+  } else {
+    json->Null();
+  }
+  json->EndObject();
+}
+
+int RunAttempts(const std::vector<std::string>& args, const CommandContext& ctx) {
+  std::string output = "table";
+  FlagSet flags("fleetctl attempts [SERVER] [-o table|json]",
+                "The history of start attempts that fleetd recorded, for every server or one:\n"
+                "outcome, diagnosis class, start, duration, exit, trigger (initial, restart,\n"
+                "remediation:ID) and the diagnosis in one sentence. 'fleetctl explain --server\n"
+                "SERVER --attempt N' shows an attempt's evidence.");
+  flags.AddString("output", 'o', &output, "table or json", "FORMAT");
+  if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError("attempts", s, *ctx.err);
+  if (flags.help_requested()) {
+    *ctx.out << flags.Help();
+    return kExitOk;
+  }
+  if (output != "table" && output != "json") {
+    *ctx.err << "fleetctl attempts: flag -o/--output: '" << output
+             << "' is not one of table, json\n";
+    return kExitError;
+  }
+  if (flags.positional().size() > 1) {
+    *ctx.err << "fleetctl attempts: give at most one SERVER (see --help)\n";
+    return kExitError;
+  }
+  if (!CheckServerNames("attempts", flags.positional(), *ctx.err)) return kExitError;
+
+  v1::ListAttemptsRequest request;
+  if (!flags.positional().empty()) request.set_server(flags.positional()[0]);
+  FleetClient client(ctx.socket_path, ctx.timeout);
+  absl::StatusOr<v1::ListAttemptsResponse> response = client.ListAttempts(request);
+  if (!response.ok()) return ReportError("attempts", response.status(), *ctx.err);
+
+  std::ostream& out = *ctx.out;
+  if (output == "json") {
+    std::string text;
+    JsonWriter json(&text);
+    json.BeginObject();
+    json.Key("attempts");
+    json.BeginArray();
+    for (const v1::Attempt& a : response->attempts()) WriteAttemptJson(a, &json);
+    json.EndArray();
+    json.EndObject();
+    out << text << "\n";
+    out.flush();
+    return kExitOk;
+  }
+  if (response->attempts().empty()) {
+    *ctx.err << "fleetctl attempts: no attempts recorded"
+             << (request.server().empty() ? "" : " for ") << request.server() << "\n";
+    return kExitOk;
+  }
+  const absl::Time now = ctx.clock->Now();
+  TextTable table(
+      {"SERVER", "#", "OUTCOME", "CLASS", "STARTED", "DURATION", "EXIT", "TRIGGER", "SUMMARY"});
+  for (const v1::Attempt& a : response->attempts()) {
+    std::optional<absl::Time> start = FromProtoTime(a.started_at());
+    std::optional<absl::Duration> duration = Duration(a, now);
+    table.AddRow(
+        {a.server(), absl::StrCat(a.number()),
+         TextTable::Cell(OrDash(a.outcome()), a.outcome() == "ready"    ? StateColor("READY")
+                                              : a.outcome() == "failed" ? StateColor("FAILED")
+                                                                        : ""),
+         OrDash(a.diagnosis_class()),
+         start ? absl::FormatTime("%Y-%m-%d %H:%M:%S", *start, ctx.time_zone) : "-",
+         duration ? FormatAge(*duration) : "-", FormatExit(a), OrDash(a.trigger()),
+         OrDash(a.summary())});
+  }
+  out << table.Render(ctx.color());
+  out.flush();
+  return kExitOk;
+}
+
+}  // namespace fleet::cli

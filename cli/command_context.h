@@ -1,0 +1,43 @@
+// CommandContext: what every fleetctl verb that talks to fleetd needs from its process: where
+// fleetd listens, the per-call timeout, the terminal it writes to, the clock and time zone. main.cc
+// fills it from the global flags and the environment; tests fill it with a fake daemon's socket, a
+// FakeClock and string streams, and run the verbs in-process.
+//
+// The context does not own the streams or the clock; they must outlive every call that uses it.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+
+namespace fleet::cli {
+
+inline constexpr char kDefaultStateDir[] = "/var/lib/gpu-fleet";
+inline constexpr char kSocketName[] = "fleetd.sock";
+
+struct CommandContext {
+  // fleetd's unix socket (the gRPC target is "unix:" + socket_path).
+  std::string socket_path = std::string(kDefaultStateDir) + "/" + kSocketName;
+  // Deadline of every unary call, and how long a stream may take to deliver its first message.
+  absl::Duration timeout = absl::Seconds(10);
+  bool stdout_is_tty = false;
+  // NO_COLOR is set (and not empty): no colour whatever the terminal.
+  bool no_color = false;
+  // Human times (STARTED in `attempts`) are shown in this zone; JSON is always UTC.
+  absl::TimeZone time_zone = absl::UTCTimeZone();
+  // `status --watch` on a terminal redraws this often so ELAPSED moves; zero: only on changes.
+  absl::Duration redraw_interval = absl::ZeroDuration();
+  // Columns of the terminal, for the live view (lines longer than this would wrap and break the
+  // redraw); 0: unknown, no cutting.
+  int terminal_width = 0;
+  const Clock* clock = nullptr;
+  std::ostream* out = nullptr;
+  std::ostream* err = nullptr;
+
+  // Colour for human output: on a terminal, and never when NO_COLOR is set.
+  bool color() const { return stdout_is_tty && !no_color; }
+};
+
+}  // namespace fleet::cli

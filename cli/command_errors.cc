@@ -1,0 +1,30 @@
+#include "cli/command_errors.h"
+
+#include <ostream>
+
+#include "cli/server_name.h"
+
+namespace fleet::cli {
+
+int ReportError(std::string_view verb, const absl::Status& status, std::ostream& err) {
+  const bool connectivity = absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+  if (connectivity) {
+    err << "fleetctl: " << status.message() << "\n";
+  } else {
+    err << "fleetctl " << verb << ": " << status.message() << "\n";
+  }
+  return kExitError;
+}
+
+bool CheckServerNames(std::string_view verb, const std::vector<std::string>& names,
+                      std::ostream& err) {
+  for (const std::string& name : names) {
+    if (absl::Status s = ValidateServerName(name); !s.ok()) {
+      ReportError(verb, s, err);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace fleet::cli

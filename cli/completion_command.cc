@@ -1,0 +1,94 @@
+#include "cli/completion_command.h"
+
+#include <ostream>
+
+#include "cli/command_errors.h"
+
+namespace fleet::cli {
+namespace {
+
+// Global flags may come before the verb; their values are skipped when looking for it, and
+// --socket/--state-dir are passed on when asking fleetd for SERVER names.
+constexpr char kBashScript[] =
+    R"bash(# bash completion for fleetctl: source <(fleetctl completion bash)
+_fleetctl_servers() {
+  local args=() i
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case "${COMP_WORDS[i]}" in
+      --socket|--state-dir) args+=("${COMP_WORDS[i]}" "${COMP_WORDS[i+1]}") ;;
+    esac
+  done
+  "${COMP_WORDS[0]}" "${args[@]}" --timeout 2s status -o name 2>/dev/null
+}
+
+_fleetctl() {
+  local cur prev verb="" i
+  cur="${COMP_WORDS[COMP_CWORD]}"
+  prev="${COMP_WORDS[COMP_CWORD-1]}"
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case "${COMP_WORDS[i]}" in
+      --socket|--state-dir|--timeout) ((i++)) ;;
+      -*) ;;
+      *) verb="${COMP_WORDS[i]}"; break ;;
+    esac
+  done
+  if [[ -z $verb ]]; then
+    case "$prev" in
+      --socket|--state-dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+      --timeout) return ;;
+    esac
+    COMPREPLY=($(compgen -W "deploy status logs attempts explain plan apply restart stop hosts certs completion --socket --state-dir --timeout --help --version" -- "$cur"))
+    return
+  fi
+  case "$verb:$prev" in
+    status:-o|status:--output) COMPREPLY=($(compgen -W "table wide json name" -- "$cur")); return ;;
+    explain:-o|explain:--output) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
+    *:-o|*:--output) COMPREPLY=($(compgen -W "table json" -- "$cur")); return ;;
+    explain:--color) COMPREPLY=($(compgen -W "auto always never" -- "$cur")); return ;;
+    explain:--signatures|deploy:-f|deploy:--file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    explain:--server|deploy:--only|plan:--server) COMPREPLY=($(compgen -W "$(_fleetctl_servers)" -- "$cur")); return ;;
+    *:--attempt|*:--tail) return ;;
+  esac
+  if [[ $cur == -* ]]; then
+    local flags="--help"
+    case "$verb" in
+      status) flags+=" --output --watch --until-ready" ;;
+      attempts) flags+=" --output" ;;
+      logs) flags+=" --follow --attempt --tail" ;;
+      explain) flags+=" --output --server --attempt --color --signatures --live" ;;
+      restart) flags+=" --all --now --output" ;;
+      stop) flags+=" --all --output" ;;
+      deploy) flags+=" --file --only --dry-run" ;;
+    esac
+    COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+    return
+  fi
+  case "$verb" in
+    status|logs|attempts|restart|stop|plan) COMPREPLY=($(compgen -W "$(_fleetctl_servers)" -- "$cur")) ;;
+    explain) COMPREPLY=($(compgen -f -- "$cur")) ;;
+    hosts) COMPREPLY=($(compgen -W "trust" -- "$cur")) ;;
+    certs) COMPREPLY=($(compgen -W "init" -- "$cur")) ;;
+    completion) COMPREPLY=($(compgen -W "bash" -- "$cur")) ;;
+  esac
+}
+complete -o default -F _fleetctl fleetctl
+)bash";
+
+}  // namespace
+
+int RunCompletion(const std::vector<std::string>& args, const CommandContext& ctx) {
+  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+    *ctx.out << "usage: fleetctl completion bash\n\nPrints a bash completion script; load it "
+                "with: source <(fleetctl completion bash)\n";
+    return kExitOk;
+  }
+  if (args.size() != 1 || args[0] != "bash") {
+    *ctx.err << "fleetctl completion: give the shell: bash (the only one supported)\n";
+    return kExitError;
+  }
+  *ctx.out << kBashScript;
+  ctx.out->flush();
+  return kExitOk;
+}
+
+}  // namespace fleet::cli

@@ -1,0 +1,259 @@
+#include "cli/fake_fleet_service.h"
+
+#include <cstdlib>
+#include <iostream>
+
+#include "grpcpp/grpcpp.h"
+
+namespace fleet::cli::testing {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const absl::Status& s) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpc(s));
+  return reactor;
+}
+
+// Writes `messages` one at a time, then finishes OK, or with `hold_open` waits for the client to
+// cancel. Deletes itself when gRPC is done with it.
+template <typename T>
+class ScriptedStream : public grpc::ServerWriteReactor<T> {
+ public:
+  ScriptedStream(std::vector<T> messages, bool hold_open, absl::Status error,
+                 FakeFleetService* service)
+      : messages_(std::move(messages)), hold_open_(hold_open), service_(service) {
+    if (!error.ok()) {
+      FinishOnce(ToGrpc(error));
+      return;
+    }
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+      return;
+    }
+    Next();
+  }
+  void OnCancel() override {
+    if (service_ != nullptr) service_->NoteWatchCancelled();
+    FinishOnce(grpc::Status::CANCELLED);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (next_ < messages_.size()) {
+      this->StartWrite(&messages_[next_++]);
+    } else if (!hold_open_) {
+      finished_ = true;
+      this->Finish(grpc::Status::OK);
+    }
+  }
+  void FinishOnce(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    this->Finish(std::move(status));
+  }
+
+  absl::Mutex mu_;
+  std::vector<T> messages_;
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  const bool hold_open_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  FakeFleetService* const service_;  // for Watch: counts cancellations; else null
+};
+
+}  // namespace
+
+void FakeFleetService::SetStatus(v1::FleetStatusResponse response) {
+  absl::MutexLock lock(&mu_);
+  status_ = std::move(response);
+}
+void FakeFleetService::SetAttempts(v1::ListAttemptsResponse response) {
+  absl::MutexLock lock(&mu_);
+  attempts_ = std::move(response);
+}
+void FakeFleetService::SetExplain(v1::ExplainResponse response) {
+  absl::MutexLock lock(&mu_);
+  explain_ = std::move(response);
+}
+void FakeFleetService::SetLogs(std::vector<std::string> chunks) {
+  absl::MutexLock lock(&mu_);
+  log_chunks_ = std::move(chunks);
+}
+void FakeFleetService::SetServersResponse(v1::ServersResponse response) {
+  absl::MutexLock lock(&mu_);
+  servers_ = std::move(response);
+}
+void FakeFleetService::SetDeployResponse(v1::DeployResponse response) {
+  absl::MutexLock lock(&mu_);
+  deploy_ = std::move(response);
+}
+std::vector<v1::DeployRequest> FakeFleetService::deploy_requests() const {
+  absl::MutexLock lock(&mu_);
+  return deploy_requests_;
+}
+void FakeFleetService::SetError(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  error_ = std::move(status);
+}
+void FakeFleetService::SetWatchScript(std::vector<v1::FleetStatusResponse> script, bool hold_open) {
+  absl::MutexLock lock(&mu_);
+  watch_script_ = std::move(script);
+  watch_hold_open_ = hold_open;
+}
+
+#define FLEET_FAKE_GETTER(type, name)                \
+  std::vector<type> FakeFleetService::name() const { \
+    absl::MutexLock lock(&mu_);                      \
+    return name##_;                                  \
+  }
+FLEET_FAKE_GETTER(v1::FleetStatusRequest, status_requests)
+FLEET_FAKE_GETTER(v1::ListAttemptsRequest, attempts_requests)
+FLEET_FAKE_GETTER(v1::ExplainRequest, explain_requests)
+FLEET_FAKE_GETTER(v1::ServerLogsRequest, logs_requests)
+FLEET_FAKE_GETTER(v1::ServersRequest, restart_requests)
+FLEET_FAKE_GETTER(v1::ServersRequest, stop_requests)
+#undef FLEET_FAKE_GETTER
+
+int FakeFleetService::watches_cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return watches_cancelled_;
+}
+
+void FakeFleetService::NoteWatchCancelled() {
+  absl::MutexLock lock(&mu_);
+  ++watches_cancelled_;
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::Status(grpc::CallbackServerContext* context,
+                                                   const v1::FleetStatusRequest* request,
+                                                   v1::FleetStatusResponse* response) {
+  absl::MutexLock lock(&mu_);
+  status_requests_.push_back(*request);
+  *response = status_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::ListAttempts(grpc::CallbackServerContext* context,
+                                                         const v1::ListAttemptsRequest* request,
+                                                         v1::ListAttemptsResponse* response) {
+  absl::MutexLock lock(&mu_);
+  attempts_requests_.push_back(*request);
+  *response = attempts_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::Explain(grpc::CallbackServerContext* context,
+                                                    const v1::ExplainRequest* request,
+                                                    v1::ExplainResponse* response) {
+  absl::MutexLock lock(&mu_);
+  explain_requests_.push_back(*request);
+  *response = explain_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::Restart(grpc::CallbackServerContext* context,
+                                                    const v1::ServersRequest* request,
+                                                    v1::ServersResponse* response) {
+  absl::MutexLock lock(&mu_);
+  restart_requests_.push_back(*request);
+  *response = servers_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::Deploy(grpc::CallbackServerContext* context,
+                                                   const v1::DeployRequest* request,
+                                                   v1::DeployResponse* response) {
+  absl::MutexLock lock(&mu_);
+  deploy_requests_.push_back(*request);
+  *response = deploy_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::Stop(grpc::CallbackServerContext* context,
+                                                 const v1::ServersRequest* request,
+                                                 v1::ServersResponse* response) {
+  absl::MutexLock lock(&mu_);
+  stop_requests_.push_back(*request);
+  *response = servers_;
+  return Answer(context, error_);
+}
+
+grpc::ServerWriteReactor<v1::FleetStatusResponse>* FakeFleetService::Watch(
+    grpc::CallbackServerContext* context, const v1::FleetStatusRequest* request) {
+  absl::MutexLock lock(&mu_);
+  status_requests_.push_back(*request);
+  return new ScriptedStream<v1::FleetStatusResponse>(watch_script_, watch_hold_open_, error_, this);
+}
+
+grpc::ServerWriteReactor<v1::LogChunk>* FakeFleetService::Logs(
+    grpc::CallbackServerContext* context, const v1::ServerLogsRequest* request) {
+  absl::MutexLock lock(&mu_);
+  logs_requests_.push_back(*request);
+  std::vector<v1::LogChunk> chunks;
+  int64_t line = 1;
+  for (const std::string& data : log_chunks_) {
+    v1::LogChunk& chunk = chunks.emplace_back();
+    chunk.set_first_line(line++);
+    chunk.set_data(data);
+  }
+  return new ScriptedStream<v1::LogChunk>(std::move(chunks), /*hold_open=*/false, error_, nullptr);
+}
+
+FakeFleetServer::FakeFleetServer(const std::string& socket_path) : socket_path_(socket_path) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path_, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service_);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) {
+    std::cerr << "FakeFleetServer: cannot listen on unix:" << socket_path_ << "\n";
+    std::abort();
+  }
+}
+
+FakeFleetServer::~FakeFleetServer() {
+  server_->Shutdown(std::chrono::system_clock::now());
+  server_->Wait();
+}
+
+FakeFleetEnv::FakeFleetEnv()
+    : server_(std::make_unique<FakeFleetServer>(dir_.Join("fleetd.sock"))) {}
+
+FakeFleetEnv::Outcome FakeFleetEnv::Run(const Verb& verb, const std::vector<std::string>& args,
+                                        const RunOptions& options) {
+  std::ostringstream out, err;
+  CommandContext ctx;
+  ctx.socket_path = options.socket_path.empty() ? socket_path() : options.socket_path;
+  ctx.timeout = options.timeout;
+  ctx.stdout_is_tty = options.tty;
+  ctx.no_color = options.no_color;
+  ctx.clock = &clock_;
+  ctx.out = &out;
+  ctx.err = &err;
+  const int code = verb(args, ctx);
+  return {code, out.str(), err.str()};
+}
+
+v1::ServerRow MakeRow(const std::string& server, const std::string& state, absl::Time now) {
+  v1::ServerRow row;
+  row.set_server(server);
+  row.set_state(state);
+  row.set_attempt_number(1);
+  row.set_port(30000);
+  const int64_t started = absl::ToUnixSeconds(now) - 75;
+  row.mutable_attempt_started_at()->set_seconds(started);
+  row.mutable_state_since()->set_seconds(absl::ToUnixSeconds(now) - 5);
+  return row;
+}
+
+}  // namespace fleet::cli::testing

@@ -1,0 +1,145 @@
+// The real fleetctl binary against the fake fleetd: what a script sees (exit statuses, the
+// unreachable-daemon line, socket selection, raw log bytes).
+#include <map>
+
+#include "cli/fake_fleet_service.h"
+#include "cli/status_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+
+namespace fleet::cli {
+namespace {
+
+using ::fleet::cli::testing::FakeFleetEnv;
+using ::fleet::cli::testing::MakeRow;
+using ::fleet::testing::BuildPath;
+using ::fleet::testing::RunResult;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class FleetctlBinaryTest : public ::testing::Test {
+ protected:
+  // Runs fleetctl with `args`, its environment without FLEET_SOCKET and NO_COLOR plus `extra`.
+  RunResult Fleetctl(std::vector<std::string> args,
+                     const std::map<std::string, std::string>& extra = {}) {
+    std::map<std::string, std::string> environment = fleet::testing::CurrentEnvironment();
+    environment.erase("FLEET_SOCKET");
+    environment.erase("NO_COLOR");
+    for (const auto& [k, v] : extra) environment[k] = v;
+    args.insert(args.begin(), BuildPath("cli/fleetctl"));
+    const std::string output = env_.dir().Join("output." + std::to_string(runs_++));
+    auto r = fleet::testing::Run(args, {.env = environment, .output_path = output});
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->exited);
+    return *r;
+  }
+
+  void ScriptWatch(const std::string& final_state) {
+    const absl::Time now = absl::Now();
+    v1::FleetStatusResponse first, last;
+    *first.add_servers() = MakeRow("local/200/gpu0", "JIT_COMPILING", now);
+    *first.add_servers() = MakeRow("local/200/gpu1", "READY", now);
+    *last.add_servers() = MakeRow("local/200/gpu0", final_state, now);
+    last.mutable_servers(0)->set_reason(final_state == "GAVE_UP" ? "attempt budget spent" : "");
+    env_.service().SetWatchScript({first, last}, /*hold_open=*/true);
+  }
+
+  FakeFleetEnv env_;
+  int runs_ = 0;
+};
+
+TEST_F(FleetctlBinaryTest, UnreachableDaemonIsOneLineAndExitOne) {
+  const std::string missing = env_.dir().Join("missing.sock");
+  RunResult r = Fleetctl({"--socket", missing, "status"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "fleetctl: cannot reach fleetd at unix:" + missing +
+                          ": no such socket (is fleetd running? --socket, --state-dir or "
+                          "FLEET_SOCKET name another)\n");
+  // Without flags: the default state dir's socket is named.
+  RunResult d = Fleetctl({"attempts"});
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_THAT(d.output,
+              StartsWith("fleetctl: cannot reach fleetd at unix:/var/lib/gpu-fleet/fleetd.sock: "));
+}
+
+TEST_F(FleetctlBinaryTest, FindsTheSocketByFlagStateDirOrEnvironment) {
+  v1::FleetStatusResponse response;
+  *response.add_servers() = MakeRow("local/200/gpu0", "READY", absl::Now());
+  env_.service().SetStatus(response);
+  RunResult by_env = Fleetctl({"status", "-o", "name"}, {{"FLEET_SOCKET", env_.socket_path()}});
+  EXPECT_EQ(by_env.exit_code, 0) << by_env.output;
+  EXPECT_EQ(by_env.output, "local/200/gpu0\n");
+  RunResult by_dir = Fleetctl({"--state-dir", env_.dir().path(), "status", "-o", "name"});
+  EXPECT_EQ(by_dir.exit_code, 0) << by_dir.output;
+  RunResult flag_wins = Fleetctl({"--socket", env_.socket_path(), "status", "-o", "name"},
+                                 {{"FLEET_SOCKET", env_.dir().Join("wrong.sock")}});
+  EXPECT_EQ(flag_wins.exit_code, 0) << flag_wins.output;
+}
+
+TEST_F(FleetctlBinaryTest, UntilReadyExitsZeroWhenAllReady) {
+  ScriptWatch("READY");
+  RunResult r = Fleetctl({"--socket", env_.socket_path(), "status", "--watch", "--until-ready"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(" local/200/gpu0 READY attempt=1\n"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("\x1b[")));
+}
+
+TEST_F(FleetctlBinaryTest, UntilReadyExitsTwoWhenOneGaveUp) {
+  ScriptWatch("GAVE_UP");
+  RunResult r = Fleetctl({"--socket", env_.socket_path(), "status", "--until-ready"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("fleetctl status: local/200/gpu0 gave up: attempt budget spent"));
+}
+
+TEST_F(FleetctlBinaryTest, LogsAreTheDaemonsBytes) {
+  constexpr char kBytes[] =
+      "a\xff\x00"
+      "b\r\n\x1b[1mbold\x1b[0m tail";
+  const std::string bytes(kBytes, sizeof(kBytes) - 1);
+  env_.service().SetLogs({bytes.substr(0, 5), bytes.substr(5)});
+  RunResult r = Fleetctl({"--socket", env_.socket_path(), "logs", "local/200/gpu0"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.output, bytes);
+}
+
+TEST_F(FleetctlBinaryTest, LaterVerbsSayNotYet) {
+  RunResult plan = Fleetctl({"plan", "pve1/200/gpu3"});
+  EXPECT_EQ(plan.exit_code, 1);
+  EXPECT_EQ(plan.output, "fleetctl plan: not yet: the remediation planner comes with issue 5\n");
+  RunResult apply = Fleetctl({"apply", "7"});
+  EXPECT_EQ(apply.exit_code, 1);
+  EXPECT_THAT(apply.output, HasSubstr("not yet: the remediation planner comes with issue 5"));
+  RunResult hosts = Fleetctl({"hosts", "trust", "pve1"});
+  EXPECT_EQ(hosts.exit_code, 1);
+  EXPECT_THAT(hosts.output, StartsWith("fleetctl hosts trust: not yet: issue 6"));
+  RunResult certs = Fleetctl({"certs", "init"});
+  EXPECT_EQ(certs.exit_code, 1);
+  EXPECT_THAT(certs.output, StartsWith("fleetctl certs init: not yet: issue 6"));
+}
+
+TEST_F(FleetctlBinaryTest, GlobalFlagErrorsAndHelp) {
+  RunResult bad = Fleetctl({"--timeout", "later", "status"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.output,
+              HasSubstr("fleetctl: flag --timeout: 'later' is not a positive duration"));
+  RunResult help = Fleetctl({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.output, HasSubstr("--socket PATH"));
+  EXPECT_THAT(help.output, HasSubstr("completion bash"));
+}
+
+TEST_F(FleetctlBinaryTest, BashCompletionIsValidBash) {
+  RunResult r = Fleetctl({"completion", "bash"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("complete -o default -F _fleetctl fleetctl"));
+  env_.dir().WriteFile("fleetctl.bash", r.output);
+  auto check = fleet::testing::Run({"bash", "-n", env_.dir().Join("fleetctl.bash")},
+                                   {.output_path = env_.dir().Join("bash-n")});
+  ASSERT_TRUE(check.ok());
+  EXPECT_EQ(check->exit_code, 0) << check->output;
+  EXPECT_EQ(Fleetctl({"completion", "zsh"}).exit_code, 1);
+}
+
+}  // namespace
+}  // namespace fleet::cli

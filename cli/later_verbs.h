@@ -1,0 +1,17 @@
+// The verbs of DESIGN.md's CLI surface whose daemon side comes with a later issue: `plan` and
+// `apply` (the remediation planner, issue 5), `hosts trust` and `certs init` (SSH reach and
+// mutual TLS, issue 6). Each says so on standard error and exits 1, so scripts see a failure.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fleet::cli {
+
+// True for the verbs above.
+bool IsLaterVerb(std::string_view verb);
+int RunLaterVerb(std::string_view verb, const std::vector<std::string>& args, std::ostream& err);
+
+}  // namespace fleet::cli

@@ -1,0 +1,231 @@
+#include "cli/status_format.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/text_table.h"
+#include "common/base/string_view.h"
+
+namespace fleet::cli {
+namespace {
+
+constexpr std::string_view kGreen = "\x1b[32m";
+constexpr std::string_view kRed = "\x1b[31m";
+constexpr std::string_view kYellow = "\x1b[33m";
+constexpr std::string_view kCyan = "\x1b[36m";
+constexpr std::string_view kDim = "\x1b[2m";
+constexpr int kBarWidth = 10;
+
+// The states in the order a start goes through them (DESIGN.md "Per-server state machine").
+constexpr std::string_view kStateOrder[] = {
+    "PENDING", "STARTING",    "LOADING",    "JIT_COMPILING", "CAPTURING_GRAPHS", "READY",
+    "FAILED",  "REMEDIATING", "RESTARTING", "GAVE_UP",       "STOPPED"};
+
+std::string OrDash(std::string_view s) { return s.empty() ? "-" : std::string(s); }
+
+std::string Age(const google::protobuf::Timestamp& since, absl::Time now) {
+  std::optional<absl::Time> t = FromProtoTime(since);
+  return t ? FormatAge(now - *t) : "-";
+}
+
+std::string StateText(const v1::ServerRow& row) {
+  return row.degraded() ? absl::StrCat(row.state(), " (degraded)") : row.state();
+}
+
+// A logfmt value: bare when it is a single plain word, else quoted with \" and \\ escaped.
+std::string LogfmtValue(std::string_view v) {
+  const bool plain = !v.empty() && v.find_first_of(" \"=\\\t\n") == std::string_view::npos;
+  if (plain) return std::string(v);
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+void TimeOrNull(const google::protobuf::Timestamp& t, JsonWriter* json) {
+  if (std::optional<absl::Time> time = FromProtoTime(t)) {
+    json->String(FormatRfc3339(*time));
+  } else {
+    json->Null();
+  }
+}
+
+}  // namespace
+
+std::optional<absl::Time> FromProtoTime(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return std::nullopt;
+  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+}
+
+void ToProtoTime(absl::Time t, google::protobuf::Timestamp* out) {
+  const int64_t ns = absl::ToUnixNanos(t);
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+std::string FormatAge(absl::Duration d) {
+  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(d));
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  if (s < 86400) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
+}
+
+std::string FormatRfc3339(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", t, absl::UTCTimeZone());
+}
+
+std::string_view StateColor(std::string_view state) {
+  if (state == "READY") return kGreen;
+  if (state == "FAILED" || state == "GAVE_UP") return kRed;
+  if (state == "REMEDIATING" || state == "RESTARTING") return kYellow;
+  if (state == "STARTING" || state == "LOADING" || state == "JIT_COMPILING" ||
+      state == "CAPTURING_GRAPHS") {
+    return kCyan;
+  }
+  if (state == "STOPPED") return kDim;
+  return "";
+}
+
+std::string ProgressCell(const v1::ServerRow& row) {
+  if (row.state() != "JIT_COMPILING" || row.progress_total() <= 0) return "";
+  const int64_t total = row.progress_total();
+  const int64_t step = std::clamp<int64_t>(row.progress_step(), 0, total);
+  const int filled = static_cast<int>(step * kBarWidth / total);
+  return absl::StrCat("[", std::string(filled, '#'), std::string(kBarWidth - filled, '.'), "] ",
+                      step, "/", total);
+}
+
+std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, TableStyle style,
+                              absl::Time now, bool color, size_t max_width) {
+  std::vector<std::string> header = {"SERVER",  "STATE",   "PHASE",    "PROGRESS",
+                                     "ELAPSED", "ATTEMPT", "DIAGNOSIS"};
+  const bool wide = style == TableStyle::kWide;
+  if (wide) {
+    for (const char* h : {"PORT", "SINCE", "SUMMARY", "REASON"}) header.push_back(h);
+  }
+  TextTable table(std::move(header));
+  for (const v1::ServerRow* row : rows) {
+    std::vector<TextTable::Cell> cells = {
+        row->server(),
+        TextTable::Cell(StateText(*row), StateColor(row->state())),
+        OrDash(row->phase_detail()),
+        OrDash(ProgressCell(*row)),
+        row->attempt_number() > 0 ? Age(row->attempt_started_at(), now) : "-",
+        row->attempt_number() > 0 ? absl::StrCat(row->attempt_number()) : "-",
+        OrDash(row->last_diagnosis_class()),
+    };
+    if (wide) {
+      cells.emplace_back(row->port() > 0 ? absl::StrCat(row->port()) : "-");
+      cells.emplace_back(Age(row->state_since(), now));
+      cells.emplace_back(OrDash(row->last_diagnosis_summary()));
+      cells.emplace_back(OrDash(row->reason()));
+    }
+    table.AddRow(std::move(cells));
+  }
+  return table.Render(color, max_width);
+}
+
+std::string FormatStateCounts(const std::vector<const v1::ServerRow*>& rows) {
+  std::map<std::string, int> counts;
+  for (const v1::ServerRow* row : rows) ++counts[row->state()];
+  std::vector<std::string> parts;
+  for (std::string_view state : kStateOrder) {
+    auto it = counts.find(std::string(state));
+    if (it == counts.end()) continue;
+    parts.push_back(absl::StrCat(it->second, " ", it->first));
+    counts.erase(it);
+  }
+  for (const auto& [state, n] : counts) parts.push_back(absl::StrCat(n, " ", OrDash(state)));
+  std::string out = absl::StrCat(rows.size(), rows.size() == 1 ? " server" : " servers");
+  if (!parts.empty()) absl::StrAppend(&out, ": ", absl::StrJoin(parts, ", "));
+  return out;
+}
+
+std::string FormatChangeLine(absl::Time at, const v1::ServerRow& row) {
+  std::string line = absl::StrCat(FormatRfc3339(absl::FromUnixSeconds(absl::ToUnixSeconds(at))),
+                                  " ", row.server(), " ", OrDash(row.state()));
+  auto field = [&line](std::string_view key, std::string_view value) {
+    if (!value.empty()) absl::StrAppend(&line, " ", AsAbsl(key), "=", LogfmtValue(value));
+  };
+  field("phase", row.phase_detail());
+  if (row.state() == "JIT_COMPILING" && row.progress_total() > 0) {
+    field("progress", absl::StrCat(row.progress_step(), "/", row.progress_total()));
+  }
+  if (row.attempt_number() > 0) field("attempt", absl::StrCat(row.attempt_number()));
+  if (row.degraded()) field("degraded", "true");
+  field("diagnosis", row.last_diagnosis_class());
+  field("reason", row.reason());
+  return line;
+}
+
+std::string FormatRemovedLine(absl::Time at, std::string_view server) {
+  return absl::StrCat(FormatRfc3339(absl::FromUnixSeconds(absl::ToUnixSeconds(at))), " ",
+                      AsAbsl(server), " REMOVED");
+}
+
+void WriteServerRowJson(const v1::ServerRow& row, JsonWriter* json) {
+  json->BeginObject();
+  json->Key("server");
+  json->String(row.server());
+  json->Key("state");
+  json->String(row.state());
+  json->Key("phase_detail");
+  json->String(row.phase_detail());
+  json->Key("progress_step");
+  json->Int(row.progress_step());
+  json->Key("progress_total");
+  json->Int(row.progress_total());
+  json->Key("attempt_number");
+  json->Int(row.attempt_number());
+  json->Key("state_since");
+  TimeOrNull(row.state_since(), json);
+  json->Key("attempt_started_at");
+  TimeOrNull(row.attempt_started_at(), json);
+  json->Key("last_diagnosis_class");
+  json->String(row.last_diagnosis_class());
+  json->Key("last_diagnosis_summary");
+  json->String(row.last_diagnosis_summary());
+  json->Key("port");
+  json->Int(row.port());
+  json->Key("degraded");
+  json->Bool(row.degraded());
+  json->Key("reason");
+  json->String(row.reason());
+  json->EndObject();
+}
+
+std::string StatusJson(std::optional<absl::Time> at, const std::vector<const v1::ServerRow*>& rows,
+                       const std::vector<std::string>& removed) {
+  std::string out;
+  JsonWriter json(&out);
+  json.BeginObject();
+  json.Key("at");
+  if (at) {
+    json.String(FormatRfc3339(*at));
+  } else {
+    json.Null();
+  }
+  json.Key("servers");
+  json.BeginArray();
+  for (const v1::ServerRow* row : rows) WriteServerRowJson(*row, &json);
+  json.EndArray();
+  json.Key("removed");
+  json.BeginArray();
+  for (const std::string& name : removed) json.String(name);
+  json.EndArray();
+  json.EndObject();
+  return out;
+}
+
+}  // namespace fleet::cli

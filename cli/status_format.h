@@ -1,0 +1,61 @@
+// Renderers of fleetd's per-server status rows (fleet.v1.ServerRow): the `status` table and its
+// wide form, the one-line-per-change form of `status --watch` off a terminal, and the JSON
+// objects of `-o json` (docs/cli.md is their contract: snake_case, every field always present,
+// written with JsonWriter, never protobuf's JSON printer). Pure functions; `now` comes from the
+// caller's clock so tests are exact.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/base/json_writer.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "proto/fleet.pb.h"
+
+namespace fleet::cli {
+
+// The Time of a wire timestamp; nullopt when unset (absent, or the zero timestamp).
+std::optional<absl::Time> FromProtoTime(const google::protobuf::Timestamp& t);
+void ToProtoTime(absl::Time t, google::protobuf::Timestamp* out);
+
+// A short age for tables: "0s", "42s", "3m12s", "1h04m", "2d03h". Negative counts as zero.
+std::string FormatAge(absl::Duration d);
+// RFC 3339 in UTC with the fraction when there is one: "2027-01-15T08:00:03Z", "...03.25Z".
+std::string FormatRfc3339(absl::Time t);
+
+// The SGR colour of a state on a terminal ("" for none): READY green, FAILED and GAVE_UP red,
+// REMEDIATING and RESTARTING yellow, the start phases cyan, STOPPED dim.
+std::string_view StateColor(std::string_view state);
+
+// "[#####.....] 12/40" while JIT_COMPILING with a known ninja step count, else "".
+std::string ProgressCell(const v1::ServerRow& row);
+
+enum class TableStyle { kNormal, kWide };
+
+// SERVER STATE PHASE PROGRESS ELAPSED ATTEMPT DIAGNOSIS, and for kWide also PORT SINCE SUMMARY
+// REASON. ELAPSED is `now` minus the attempt's start, SINCE `now` minus the state's start.
+// `max_width` > 0 cuts lines to that many characters.
+std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, TableStyle style,
+                              absl::Time now, bool color, size_t max_width = 0);
+
+// "8 servers: 5 READY, 2 JIT_COMPILING, 1 GAVE_UP" (states in the state machine's order).
+std::string FormatStateCounts(const std::vector<const v1::ServerRow*>& rows);
+
+// One line (no newline) for a change seen by `status --watch` off a terminal, in logfmt after the
+// time, server and state: `2027-01-15T08:00:03Z pve1/200/gpu3 JIT_COMPILING phase="flashinfer
+// JIT" progress=12/40 attempt=2 diagnosis=ptx_version_unsupported`. Empty fields are left out.
+std::string FormatChangeLine(absl::Time at, const v1::ServerRow& row);
+// `2027-01-15T08:00:03Z pve1/200/gpu3 REMOVED`
+std::string FormatRemovedLine(absl::Time at, std::string_view server);
+
+// One row as the JSON object of docs/cli.md (field names are the ServerRow field names).
+void WriteServerRowJson(const v1::ServerRow& row, JsonWriter* json);
+// {"at":...,"servers":[rows],"removed":[names]}: `status -o json`, and each line of
+// `status --watch -o json`.
+std::string StatusJson(std::optional<absl::Time> at, const std::vector<const v1::ServerRow*>& rows,
+                       const std::vector<std::string>& removed);
+
+}  // namespace fleet::cli
