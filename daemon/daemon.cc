@@ -436,7 +436,10 @@ void Daemon::Connect(absl::Time now) {
 std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now) {
   std::vector<Call> calls;
   std::set<std::string> persist;
-  for (auto& [name, s] : servers_) {
+  for (auto& entry : servers_) {
+    // Named, not bound: the lambdas below capture them (clang 14 cannot capture bindings).
+    const std::string& name = entry.first;
+    Server& s = entry.second;
     ServerRecord& r = s.record;
     const std::string container = ContainerKey(r.host, r.container);
     auto link = links_.find(container);
@@ -466,6 +469,10 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now) {
         r.attempt_id = s.attempt.id;
         r.attempt_number = s.attempt.number;
         r.reason.clear();
+        // The row's diagnosis is the current attempt's: the last one's stays in its attempt row.
+        r.last_class.clear();
+        r.last_summary.clear();
+        s.next_trigger.clear();
         r.progress_step = r.progress_total = 0;
         SetState(s, "PENDING", now);
         persist.insert(name);
@@ -499,11 +506,13 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now) {
       s.stop_sent = false;
       s.stalled = false;
       r.backoff_until = s.restart_now ? absl::InfinitePast() : now;
-      launch("restart");
+      launch(s.next_trigger.empty() ? "restart" : s.next_trigger);
       continue;
     }
     if (r.state == "PENDING") {
-      launch(r.attempt_number == 0 ? "initial" : "recovery");
+      launch(!s.next_trigger.empty() ? s.next_trigger
+             : r.attempt_number == 0 ? "initial"
+                                     : "recovery");
       continue;
     }
     if (r.state == "FAILED" || (r.state == "STOPPED" && s.attempt.outcome == "failed")) {
@@ -637,6 +646,7 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
     s.record.policy = d.policy;
     s.record.desired_running = true;
     s.record.removed = false;
+    s.next_trigger = is_new ? "initial" : "deploy";
     if (is_new || s.record.state == "GAVE_UP" || s.record.state == "STOPPED") {
       s.restart_requested = false;
       SetState(s, "PENDING", now);
@@ -881,6 +891,7 @@ absl::StatusOr<fleet::v1::ServersResponse> Daemon::Restart(
       s.record.desired_running = true;
       s.restart_requested = true;
       s.restart_now = request.now();
+      s.next_trigger = "restart";
       s.stop_sent = false;
       Touch(s);
       persist.insert(name);

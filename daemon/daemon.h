@@ -93,6 +93,9 @@ class Daemon : public EventSink {
     uint64_t version = 0;
     bool restart_requested = false;
     bool restart_now = false;
+    // The trigger recorded with the next attempt: "deploy" after a (re)deploy, "restart" after a
+    // restart request; empty: "initial" for a first attempt, "recovery" after a lost one.
+    std::string next_trigger;
     bool stop_sent = false;
     bool stalled = false;  // a stall report arrived: stop it, then count it as a failure
   };

@@ -502,6 +502,18 @@ TEST_F(DaemonTest, DeployParsesTheYamlItIsGivenAndReappliesTheStoredConfigWhenGi
   daemon_->Step();
   EXPECT_EQ(Rows()["local/200/gpu0"].state(), "STARTING");
   EXPECT_EQ(Rows()["local/200/gpu0"].attempt_number(), 2);
+  // The new attempt says why it was made, and the row no longer shows the old diagnosis.
+  EXPECT_EQ(Rows()["local/200/gpu0"].last_diagnosis_class(), "");
+  auto attempts = daemon_->ListAttempts([] {
+    fleet::v1::ListAttemptsRequest r;
+    r.set_server("local/200/gpu0");
+    return r;
+  }());
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->attempts_size(), 2);
+  EXPECT_EQ(attempts->attempts(0).trigger(), "initial");
+  EXPECT_EQ(attempts->attempts(1).trigger(), "deploy");
+  EXPECT_EQ(attempts->attempts(0).diagnosis_class(), "ptx_version_unsupported");
 }
 
 }  // namespace

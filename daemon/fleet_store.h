@@ -54,7 +54,7 @@ struct AttemptRecord {
   std::string id;
   std::string server;
   int64_t number = 0;
-  std::string trigger;  // initial | restart | recovery | remediation:<id>
+  std::string trigger;  // initial | deploy | restart | recovery | remediation:<id>
   fleet::v1::ServerSpec spec;
   absl::Time created_at;
   absl::Time launched_at = absl::InfinitePast();  // the agent accepted Launch

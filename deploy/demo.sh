@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# demo.sh: the seed scenario of DESIGN.md on a simulated container with 8 GPUs, end to end.
+# demo.sh: the seed scenario of DESIGN.md on a simulated container with 8 GPUs, through fleetd.
 #
 #   deploy/demo.sh [--state-dir DIR] [--speed X] [--build-dir DIR]
 #
-#   --state-dir DIR  everything of the run: the sim world, the logs (default ./.demo; emptied at
-#                    start, and only if it is empty or a previous demo's)
+#   --state-dir DIR  everything of the run: fleet.db, fleetd's socket and lock, the agent's state,
+#                    the sim world, the servers' logs (default ./.demo; emptied at start, and only
+#                    if it is empty or a previous demo's)
 #   --speed X        simulated time runs X times faster (default 2.5: about a minute in all)
 #   --build-dir DIR  the CMake build to reuse or make (default build/, the one tests/run.sh makes)
 #
-# It installs the dependencies, builds what it runs (fleetctl, the simulated server), creates a
-# simulated container in the seed state (every problem of the cascade present) and then:
-#   1. starts the server of GPU 0; when it fails, `fleetctl explain` says why, and the fix for that
-#      diagnosis is applied through the world's pip/apt-get shims and the server's environment
-#      (in a later issue the daemon's remediation planner chooses and applies these fixes; this
-#      script plays its part), then GPU 0 starts again, until it is READY;
-#   2. starts the servers of GPUs 1-7 on ports found free at run time, and waits until all 8
-#      answer GET /health_generate with 200;
-#   3. prints a summary table. Exits 0 only when all 8 are READY; stops every server it started
-#      on any exit.
-# Waits are on the servers themselves (their exit, their log's ready line, bounded by a deadline),
-# never a fixed sleep. Every attempt keeps its own log: DIR/logs/gpuN.attemptM.log.
+# It installs the dependencies, builds fleetd, fleet-agent, fleetctl and the simulated server,
+# creates a simulated container (8 GPUs) in the seed state (every problem of the cascade present),
+# starts fleetd (record DIR/fleet.db, socket DIR/fleetd.sock) and the container's fleet-agent, and
+# then:
+#   1. canary: `fleetctl deploy --only local/200/gpu0` of the SGLang template; fleetd launches GPU 0
+#      (attempt row first), the agent follows its log and diagnoses the failure, fleetd gives up
+#      when a restart cannot help. The fix for the diagnosis (`fleetctl explain --server`) is
+#      applied through the world's pip/apt-get shims and the config's environment (in a later
+#      issue fleetd's remediation planner chooses and applies these fixes; this script plays its
+#      part), and the deploy is repeated, until GPU 0 is READY;
+#   2. `fleetctl deploy` of all 8 and `fleetctl status --watch --until-ready`;
+#   3. `fleetctl attempts`: the whole history, every attempt with its outcome and diagnosis.
+# Exits 0 only when all 8 are READY (fleetd's HTTP readiness probe: GET /health_generate gives
+# 200). Stops every server, the agent and fleetd on any exit. Every wait is fleetd's own
+# (`status --until-ready`), never a fixed sleep.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -51,10 +55,8 @@ done
 }
 
 readonly gpus=8
-readonly ready_line='The server is fired up and ready to roll!'
-readonly max_attempts=8
-# The longest start (a cold JIT cache) takes about 50 s at speed 1; allow four times that.
-deadline=$(awk -v s="$speed" 'BEGIN { d = 200 / s; if (d < 20) d = 20; printf "%d", d }')
+readonly max_rounds=8
+readonly canary=local/200/gpu0
 
 bold=
 plain=
@@ -64,23 +66,23 @@ if [[ -t 1 && -z ${NO_COLOR-} ]]; then
 fi
 step() { printf '\n%s==> %s%s\n' "$bold" "$*" "$plain"; }
 note() { printf '    %s\n' "$*"; }
-now() { printf '%s' "$EPOCHREALTIME"; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 # --- Build and state directory ----------------------------------------------------------------------
 
 step "Dependencies (deploy/install-deps.sh)"
 bash deploy/install-deps.sh
 
-step "Build ($build_dir/: fleetctl, sglang-server-sim, sim-free-ports)"
+step "Build ($build_dir/: fleetd, fleet-agent, fleetctl, sglang-server-sim)"
 # Configuring again is cheap and picks up folders added since the build was made.
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build_dir" --target fleetctl sglang-server-sim sim-free-ports
-fleetctl="$repo/$build_dir/cli/fleetctl"
-[[ $build_dir == /* ]] && fleetctl="$build_dir/cli/fleetctl"
-sim_bin=$(dirname "$fleetctl")/../tests/sim
-server_bin="$sim_bin/sglang-server-sim"
-free_ports="$sim_bin/sim-free-ports"
+cmake --build "$build_dir" --target fleetd fleet-agent fleet-http-probe fleetctl \
+  sglang-server-sim sim-free-ports
+bin=$(cd -- "$build_dir" && pwd)
+fleetd="$bin/daemon/fleetd"
+agent="$bin/agent/fleet-agent"
+fleetctl_bin="$bin/cli/fleetctl"
+server_bin="$bin/tests/sim/sglang-server-sim"
+free_ports="$bin/tests/sim/sim-free-ports"
 
 # Empty the state dir, but never one that holds something else than a previous demo.
 readonly marker=.gpu-fleet-demo
@@ -98,6 +100,7 @@ find "$state_dir" -mindepth 1 -delete
 touch "$state_dir/$marker"
 logs="$state_dir/logs"
 mkdir -p "$logs"
+fleetctl() { "$fleetctl_bin" --state-dir "$state_dir" "$@"; }
 
 step "A simulated container with $gpus GPUs in the seed state ($state_dir/world)"
 world="$state_dir/world"
@@ -112,80 +115,12 @@ note "$("${conf[nvidia_smi]}" -L | head -1)  (and $((gpus - 1)) more; driver CUD
   "${conf[nvidia_smi]}" --version | sed -n 's/^CUDA Version *: //p'))"
 
 # The servers' environment: the world's server.env, then the fixes applied to it. Kept as
-# key=value data and passed with `env -i`, never evaluated.
+# key=value data and written into the config as YAML strings, never evaluated.
 declare -A server_env=()
 while IFS='=' read -r key value; do
   [[ -z $key || $key == \#* ]] || server_env[$key]=$value
 done <"$world/server.env"
-
-# --- Servers ------------------------------------------------------------------------------------------
-
-declare -A pid_of=() port_of=() attempts_of=() first_start_of=() ready_after_of=() state_of=()
-started_pids=()
-
-# shellcheck disable=SC2317  # called through the EXIT trap
-stop_all() {
-  local pid
-  for pid in ${started_pids[@]+"${started_pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in ${started_pids[@]+"${started_pids[@]}"}; do
-    # Bounded wait for the exit, then no more patience.
-    timeout 10 tail -f --pid="$pid" /dev/null 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  started_pids=()
-}
-trap stop_all EXIT
-trap 'exit 130' INT TERM
-
-# Starts GPU $1's server on a free port (attempt number in attempts_of); sets pid_of, port_of.
-launch() {
-  local gpu=$1 port log env_args=() key
-  port=$("$free_ports" 1)
-  attempts_of[$gpu]=$((${attempts_of[$gpu]:-0} + 1))
-  log="$logs/gpu$gpu.attempt${attempts_of[$gpu]}.log"
-  for key in "${!server_env[@]}"; do env_args+=("$key=${server_env[$key]}"); done
-  : >"$log"
-  env -i "${env_args[@]}" CUDA_VISIBLE_DEVICES="$gpu" FLEET_SIM_SPEED="$speed" \
-    "${conf[python]}" -m sglang.launch_server --model-path "${conf[model]}" --host 127.0.0.1 \
-    --port "$port" >>"$log" 2>&1 &
-  pid_of[$gpu]=$!
-  port_of[$gpu]=$port
-  started_pids+=("$!")
-  [[ -n ${first_start_of[$gpu]-} ]] || first_start_of[$gpu]=$(now)
-}
-
-log_of() { printf '%s' "$logs/gpu$1.attempt${attempts_of[$1]}.log"; }
-
-# Waits until GPU $1's log shows the ready line (returns 0) or its server exits (1), at most
-# $deadline seconds (2). tail follows the log (inotify) and ends when the server does.
-wait_ready_or_exit() {
-  local gpu=$1 pid=${pid_of[$1]} log follow follower found=0
-  log=$(log_of "$gpu")
-  exec {follow}< <(exec timeout "$deadline" tail -n +1 -f -s 0.1 --pid="$pid" "$log")
-  follower=$!
-  grep -q -m1 -F "$ready_line" <&"$follow" && found=1
-  exec {follow}<&-
-  kill "$follower" 2>/dev/null || true
-  [[ $found == 1 ]] && return 0
-  kill -0 "$pid" 2>/dev/null && return 2
-  return 1
-}
-
-# The HTTP status of GET $2 on 127.0.0.1:$1 (bash's /dev/tcp: no curl needed).
-http_status() {
-  local port=$1 path=$2 fd status=000 _version _rest
-  if exec {fd}<>"/dev/tcp/127.0.0.1/$port"; then
-    printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1:%s\r\nConnection: close\r\n\r\n' "$path" "$port" >&"$fd"
-    IFS=' ' read -r -t 10 _version status _rest <&"$fd" || true
-    exec {fd}<&-
-  fi
-  printf '%s' "$status"
-}
-
-# The class of a diagnosis, from `fleetctl explain -o json` (one JSON object).
-diagnosis_class() {
-  "$fleetctl" explain -o json "$1" | grep -o '"class":"[a-z_]*"' | head -1 | cut -d'"' -f4
-}
+server_env[FLEET_SIM_SPEED]=$speed
 
 prepend_env() {  # NAME DIR: DIR first on the list variable NAME
   server_env[$1]="$2${server_env[$1]:+:${server_env[$1]}}"
@@ -230,87 +165,147 @@ apply_fix() {
   esac
 }
 
-# --- 1. GPU 0 until READY -------------------------------------------------------------------------------
+# --- fleetd, the agent, the config ---------------------------------------------------------------
 
-step "GPU 0: start, explain each failure, fix it, start again"
-note "(in a later issue fleetd's remediation planner chooses and applies each fix; this script plays its part)"
-while :; do
-  launch 0
-  attempt=${attempts_of[0]}
-  started=$(now)
-  printf '\n%s-- GPU 0, attempt %d (port %s, log %s)%s\n' "$bold" "$attempt" "${port_of[0]}" \
-    "$(log_of 0)" "$plain"
-  outcome=0
-  wait_ready_or_exit 0 || outcome=$?
-  if [[ $outcome == 0 ]]; then
-    note "READY after $(elapsed "$started" "$(now)") s"
+# Eight consecutive free loopback ports for the servers (base_port + gpu): a base the kernel gave
+# out, checked port by port (nothing listens there), else another.
+ports_free_from() {
+  local p
+  for ((p = $1; p < $1 + gpus; p++)); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && return 1
+  done
+  return 0
+}
+base_port=
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+  candidate=$("$free_ports" 1)
+  if ((candidate + gpus < 65536)) && ports_free_from "$candidate"; then
+    base_port=$candidate
     break
   fi
-  if [[ $outcome == 2 ]]; then
-    note "no ready line and no exit within $deadline s: giving up"
-    exit 1
+done
+[[ -n $base_port ]] || { printf 'demo: no %d consecutive free ports found\n' "$gpus" >&2; exit 1; }
+
+yaml_string() {  # a YAML double-quoted scalar of $1
+  local s=${1//\\/\\\\}
+  s=${s//\"/\\\"}
+  printf '"%s"' "$s"
+}
+
+# The fleet config, written again after every fix that changes the servers' environment.
+write_config() {
+  local key
+  {
+    printf '# gpu-fleet demo: written by deploy/demo.sh (docs/config.md)\n'
+    printf 'hosts:\n  - name: local\n    containers:\n      - ctid: "200"\n'
+    printf '        channel: {kind: loopback, address: %s}\n' "$(yaml_string "unix:$state_dir/agent.sock")"
+    printf '        gpus: [0, 1, 2, 3, 4, 5, 6, 7]\n        template: sglang\n'
+    printf '        base_port: %d\n' "$base_port"
+    printf 'templates:\n  - name: sglang\n    engine: sglang\n'
+    printf '    model: %s\n' "$(yaml_string "${conf[model]}")"
+    printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
+      "$(yaml_string "${conf[python]}")"
+    printf '    env:\n'
+    for key in $(printf '%s\n' "${!server_env[@]}" | sort); do
+      printf '      %s: %s\n' "$key" "$(yaml_string "${server_env[$key]}")"
+    done
+    printf '    workdir: %s\n' "$(yaml_string "$world")"
+    printf '    log_path: %s\n' "$(yaml_string "$logs/sglang_gpu{gpu}.log")"
+    printf '    readiness: {path: /health_generate, interval: 500ms}\n'
+    printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n'
+  } >"$state_dir/fleet.yaml"
+}
+
+pids=()
+# shellcheck disable=SC2317  # called through the EXIT trap
+stop_all() {
+  local pid
+  trap - EXIT
+  if [[ ${#pids[@]} -gt 0 ]]; then
+    # The servers first (they belong to the agent and outlive it), then the agent and fleetd:
+    # stop them all, and poll fleetd's table (bounded) until none is running.
+    if fleetctl --timeout 10s stop --all >/dev/null 2>&1; then
+      local tries
+      for ((tries = 0; tries < 150; tries++)); do
+        fleetctl --timeout 5s status -o json 2>/dev/null |
+          grep -qE '"state":"(PENDING|STARTING|LOADING|JIT_COMPILING|CAPTURING_GRAPHS|READY|STOPPING|RESTARTING)"' ||
+          break
+        sleep 0.2  # a poll interval in a shutdown path, not a synchronisation guess
+      done
+    fi
   fi
-  status=0
-  wait "${pid_of[0]}" || status=$?
-  note "the server exited with status $status after $(elapsed "$started" "$(now)") s$(
-    [[ $status == 0 ]] && printf ' (SGLang'"'"'s sigquit path exits 0: the log says it failed)')"
+  for pid in ${pids[@]+"${pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in ${pids[@]+"${pids[@]}"}; do
+    timeout 15 tail -f --pid="$pid" /dev/null 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  pids=()
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+step "fleetd (record $state_dir/fleet.db) and the container's fleet-agent"
+"$fleetd" --state-dir "$state_dir" 2>>"$state_dir/fleetd.log" &
+pids+=("$!")
+"$agent" --listen "unix:$state_dir/agent.sock" --state-dir "$state_dir/agent" --host local \
+  --container 200 --readiness-interval 0.5 --stop-grace 5 2>>"$state_dir/agent.log" &
+pids+=("$!")
+note "fleetd pid ${pids[0]}, log $state_dir/fleetd.log; agent pid ${pids[1]}, log $state_dir/agent.log"
+# fleetd says when it serves; wait for that line (tail follows the log with inotify; bounded).
+if ! timeout 30 grep -q -m1 -F 'serving on' < <(exec tail -n +1 -F --pid="${pids[0]}" "$state_dir/fleetd.log" 2>/dev/null); then
+  printf 'demo: fleetd did not start:\n' >&2
+  cat "$state_dir/fleetd.log" >&2
+  exit 1
+fi
+
+write_config
+note "config: $state_dir/fleet.yaml (servers on ports $base_port-$((base_port + gpus - 1)))"
+
+# --- 1. The canary until READY ----------------------------------------------------------------------
+
+step "Canary: $canary alone; each failure explained, fixed, deployed again"
+note "(in a later issue fleetd's remediation planner chooses and applies each fix; this script plays its part)"
+round=0
+while :; do
+  round=$((round + 1))
+  printf '\n%s-- deploy, round %d%s\n' "$bold" "$round" "$plain"
+  fleetctl deploy -f "$state_dir/fleet.yaml" --only "$canary" | sed 's/^/    /'
+  outcome=0
+  fleetctl status --watch --until-ready "$canary" | sed 's/^/    /' || outcome=${PIPESTATUS[0]}
+  if [[ $outcome == 0 ]]; then
+    note "$canary is READY"
+    break
+  fi
   printf '\n'
-  "$fleetctl" explain "$(log_of 0)" | cut -c1-220 | sed 's/^/    | /'
-  class=$(diagnosis_class "$(log_of 0)")
+  fleetctl explain --server "$canary" | cut -c1-220 | sed 's/^/    | /'
+  class=$(fleetctl explain --server "$canary" -o json | grep -o '"class":"[a-z_]*"' | head -1 | cut -d'"' -f4)
   printf '\n'
   note "diagnosis: $class"
   if ! apply_fix "$class"; then
     note "no toolchain fix for $class: reported, not fixed; giving up"
     exit 1
   fi
-  if [[ $attempt -ge $max_attempts ]]; then
-    note "still failing after $attempt attempts: giving up"
+  write_config
+  if [[ $round -ge $max_rounds ]]; then
+    note "still failing after $round rounds: giving up"
     exit 1
   fi
 done
-ready_after_of[0]=$(elapsed "${first_start_of[0]}" "$(now)")
 
-# --- 2. All GPUs ----------------------------------------------------------------------------------------
+# --- 2. All eight -------------------------------------------------------------------------------------
 
-step "GPUs 1-$((gpus - 1)): start with the fixed toolchain (the JIT cache is warm from GPU 0)"
-for ((gpu = 1; gpu < gpus; gpu++)); do
-  launch "$gpu"
-  note "GPU $gpu: port ${port_of[$gpu]}, log $(log_of "$gpu")"
-done
-for ((gpu = 1; gpu < gpus; gpu++)); do
-  outcome=0
-  wait_ready_or_exit "$gpu" || outcome=$?
-  if [[ $outcome == 0 ]]; then
-    ready_after_of[$gpu]=$(elapsed "${first_start_of[$gpu]}" "$(now)")
-  else
-    note "GPU $gpu did not become ready: $("$fleetctl" explain "$(log_of "$gpu")" | head -1)"
-  fi
-done
+step "All $gpus GPUs (the JIT cache is warm from the canary)"
+fleetctl deploy -f "$state_dir/fleet.yaml" | sed 's/^/    /'
+outcome=0
+fleetctl status --watch --until-ready || outcome=$?
 
-step "Readiness: GET /health_generate on every server"
-all_ready=1
-for ((gpu = 0; gpu < gpus; gpu++)); do
-  code=$(http_status "${port_of[$gpu]}" /health_generate)
-  if [[ $code == 200 && -n ${ready_after_of[$gpu]-} ]]; then
-    state_of[$gpu]=READY
-  else
-    state_of[$gpu]="NOT READY (HTTP $code)"
-    all_ready=0
-  fi
-done
-
-step "Summary"
-printf '    %-4s %-6s %-9s %-14s %s\n' GPU PORT ATTEMPTS "TIME TO READY" STATE
-launches=0
-for ((gpu = 0; gpu < gpus; gpu++)); do
-  launches=$((launches + attempts_of[$gpu]))
-  printf '    %-4s %-6s %-9s %-14s %s\n' "$gpu" "${port_of[$gpu]}" "${attempts_of[$gpu]}" \
-    "${ready_after_of[$gpu]:--} s" "${state_of[$gpu]}"
-done
-note "$launches launches for $gpus GPUs; logs in $logs"
-if [[ $all_ready == 1 ]]; then
+step "The record: every attempt (fleetctl attempts; sqlite3 $state_dir/fleet.db, docs/schema.md)"
+fleetctl attempts
+printf '\n'
+fleetctl status -o wide
+if [[ $outcome == 0 ]]; then
   note "all $gpus servers READY"
   exit 0
 fi
-note "not every server is READY"
+note "not every server is READY (fleetctl status --until-ready exited $outcome)"
 exit 1
