@@ -39,10 +39,18 @@ void TimeOrNull(const google::protobuf::Timestamp& t, JsonWriter* json) {
   }
 }
 
+// fleetd sends an empty ProcessExit for an attempt that has not ended (it always sets the field):
+// that is no exit, the same as none.
+bool HasExit(const v1::Attempt& a) {
+  if (!a.has_exit()) return false;
+  const v1::ProcessExit& e = a.exit();
+  return e.exited() || e.signal() != 0 || e.status_unknown() || FromProtoTime(e.at()).has_value();
+}
+
 }  // namespace
 
 std::string FormatExit(const v1::Attempt& attempt) {
-  if (!attempt.has_exit()) return "-";
+  if (!HasExit(attempt)) return "-";
   const v1::ProcessExit& exit = attempt.exit();
   if (exit.status_unknown()) return "unknown";
   if (exit.exited()) return absl::StrCat(exit.exit_code());
@@ -85,7 +93,7 @@ void WriteAttemptJson(const v1::Attempt& a, JsonWriter* json) {
     json->Null();
   }
   json->Key("exit");
-  if (a.has_exit()) {
+  if (HasExit(a)) {
     json->BeginObject();
     json->Key("exited");
     json->Bool(a.exit().exited());

@@ -75,6 +75,26 @@ TEST_F(AttemptsCommandTest, JsonHasEveryFieldWithStableTypes) {
   EXPECT_EQ(env_.service().attempts_requests()[0].server(), "");
 }
 
+TEST_F(AttemptsCommandTest, AnEmptyExitIsNoExit) {
+  // fleetd always sets `exit`; for an attempt that has not ended it is empty.
+  v1::ListAttemptsResponse response;
+  v1::Attempt* running = response.add_attempts();
+  running->set_server("pve1/200/gpu3");
+  running->set_number(1);
+  running->set_outcome("running");
+  running->mutable_exit();
+  env_.service().SetAttempts(response);
+  const auto o = env_.Run(RunAttempts, {"-o", "json"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("\"exit\":null}"));
+  EXPECT_EQ(FormatExit(*running), "-");
+  // A clean exit (status 0) is an exit.
+  running->mutable_exit()->set_exited(true);
+  env_.service().SetAttempts(response);
+  EXPECT_THAT(env_.Run(RunAttempts, {"-o", "json"}).out,
+              HasSubstr("\"exit\":{\"exited\":true,\"exit_code\":0,"));
+}
+
 TEST_F(AttemptsCommandTest, ExitColumnForms) {
   v1::Attempt a;
   EXPECT_EQ(FormatExit(a), "-");

@@ -58,7 +58,7 @@ _fleetctl() {
       explain) flags+=" --output --server --attempt --color --signatures --live" ;;
       restart) flags+=" --all --now --output" ;;
       stop) flags+=" --all --output" ;;
-      deploy) flags+=" --file --only --dry-run" ;;
+      deploy) flags+=" --file --only --dry-run --output" ;;
     esac
     COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     return
