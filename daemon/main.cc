@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/base/flag_set.h"
 #include "common/base/unique_fd.h"
 #include "common/base/version.h"
+#include "common/config/config_duration.h"
 #include "common/config/fleet_config.h"
 #include "daemon/agent_client.h"
 #include "daemon/daemon.h"
@@ -54,6 +56,8 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string state_dir = "/var/lib/gpu-fleet";
   std::string socket_path;
+  std::string event_retention = "30d";
+  int64_t max_events = 2000000;
   fleet::FlagSet flags(
       "fleetd [flags]",
       "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
@@ -68,6 +72,12 @@ int main(int argc, char** argv) {
                   "DIR");
   flags.AddString("socket", '\0', &socket_path,
                   "unix socket to serve on (default STATE_DIR/fleetd.sock)", "PATH");
+  flags.AddString("event-retention", '\0', &event_retention,
+                  "agent events older than this are pruned from fleet.db (attempts and "
+                  "remediations are kept); e.g. 30d, 72h",
+                  "DURATION");
+  flags.AddInt("max-events", '\0', &max_events,
+               "at most this many agent events are kept in fleet.db (the newest)", "N");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "fleetd: " << s.message() << "\n";
     return 1;
@@ -85,6 +95,31 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (socket_path.empty()) socket_path = state_dir + "/fleetd.sock";
+  fleet::daemon::DaemonOptions options;
+  {
+    // Days are the habit for retention; the config's durations know up to hours.
+    std::string text = event_retention;
+    absl::Duration unit = absl::ZeroDuration();
+    if (absl::EndsWith(text, "d")) {
+      text.pop_back();
+      double days = 0;
+      if (absl::SimpleAtod(text, &days) && days > 0) unit = absl::Hours(24) * days;
+    } else if (auto d = fleet::config::ParseConfigDuration(text);
+               d.ok() && *d > absl::ZeroDuration()) {
+      unit = *d;
+    }
+    if (unit <= absl::ZeroDuration()) {
+      std::cerr << "fleetd: flag --event-retention: '" << event_retention
+                << "' is not a positive duration (30d, 72h, 90m)\n";
+      return 1;
+    }
+    options.event_retention = unit;
+    if (max_events < 1) {
+      std::cerr << "fleetd: flag --max-events: must be at least 1\n";
+      return 1;
+    }
+    options.max_events = max_events;
+  }
 
   // A bad config is reported before anything else happens.
   std::optional<fleet::v1::FleetConfig> config;
@@ -134,7 +169,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   fleet::RealClock clock;
-  auto daemon = fleet::daemon::Daemon::Create(*std::move(store), MakeClient, &clock);
+  auto daemon = fleet::daemon::Daemon::Create(*std::move(store), MakeClient, &clock, options);
   if (!daemon.ok()) {
     std::cerr << "fleetd: " << daemon.status().message() << "\n";
     return 1;
