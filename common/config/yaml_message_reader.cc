@@ -145,8 +145,9 @@ class Reader {
     absl::flat_hash_map<std::string, int> seen;  // key -> line
     absl::flat_hash_map<int, std::string> oneofs_set;
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key = it->first;
-      const YAML::Node& value = it->second;
+      // Copies: the iterator yields a temporary pair (yaml-cpp), gone after this statement.
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
       const int key_line = LineOf(key) > 0 ? LineOf(key) : line;
       if (!key.IsScalar()) {
         Error(key_line, path, absl::StrCat("keys must be field names, got ", Describe(key)));
@@ -235,8 +236,9 @@ class Reader {
     }
     absl::flat_hash_map<std::string, int> seen;
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key = it->first;
-      const YAML::Node& value = it->second;
+      // Copies: the iterator yields a temporary pair (yaml-cpp), gone after this statement.
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
       const int key_line = LineOf(key) > 0 ? LineOf(key) : line;
       if (!key.IsScalar()) {
         Error(key_line, path, absl::StrCat("map keys must be scalars, got ", Describe(key)));

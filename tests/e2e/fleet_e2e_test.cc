@@ -1,0 +1,931 @@
+// The whole fleet, end to end: the real fleetd, fleet-agent and fleetctl binaries and the
+// simulated SGLang server in a simulated container world (tests/sim/), talking real gRPC over
+// unix sockets. Each test builds its own world in its own temp dir, starts an agent for the
+// container and a daemon on a state dir there, and drives everything through fleetctl as a user
+// would: deploy and watch, a world that cannot start (GAVE_UP with its diagnosis, explain, logs),
+// restart and stop, fleetd killed with SIGKILL mid-deploy, the agent killed and restarted under
+// a following daemon, and config errors. Waits are on conditions with deadlines, never on sleeps;
+// everything started is killed when a test ends.
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/sqlite/database.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/agent.grpc.pb.h"
+#include "tests/sim/sim_test_support.h"
+#include "tests/testing/subprocess.h"
+
+namespace fleet {
+namespace {
+
+using fleet::sim::testing::BackgroundProcess;
+using fleet::sim::testing::Env;
+using fleet::sim::testing::ExitInfo;
+using fleet::sim::testing::SimWorld;
+using google::protobuf::Struct;
+using google::protobuf::Value;
+using SteadyClock = std::chrono::steady_clock;
+
+// Generous: the lead also runs this under AddressSanitizer on two cores.
+constexpr std::chrono::seconds kDeadline(60);
+constexpr char kHost[] = "local";
+constexpr char kCtid[] = "sim";
+
+// Re-checks `holds` every 50 ms until it is true or `timeout` passed: for conditions that have
+// no event to wait on (a row in fleetd's status, a process gone).
+bool Eventually(const std::function<bool()>& holds, std::chrono::milliseconds timeout = kDeadline) {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (!holds()) {
+    if (SteadyClock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// The environment of fleetd, the agent and fleetctl: a plain PATH, plus the sanitizers' options
+// of this run (a sanitizer build's ctest may set them) so they reach the binaries under test.
+Env ToolEnv() {
+  Env env = {{"PATH", "/usr/bin:/bin"}};
+  for (const char* name : {"ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"}) {
+    if (const char* value = std::getenv(name)) env[name] = value;
+  }
+  return env;
+}
+
+bool GroupGone(pid_t pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
+
+// `count` consecutive TCP ports of 127.0.0.1 that are free now, below the kernel's ephemeral
+// range (so no port-0 bind of a parallel test takes one): a server's port is base_port + gpu.
+int ConsecutiveFreePorts(int count) {
+  std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<int> pick(20000, 30000);
+  for (int tries = 0; tries < 200; ++tries) {
+    const int base = pick(random);
+    std::vector<int> fds;
+    bool all = true;
+    for (int i = 0; i < count && all; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(base + i));
+      if (fd >= 0) fds.push_back(fd);
+      all = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    }
+    for (int fd : fds) close(fd);
+    if (all) return base;
+  }
+  ADD_FAILURE() << "no " << count << " consecutive free ports";
+  return 0;
+}
+
+Struct ParseJson(const std::string& text) {
+  Struct out;
+  const auto status = google::protobuf::util::JsonStringToMessage(text, &out);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << text;
+  return out;
+}
+
+const Value& Field(const Struct& s, const std::string& key) {
+  static const Value kNull;
+  auto it = s.fields().find(key);
+  return it == s.fields().end() ? kNull : it->second;
+}
+std::string Str(const Struct& s, const std::string& key) { return Field(s, key).string_value(); }
+int64_t Int(const Struct& s, const std::string& key) {
+  return static_cast<int64_t>(Field(s, key).number_value());
+}
+std::vector<Struct> Objects(const Struct& s, const std::string& key) {
+  std::vector<Struct> out;
+  for (const Value& v : Field(s, key).list_value().values()) out.push_back(v.struct_value());
+  return out;
+}
+
+std::string Quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+std::string ServerName(int gpu) { return absl::StrCat(kHost, "/", kCtid, "/gpu", gpu); }
+
+struct CtlResult {
+  ExitInfo exit;
+  std::string output;  // stdout and stderr
+  int code() const { return exit.exited ? exit.exit_code : 128 + exit.signal; }
+};
+
+struct WorldOptions {
+  int gpus = 2;
+  std::string state = "fixed";
+  std::vector<std::string> breaks;
+  double speed = 500;  // FLEET_SIM_SPEED: a cold start takes about 50 s / speed
+};
+
+// One test's fleet: a simulated container world, its agent, fleetd, and fleetctl to drive them.
+// The destructor kills all of it, the servers the agent started included (they live in sessions
+// of their own, and outlive a killed agent on purpose).
+class Fleet {
+ public:
+  explicit Fleet(WorldOptions options) : options_(std::move(options)) {
+    std::filesystem::create_directories(dir_.Join("logs"));
+    std::filesystem::create_directories(dir_.Join("out"));
+    auto world = SimWorld::Create(dir_.Join("world"), options_.state, options_.breaks);
+    if (!world.ok()) {
+      ADD_FAILURE() << world.status();
+      return;
+    }
+    world_.emplace(*std::move(world));
+    base_port_ = ConsecutiveFreePorts(options_.gpus);
+  }
+
+  ~Fleet() {
+    if (fleetd_) fleetd_->Stop(SIGKILL, std::chrono::seconds(10)).IgnoreError();
+    if (agent_) agent_->Stop(SIGKILL, std::chrono::seconds(10)).IgnoreError();
+    KillEverythingUnder(dir_.path());
+  }
+
+  bool ok() const { return world_.has_value() && base_port_ > 0; }
+  int port(int gpu) const { return base_port_ + gpu; }
+  std::string state_dir() const { return dir_.Join("state"); }
+  std::string db_path() const { return dir_.Join("state/fleet.db"); }
+  std::string log_path(int gpu) const { return dir_.Join(absl::StrCat("logs/gpu", gpu, ".log")); }
+  std::string agent_socket() const { return dir_.Join("agent.sock"); }
+
+  // The fleet config of this world: one local container whose agent listens on a unix socket,
+  // the world's server (the simulated `python -m sglang.launch_server`) on each GPU.
+  std::string ConfigYaml() const {
+    Env env = world_->ServerEnv(0, options_.speed);
+    env.erase("CUDA_VISIBLE_DEVICES");  // from `gpus`, never from env
+    std::vector<std::string> gpus;
+    for (int g = 0; g < options_.gpus; ++g) gpus.push_back(absl::StrCat(g));
+    std::string yaml = absl::StrCat(
+        "hosts:\n"
+        "  - name: ",
+        kHost,
+        "\n"
+        "    containers:\n"
+        "      - ctid: ",
+        kCtid,
+        "\n"
+        "        channel: {kind: loopback, address: ",
+        Quoted("unix:" + agent_socket()),
+        "}\n"
+        "        gpus: [",
+        absl::StrJoin(gpus, ", "),
+        "]\n"
+        "        template: sim\n"
+        "        base_port: ",
+        base_port_,
+        "\n"
+        "templates:\n"
+        "  - name: sim\n"
+        "    engine: sglang\n"
+        "    model: ",
+        Quoted(world_->Model()),
+        "\n"
+        "    argv: [",
+        Quoted(world_->Path("venv/bin/python")),
+        ", -m, sglang.launch_server, --model-path, \"{model}\", --host, 127.0.0.1,"
+        " --port, \"{port}\"]\n"
+        "    log_path: ",
+        Quoted(dir_.Join("logs/gpu{gpu}.log")),
+        "\n"
+        "    env:\n");
+    for (const auto& [name, value] : env) {
+      absl::StrAppend(&yaml, "      ", name, ": ", Quoted(value), "\n");
+    }
+    absl::StrAppend(&yaml,
+                    "policies:\n"
+                    "  - name: default\n"
+                    "    backoff_initial: 100ms\n"
+                    "    backoff_max: 1s\n");
+    return yaml;
+  }
+
+  std::string WriteConfig() const {
+    const std::string path = dir_.Join("fleet.yaml");
+    dir_.WriteFile("fleet.yaml", ConfigYaml());
+    return path;
+  }
+
+  // The container's agent, on the unix socket of the config, serving once this returns.
+  void StartAgent() {
+    const std::string log = dir_.Join(absl::StrCat("agent.", ++agent_runs_, ".log"));
+    auto p = BackgroundProcess::Start(
+        {testing::BuildPath("agent/fleet-agent"), "--listen", "unix:" + agent_socket(),
+         "--state-dir", dir_.Join("agent-state"), "--host", kHost, "--container", kCtid,
+         "--readiness-interval", "0.1", "--sample-interval", "1", "--stop-grace", "5"},
+        ToolEnv(), log);
+    ASSERT_TRUE(p.ok()) << p.status();
+    agent_ = *std::move(p);
+    ASSERT_TRUE(agent_
+                    ->WaitForLog(
+                        [](const std::string& s) {
+                          return absl::StrContains(s, "serving agent.proto on port ") &&
+                                 absl::StrContains(s, ", incarnation ") &&
+                                 s.find('\n', s.find(", incarnation ")) != std::string::npos;
+                        },
+                        kDeadline)
+                    .ok())
+        << agent_->Log();
+    stub_ = v1::Agent::NewStub(
+        grpc::CreateChannel("unix:" + agent_socket(), grpc::InsecureChannelCredentials()));
+  }
+
+  void KillAgent() {
+    auto e = agent_->Stop(SIGKILL, std::chrono::seconds(10));
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->signal, SIGKILL);
+  }
+
+  // fleetd on this fleet's state dir, serving once this returns.
+  void StartFleetd(const std::vector<std::string>& extra = {}) {
+    const std::string log = dir_.Join(absl::StrCat("fleetd.", ++fleetd_runs_, ".log"));
+    std::vector<std::string> argv = {testing::BuildPath("daemon/fleetd"), "--state-dir",
+                                     state_dir()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = BackgroundProcess::Start(argv, ToolEnv(), log);
+    ASSERT_TRUE(p.ok()) << p.status();
+    fleetd_ = *std::move(p);
+    ASSERT_TRUE(fleetd_
+                    ->WaitForLog(
+                        [](const std::string& s) {
+                          const size_t at = s.find(": serving on ");
+                          return at != std::string::npos && s.find('\n', at) != std::string::npos;
+                        },
+                        kDeadline)
+                    .ok())
+        << fleetd_->Log();
+  }
+
+  void KillFleetd() {
+    auto e = fleetd_->Stop(SIGKILL, std::chrono::seconds(10));
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->signal, SIGKILL);
+  }
+
+  // `fleetctl --socket STATE_DIR/fleetd.sock ARGS...`, its stdout and stderr (not a terminal).
+  CtlResult Ctl(const std::vector<std::string>& args,
+                std::chrono::milliseconds timeout = kDeadline) {
+    std::vector<std::string> argv = {testing::BuildPath("cli/fleetctl"), "--socket",
+                                     state_dir() + "/fleetd.sock"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunTool(argv, timeout);
+  }
+
+  CtlResult RunTool(const std::vector<std::string>& argv,
+                    std::chrono::milliseconds timeout = kDeadline) {
+    CtlResult result;
+    const std::string log = dir_.Join(absl::StrCat("out/", ++tool_runs_, ".out"));
+    auto p = BackgroundProcess::Start(argv, ToolEnv(), log);
+    if (!p.ok()) {
+      ADD_FAILURE() << p.status();
+      return result;
+    }
+    auto e = (*p)->Wait(timeout);
+    EXPECT_TRUE(e.ok()) << absl::StrJoin(argv, " ") << ": " << e.status();
+    if (e.ok()) result.exit = *e;
+    result.output = testing::ReadFile(log);
+    return result;
+  }
+
+  void Deploy() {
+    const CtlResult r = Ctl({"deploy", "-f", WriteConfig()});
+    ASSERT_EQ(r.code(), 0) << r.output;
+    for (int g = 0; g < options_.gpus; ++g) {
+      EXPECT_TRUE(absl::StrContains(r.output, ServerName(g))) << r.output;
+    }
+  }
+
+  // `fleetctl status -o json`, its rows by server name.
+  std::map<std::string, Struct> Status() {
+    const CtlResult r = Ctl({"status", "-o", "json"});
+    std::map<std::string, Struct> rows;
+    if (r.code() != 0) {
+      ADD_FAILURE() << r.output;
+      return rows;
+    }
+    for (Struct& row : Objects(ParseJson(r.output), "servers")) rows[Str(row, "server")] = row;
+    return rows;
+  }
+
+  // Polls `fleetctl status -o json` until `holds(rows)`.
+  bool StatusEventually(const std::function<bool(const std::map<std::string, Struct>&)>& holds,
+                        std::chrono::milliseconds timeout = kDeadline) {
+    return Eventually([&] { return holds(Status()); }, timeout);
+  }
+
+  // `fleetctl attempts -o json`.
+  std::vector<Struct> Attempts() {
+    const CtlResult r = Ctl({"attempts", "-o", "json"});
+    if (r.code() != 0) {
+      ADD_FAILURE() << r.output;
+      return {};
+    }
+    return Objects(ParseJson(r.output), "attempts");
+  }
+
+  // What the agent runs, asked over its own gRPC socket (as fleetd does).
+  v1::StatusResponse AgentStatus() {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::StatusResponse r;
+    const grpc::Status s = stub_->Status(&c, v1::StatusRequest(), &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return r;
+  }
+
+  // The agent's servers by GPU.
+  std::map<int, v1::ServerStatus> AgentServers() {
+    std::map<int, v1::ServerStatus> out;
+    const v1::StatusResponse status = AgentStatus();
+    for (const v1::ServerStatus& s : status.servers()) out[s.server().gpu()] = s;
+    return out;
+  }
+
+  std::string Diagnostics() {
+    std::string out = absl::StrCat("--- fleetd:\n", fleetd_ ? fleetd_->Log() : "", "--- agent:\n",
+                                   agent_ ? agent_->Log() : "");
+    for (int g = 0; g < options_.gpus; ++g) {
+      absl::StrAppend(&out, "--- ", log_path(g), ":\n", testing::ReadFile(log_path(g)));
+    }
+    return out;
+  }
+
+  // SIGKILL to every process whose command line names `root` and to its process group: the
+  // servers (session leaders) with their scheduler children. Only what this test started has its
+  // temp dir on the command line.
+  static void KillEverythingUnder(const std::string& root) {
+    DIR* proc = opendir("/proc");
+    if (proc == nullptr) return;
+    while (const dirent* entry = readdir(proc)) {
+      pid_t pid = 0;
+      if (!absl::SimpleAtoi(entry->d_name, &pid) || pid == getpid()) continue;
+      const std::string cmdline = testing::ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+      if (!absl::StrContains(cmdline, root + "/")) continue;
+      const pid_t pgid = getpgid(pid);
+      if (pgid > 0 && pgid != getpgrp()) kill(-pgid, SIGKILL);
+      kill(pid, SIGKILL);
+    }
+    closedir(proc);
+  }
+
+ private:
+  const WorldOptions options_;
+  testing::TempDir dir_;
+  std::optional<SimWorld> world_;
+  int base_port_ = 0;
+  std::unique_ptr<BackgroundProcess> agent_;
+  std::unique_ptr<BackgroundProcess> fleetd_;
+  std::unique_ptr<v1::Agent::Stub> stub_;
+  int agent_runs_ = 0;
+  int fleetd_runs_ = 0;
+  int tool_runs_ = 0;
+};
+
+bool AllInState(const std::map<std::string, Struct>& rows, size_t count, const std::string& state) {
+  if (rows.size() != count) return false;
+  for (const auto& [name, row] : rows) {
+    if (Str(row, "state") != state) return false;
+  }
+  return true;
+}
+
+// Every attempt, by server then number.
+std::map<std::string, std::map<int64_t, Struct>> ByServer(const std::vector<Struct>& attempts) {
+  std::map<std::string, std::map<int64_t, Struct>> out;
+  for (const Struct& a : attempts) out[Str(a, "server")][Int(a, "number")] = a;
+  return out;
+}
+
+// Opens fleet.db with the project's SQLite layer (as `sqlite3` would, while fleetd runs).
+std::unique_ptr<sqlite::Database> OpenDb(const std::string& path) {
+  auto db = sqlite::Database::Open(path);
+  EXPECT_TRUE(db.ok()) << db.status();
+  return db.ok() ? *std::move(db) : nullptr;
+}
+
+std::string IntegrityCheck(sqlite::Database& db) {
+  auto st = db.Prepare("PRAGMA integrity_check");
+  if (!st.ok()) return st.status().ToString();
+  std::vector<std::string> lines;
+  while (true) {
+    auto row = st->Step();
+    if (!row.ok()) return row.status().ToString();
+    if (!*row) break;
+    lines.push_back(st->ColumnText(0));
+  }
+  return absl::StrJoin(lines, "\n");
+}
+
+int64_t QueryInt(sqlite::Database& db, const std::string& sql) {
+  auto st = db.Prepare(sql);
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (!st.ok()) return -1;
+  auto row = st->Step();
+  EXPECT_TRUE(row.ok() && *row) << sql;
+  return row.ok() && *row ? st->ColumnInt(0) : -1;
+}
+
+// 1. A fixed world deploys and every server becomes READY: `status --watch --until-ready` prints
+// one line per change and exits 0; status and attempts agree; the servers really serve.
+TEST(FleetE2e, DeployAndWatchUntilReady) {
+  // Slow enough (about 2.5 s a start) for the watch to see the start, not only its end.
+  Fleet fleet({.gpus = 3, .speed = 20});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
+  // Not a terminal: one logfmt line per change, "TIME SERVER STATE key=value...", never the
+  // same line twice in a row for a server, each server's last line READY.
+  std::map<std::string, std::vector<std::string>> lines_of;
+  for (std::string_view view : testing::SplitLines(watch.output)) {
+    const std::string line(view);
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    ASSERT_GE(words.size(), 3u) << line;
+    EXPECT_TRUE(absl::EndsWith(words[0], "Z")) << line;
+    auto& seen = lines_of[words[1]];
+    const std::string rest = line.substr(words[0].size() + 1);
+    if (!seen.empty()) {
+      EXPECT_NE(seen.back(), rest) << "a line repeated:\n" << watch.output;
+    }
+    seen.push_back(rest);
+  }
+  ASSERT_EQ(lines_of.size(), 3u) << watch.output;
+  bool saw_progress = false;
+  for (int g = 0; g < 3; ++g) {
+    const auto& seen = lines_of[ServerName(g)];
+    ASSERT_FALSE(seen.empty()) << watch.output;
+    EXPECT_TRUE(absl::StartsWith(seen.back(), ServerName(g) + " READY")) << watch.output;
+    EXPECT_TRUE(absl::StrContains(seen.back(), "attempt=1")) << watch.output;
+    saw_progress = saw_progress || seen.size() > 1;
+  }
+  EXPECT_TRUE(saw_progress) << "the watch saw no start, only its end:\n" << watch.output;
+  // The agent's ninja [n/m] made it through fleetd to the watch.
+  EXPECT_TRUE(absl::StrContains(watch.output, " JIT_COMPILING phase=") &&
+              absl::StrContains(watch.output, " progress=3/3 "))
+      << watch.output;
+
+  const auto rows = fleet.Status();
+  ASSERT_TRUE(AllInState(rows, 3, "READY")) << fleet.Ctl({"status", "-o", "json"}).output;
+  for (int g = 0; g < 3; ++g) {
+    const Struct& row = rows.at(ServerName(g));
+    EXPECT_EQ(Int(row, "attempt_number"), 1);
+    EXPECT_EQ(Int(row, "port"), fleet.port(g));
+    EXPECT_EQ(Str(row, "last_diagnosis_class"), "");
+    EXPECT_EQ(Str(row, "reason"), "");
+    // READY means serving: the simulated server answers a real generation on its port.
+    auto reply = sim::testing::HttpRequest(fleet.port(g), "GET", "/health_generate");
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->status, 200);
+  }
+
+  const std::vector<Struct> attempts = fleet.Attempts();
+  ASSERT_EQ(attempts.size(), 3u);
+  std::set<std::string> ids;
+  for (const Struct& a : attempts) {
+    EXPECT_EQ(Int(a, "number"), 1);
+    EXPECT_EQ(Str(a, "outcome"), "ready");
+    EXPECT_EQ(Str(a, "trigger"), "initial");
+    EXPECT_EQ(Field(a, "time_to_ready_ms").kind_case(), Value::kNumberValue);
+    ids.insert(Str(a, "id"));
+  }
+  EXPECT_EQ(ids.size(), 3u);
+  // The agent runs exactly those attempts.
+  for (const auto& [gpu, s] : fleet.AgentServers()) {
+    EXPECT_EQ(s.state(), "READY");
+    EXPECT_TRUE(ids.count(s.attempt_id())) << s.attempt_id();
+  }
+}
+
+// 2. A world with a seed problem put back: every start fails with the root cause, fleetd gives
+// up (a restart cannot fix a toolchain), `status --until-ready` says so with exit 2, and explain
+// and logs show the stored diagnosis and the log as the server wrote it.
+void ExpectGivesUp(const WorldOptions& options, const std::string& want_class,
+                   const std::string& root_cause_text, int want_exit_code) {
+  Fleet fleet(options);
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  EXPECT_EQ(watch.code(), 2) << watch.output << fleet.Diagnostics();
+  // It ends at the first server that gave up, naming it with the reason.
+  EXPECT_TRUE(absl::StrContains(watch.output, " gave up: " + want_class + ": ")) << watch.output;
+  ASSERT_TRUE(fleet.StatusEventually([&](const auto& rows) {
+    return AllInState(rows, static_cast<size_t>(options.gpus), "GAVE_UP");
+  })) << fleet.Diagnostics();
+  for (const auto& [name, row] : fleet.Status()) {
+    EXPECT_EQ(Str(row, "last_diagnosis_class"), want_class) << name;
+    EXPECT_TRUE(absl::StartsWith(Str(row, "reason"), want_class + ": ")) << Str(row, "reason");
+    EXPECT_EQ(Int(row, "attempt_number"), 1) << name;
+  }
+  // One attempt each: retrying cannot help, so none was made.
+  const std::vector<Struct> attempts = fleet.Attempts();
+  ASSERT_EQ(attempts.size(), static_cast<size_t>(options.gpus));
+  for (const Struct& a : attempts) {
+    EXPECT_EQ(Str(a, "outcome"), "failed");
+    EXPECT_EQ(Str(a, "diagnosis_class"), want_class);
+    const Struct& exit = Field(a, "exit").struct_value();
+    EXPECT_TRUE(Field(exit, "exited").bool_value()) << Str(a, "server");
+    EXPECT_EQ(Int(exit, "exit_code"), want_exit_code) << Str(a, "server");
+  }
+
+  for (int g = 0; g < options.gpus; ++g) {
+    const std::string log = testing::ReadFile(fleet.log_path(g));
+    ASSERT_TRUE(absl::StrContains(log, root_cause_text)) << log;
+
+    const CtlResult explain = fleet.Ctl({"explain", "--server", ServerName(g), "-o", "json"});
+    ASSERT_EQ(explain.code(), 0) << explain.output;
+    const Struct d = ParseJson(explain.output);
+    EXPECT_EQ(Str(d, "class"), want_class) << explain.output;
+    EXPECT_EQ(Str(d, "file"), ServerName(g) + "#1");
+    EXPECT_TRUE(Field(d, "toolchain_fix").bool_value()) << explain.output;
+    // The root-cause line is the log's own line number of the error.
+    const int64_t line = Int(d, "root_cause_line");
+    const std::vector<std::string_view> lines = testing::SplitLines(log);
+    ASSERT_GT(line, 0) << explain.output;
+    ASSERT_LE(line, static_cast<int64_t>(lines.size()));
+    const std::string text(lines[line - 1]);
+    EXPECT_TRUE(absl::StrContains(text, root_cause_text)) << text;
+    bool evidence_has_it = false;
+    for (const Struct& e : Objects(d, "evidence")) {
+      evidence_has_it = evidence_has_it || (Int(e, "line") == line &&
+                                            absl::StrContains(Str(e, "text"), root_cause_text));
+    }
+    EXPECT_TRUE(evidence_has_it) << explain.output;
+
+    // The log through fleetd and the agent, byte for byte as the server wrote it.
+    const CtlResult logs = fleet.Ctl({"logs", ServerName(g)});
+    ASSERT_EQ(logs.code(), 0) << logs.output;
+    EXPECT_EQ(logs.output, log);
+  }
+}
+
+TEST(FleetE2e, OldPtxasGivesUpWithTheRootCause) {
+  ExpectGivesUp({.gpus = 2, .state = "fixed", .breaks = {"ptxas"}}, "ptx_version_unsupported",
+                "Unsupported .version 9.2", /*want_exit_code=*/0);  // SGLang's sigquit path
+}
+
+TEST(FleetE2e, SeedWorldGivesUpOnTheFirstProblemOfTheCascade) {
+  ExpectGivesUp({.gpus = 1, .state = "seed"}, "missing_shared_library", "libnvrtc.so.13",
+                /*want_exit_code=*/1);
+}
+
+// 3. `fleetctl restart` makes exactly one new attempt and a new server process; `fleetctl stop`
+// ends STOPPED with the server's processes gone.
+TEST(FleetE2e, RestartMakesOneNewAttemptAndStopEndsTheServer) {
+  Fleet fleet({.gpus = 2});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  ASSERT_EQ(fleet.Ctl({"status", "--until-ready"}).code(), 0) << fleet.Diagnostics();
+  auto before = fleet.AgentServers();
+  ASSERT_EQ(before.size(), 2u);
+  const pid_t old_pid = before[0].pid();
+  ASSERT_GT(old_pid, 0);
+
+  const CtlResult restart = fleet.Ctl({"restart", ServerName(0)});
+  ASSERT_EQ(restart.code(), 0) << restart.output;
+  EXPECT_TRUE(absl::StrContains(restart.output, ServerName(0))) << restart.output;
+  ASSERT_TRUE(fleet.StatusEventually([](const auto& rows) {
+    auto it = rows.find(ServerName(0));
+    return it != rows.end() && Int(it->second, "attempt_number") == 2 &&
+           Str(it->second, "state") == "READY";
+  })) << fleet.Diagnostics();
+  EXPECT_TRUE(Eventually([&] { return GroupGone(old_pid); })) << "the old server lives on";
+
+  auto attempts = ByServer(fleet.Attempts());
+  ASSERT_EQ(attempts[ServerName(0)].size(), 2u);
+  ASSERT_EQ(attempts[ServerName(1)].size(), 1u);
+  EXPECT_EQ(Str(attempts[ServerName(0)][1], "outcome"), "stopped");
+  EXPECT_EQ(Str(attempts[ServerName(0)][1], "trigger"), "initial");
+  EXPECT_EQ(Str(attempts[ServerName(0)][2], "outcome"), "ready");
+  EXPECT_EQ(Str(attempts[ServerName(0)][2], "trigger"), "restart");
+  EXPECT_EQ(Str(attempts[ServerName(1)][1], "outcome"), "ready");
+  auto after = fleet.AgentServers();
+  EXPECT_NE(after[0].pid(), old_pid);
+  EXPECT_EQ(after[0].attempt_id(), Str(attempts[ServerName(0)][2], "id"));
+  EXPECT_EQ(after[0].attempt_number(), 2);
+  EXPECT_EQ(after[1].pid(), before[1].pid());  // the other server was left alone
+
+  // Stop one: STOPPED, its process group gone, its port closed, the attempt closed as stopped.
+  const pid_t pid1 = after[1].pid();
+  const CtlResult stop = fleet.Ctl({"stop", ServerName(1)});
+  ASSERT_EQ(stop.code(), 0) << stop.output;
+  ASSERT_TRUE(fleet.StatusEventually([](const auto& rows) {
+    auto it = rows.find(ServerName(1));
+    return it != rows.end() && Str(it->second, "state") == "STOPPED";
+  })) << fleet.Diagnostics();
+  EXPECT_TRUE(Eventually([&] { return GroupGone(pid1); })) << "the stopped server lives on";
+  EXPECT_FALSE(sim::testing::HttpRequest(fleet.port(1), "GET", "/health").ok());
+  attempts = ByServer(fleet.Attempts());
+  ASSERT_EQ(attempts[ServerName(1)].size(), 1u);
+  EXPECT_EQ(Str(attempts[ServerName(1)][1], "outcome"), "stopped");
+  EXPECT_EQ(Str(fleet.Status().at(ServerName(0)), "state"), "READY");
+
+  // Stop the rest: nothing will become ready, and --until-ready says so.
+  ASSERT_EQ(fleet.Ctl({"stop", "--all"}).code(), 0);
+  ASSERT_TRUE(fleet.StatusEventually([](const auto& rows) {
+    return AllInState(rows, 2, "STOPPED");
+  })) << fleet.Diagnostics();
+  EXPECT_TRUE(Eventually([&] { return GroupGone(after[0].pid()); }));
+  const CtlResult until = fleet.Ctl({"status", "--until-ready"});
+  EXPECT_EQ(until.code(), 2) << until.output;
+  EXPECT_TRUE(absl::StrContains(until.output, "every server is stopped")) << until.output;
+  EXPECT_EQ(fleet.Attempts().size(), 3u);  // stopping makes no attempt
+}
+
+// Shared checks after fleetd came back on its state dir: every server READY on its first
+// attempt, the very attempts (ids, pids) the agent was running, and a sound record.
+void ExpectRecoveredWithoutRelaunch(Fleet& fleet, int gpus,
+                                    const std::map<int, v1::ServerStatus>& launched) {
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
+  const auto rows = fleet.Status();
+  ASSERT_TRUE(AllInState(rows, static_cast<size_t>(gpus), "READY"));
+
+  auto now = fleet.AgentServers();
+  ASSERT_EQ(now.size(), static_cast<size_t>(gpus));
+  const std::vector<Struct> attempts = fleet.Attempts();
+  ASSERT_EQ(attempts.size(), static_cast<size_t>(gpus)) << fleet.Ctl({"attempts"}).output;
+  auto by_server = ByServer(attempts);
+  for (int g = 0; g < gpus; ++g) {
+    const auto& mine = by_server[ServerName(g)];
+    ASSERT_EQ(mine.size(), 1u) << ServerName(g);
+    ASSERT_EQ(mine.begin()->first, 1);
+    const Struct& a = mine.begin()->second;
+    EXPECT_EQ(Str(a, "outcome"), "ready");
+    EXPECT_EQ(Str(a, "id"), now[g].attempt_id());
+    EXPECT_EQ(now[g].attempt_number(), 1);
+    EXPECT_EQ(now[g].state(), "READY");
+    if (launched.count(g)) {
+      // Not relaunched: the same process and attempt the agent ran before fleetd died.
+      EXPECT_EQ(now[g].pid(), launched.at(g).pid()) << ServerName(g);
+      EXPECT_EQ(now[g].attempt_id(), launched.at(g).attempt_id()) << ServerName(g);
+    }
+  }
+
+  auto db = OpenDb(fleet.db_path());
+  ASSERT_NE(db, nullptr);
+  EXPECT_EQ(IntegrityCheck(*db), "ok");
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) FROM attempts"), gpus);
+  EXPECT_EQ(QueryInt(*db,
+                     "SELECT count(*) FROM (SELECT server_id, number FROM attempts "
+                     "GROUP BY server_id, number HAVING count(*) > 1)"),
+            0);
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) FROM attempts WHERE number <> 1 OR outcome <> 'ready'"),
+            0);
+}
+
+// 4. fleetd killed with SIGKILL while the servers start, then started again on the same state
+// dir: it takes up where it was (the config, the attempts and the agent's event stream from its
+// record), the servers become READY without being launched again, no attempt row is doubled,
+// and the database is intact. A second fleetd on the same state dir is refused meanwhile.
+TEST(FleetE2e, FleetdKilledMidDeployRecoversWithoutRelaunching) {
+  Fleet fleet({.gpus = 3, .speed = 8});  // about 6 s a start: killed well before READY
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  // Mid-deploy: the agent runs every server, and none is ready yet.
+  std::map<int, v1::ServerStatus> launched;
+  ASSERT_TRUE(Eventually([&] {
+    launched = fleet.AgentServers();
+    if (launched.size() != 3) return false;
+    for (const auto& [gpu, s] : launched) {
+      if (s.pid() <= 0 || s.attempt_id().empty()) return false;
+    }
+    return true;
+  })) << fleet.Diagnostics();
+  int ready_at_kill = 0;
+  for (const auto& [gpu, s] : launched) ready_at_kill += s.state() == "READY";
+  ASSERT_NO_FATAL_FAILURE(fleet.KillFleetd());
+  EXPECT_LT(ready_at_kill, 3) << "every server was ready before fleetd was killed";
+
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());  // no --config: the stored one
+  const CtlResult second =
+      fleet.RunTool({testing::BuildPath("daemon/fleetd"), "--state-dir", fleet.state_dir()});
+  EXPECT_EQ(second.code(), 1) << second.output;
+  EXPECT_TRUE(absl::StrContains(second.output, "another fleetd runs on")) << second.output;
+
+  ExpectRecoveredWithoutRelaunch(fleet, 3, launched);
+}
+
+// fleetd killed right after it took the deploy: attempts may be written and not yet launched;
+// on its return it launches those very attempts (Launch is idempotent on the id), no others.
+TEST(FleetE2e, FleetdKilledRightAfterDeployLaunchesEachAttemptOnce) {
+  Fleet fleet({.gpus = 2});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  ASSERT_NO_FATAL_FAILURE(fleet.KillFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ExpectRecoveredWithoutRelaunch(fleet, 2, {});
+}
+
+// 5. The agent killed with SIGKILL under a following fleetd, and started again on its state
+// dir while the servers kept starting: fleetd reconnects, the servers it re-adopted become READY
+// without a new attempt, and fleetd's copy of the agent's event stream has every sequence once.
+TEST(FleetE2e, AgentKilledAndRestartedResumesTheEventStream) {
+  Fleet fleet({.gpus = 2, .speed = 8});  // about 6 s a start: the agent dies mid-start
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  const std::string container_events =
+      "FROM events WHERE container_id = (SELECT id FROM containers WHERE name = 'local/sim')";
+  // fleetd follows the agent: it stored the first events of every server.
+  std::map<int, v1::ServerStatus> launched;
+  ASSERT_TRUE(Eventually([&] {
+    launched = fleet.AgentServers();
+    if (launched.size() != 2) return false;
+    for (const auto& [gpu, s] : launched) {
+      if (s.pid() <= 0) return false;
+    }
+    auto db = OpenDb(fleet.db_path());
+    return db != nullptr && QueryInt(*db, "SELECT count(DISTINCT server) " + container_events +
+                                              " AND server <> ''") == 2;
+  })) << fleet.Diagnostics();
+  const std::string incarnation = fleet.AgentStatus().incarnation();
+  int64_t stored_before = 0;
+  {
+    auto db = OpenDb(fleet.db_path());
+    ASSERT_NE(db, nullptr);
+    stored_before = QueryInt(*db, "SELECT max(sequence) " + container_events);
+  }
+  std::map<int, size_t> log_sizes;
+  for (int g = 0; g < 2; ++g) log_sizes[g] = testing::ReadFile(fleet.log_path(g)).size();
+  ASSERT_NO_FATAL_FAILURE(fleet.KillAgent());
+  // The servers go on without their agent: their logs grow while nobody follows them.
+  ASSERT_TRUE(Eventually([&] {
+    for (int g = 0; g < 2; ++g) {
+      if (testing::ReadFile(fleet.log_path(g)).size() <= log_sizes[g]) return false;
+    }
+    return true;
+  })) << fleet.Diagnostics();
+
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  EXPECT_EQ(fleet.AgentStatus().incarnation(), incarnation);  // the same agent record
+  ASSERT_NO_FATAL_FAILURE(ExpectRecoveredWithoutRelaunch(fleet, 2, launched));
+
+  // fleetd caught up with everything the agent said...
+  uint64_t agent_sequence = 0;
+  ASSERT_TRUE(Eventually([&] {
+    agent_sequence = fleet.AgentStatus().sequence();
+    auto db = OpenDb(fleet.db_path());
+    return db != nullptr && QueryInt(*db, "SELECT max(sequence) " + container_events) ==
+                                static_cast<int64_t>(agent_sequence);
+  })) << "agent at "
+      << agent_sequence << "\n"
+      << fleet.Diagnostics();
+  // ...once each, in one run per incarnation (one incarnation here: the agent kept its record),
+  // with no gap where the agent was away.
+  auto db = OpenDb(fleet.db_path());
+  ASSERT_NE(db, nullptr);
+  EXPECT_EQ(IntegrityCheck(*db), "ok");
+  EXPECT_EQ(QueryInt(*db, "SELECT count(DISTINCT incarnation) " + container_events), 1);
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) " + container_events + " AND incarnation <> '" +
+                              incarnation + "'"),
+            0);
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) " + container_events + " AND kind = 'gap'"), 0);
+  const int64_t min = QueryInt(*db, "SELECT min(sequence) " + container_events);
+  const int64_t max = QueryInt(*db, "SELECT max(sequence) " + container_events);
+  const int64_t count = QueryInt(*db, "SELECT count(*) " + container_events);
+  const int64_t distinct = QueryInt(*db, "SELECT count(DISTINCT sequence) " + container_events);
+  EXPECT_GE(min, 1);
+  EXPECT_EQ(count, distinct);
+  EXPECT_EQ(max - min + 1, count) << "sequences " << min << ".." << max << " in " << count
+                                  << " rows";
+  EXPECT_GT(max, stored_before);  // events of after the restart are there too
+  // Each server's readiness was stored once.
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) " + container_events + " AND kind = 'ready'"), 2);
+}
+
+// 6. A config with mistakes: fleetctl deploy and fleetd --config both name FILE:LINE and the
+// field, exit 1, and change nothing.
+TEST(FleetE2e, ConfigErrorsNameFileLineAndField) {
+  testing::TempDir dir;
+  // Line 5: a misspelt field; the loader suggests the right one.
+  dir.WriteFile("typo.yaml",
+                "hosts:\n"
+                "  - name: local\n"
+                "    containers:\n"
+                "      - ctid: \"200\"\n"
+                "        gpu: [0, 1]\n"
+                "        template: sglang\n"
+                "        base_port: 30000\n"
+                "templates:\n"
+                "  - name: sglang\n"
+                "    argv: [/venv/bin/python]\n");
+  // Line 7: a port out of range for the last GPU (a semantic check, after the schema).
+  dir.WriteFile("ports.yaml",
+                "hosts:\n"
+                "  - name: local\n"
+                "    containers:\n"
+                "      - ctid: \"200\"\n"
+                "        gpus: [0, 7]\n"
+                "        template: sglang\n"
+                "        base_port: 65530\n"
+                "templates:\n"
+                "  - name: sglang\n"
+                "    argv: [/venv/bin/python]\n");
+  const std::string typo = dir.Join("typo.yaml");
+  const std::string ports = dir.Join("ports.yaml");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {typo, typo + ":5: hosts[0].containers[0]: unknown field 'gpu' (did you mean 'gpus'?)"},
+      {ports, ports + ":7: hosts[0].containers[0].base_port: base_port 65530 + gpu 7 = 65537 is "
+                      "outside 1..65535"},
+  };
+
+  auto run = [&](const std::vector<std::string>& argv) {
+    CtlResult result;
+    const std::string out = dir.Join("run.out");
+    std::filesystem::remove(out);
+    auto p = BackgroundProcess::Start(argv, ToolEnv(), out);
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return result;
+    auto e = (*p)->Wait(kDeadline);
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (e.ok()) result.exit = *e;
+    result.output = testing::ReadFile(out);
+    return result;
+  };
+
+  // A running fleetd on an empty state, to show that nothing reaches it.
+  auto fleetd = BackgroundProcess::Start(
+      {testing::BuildPath("daemon/fleetd"), "--state-dir", dir.Join("state")}, ToolEnv(),
+      dir.Join("fleetd.log"));
+  ASSERT_TRUE(fleetd.ok()) << fleetd.status();
+  ASSERT_TRUE(
+      (*fleetd)
+          ->WaitForLog([](const std::string& s) { return absl::StrContains(s, "serving on"); },
+                       kDeadline)
+          .ok())
+      << (*fleetd)->Log();
+  const std::string socket = dir.Join("state/fleetd.sock");
+
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& [file, want] = cases[i];
+    const CtlResult deploy =
+        run({testing::BuildPath("cli/fleetctl"), "--socket", socket, "deploy", "-f", file});
+    EXPECT_EQ(deploy.code(), 1) << deploy.output;
+    EXPECT_TRUE(absl::StrContains(deploy.output, want)) << deploy.output;
+
+    const std::string state = dir.Join(absl::StrCat("fleetd-state-", i));
+    const CtlResult daemon =
+        run({testing::BuildPath("daemon/fleetd"), "--config", file, "--state-dir", state});
+    EXPECT_EQ(daemon.code(), 1) << daemon.output;
+    EXPECT_TRUE(absl::StrContains(daemon.output, want)) << daemon.output;
+    // Reported before anything else happens: no record was made.
+    EXPECT_FALSE(std::filesystem::exists(state + "/fleet.db"));
+  }
+
+  // The running fleetd got nothing: it holds no config and no servers.
+  const CtlResult status =
+      run({testing::BuildPath("cli/fleetctl"), "--socket", socket, "status", "-o", "json"});
+  ASSERT_EQ(status.code(), 0) << status.output;
+  EXPECT_TRUE(Objects(ParseJson(status.output), "servers").empty()) << status.output;
+  const CtlResult redeploy =
+      run({testing::BuildPath("cli/fleetctl"), "--socket", socket, "deploy"});
+  EXPECT_EQ(redeploy.code(), 1) << redeploy.output;
+  EXPECT_TRUE(absl::StrContains(redeploy.output, "holds no config")) << redeploy.output;
+}
+
+}  // namespace
+}  // namespace fleet
