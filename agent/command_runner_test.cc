@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -61,7 +63,8 @@ TEST(PosixCommandRunner, TimeoutKillsTheWholeGroup) {
   auto r = runner.Run({.argv = {"sh", "-c", "sleep 30 & echo $! > grandchild; wait"},
                        .env = BaseEnv(),
                        .cwd = dir.path(),
-                       .timeout = absl::Milliseconds(300)});
+                       // Long enough for a loaded machine's shell to write the pid file first.
+                       .timeout = absl::Seconds(2)});
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->timed_out);
   EXPECT_FALSE(r->ok());
@@ -69,8 +72,14 @@ TEST(PosixCommandRunner, TimeoutKillsTheWholeGroup) {
   ASSERT_FALSE(pid.empty());
   // kill(pid, 0) fails once the grandchild is gone (it was killed with the group and reaped by
   // init; a zombie would still answer, so check its /proc state instead).
-  const std::string stat =
-      fleet::testing::ReadFile("/proc/" + pid.substr(0, pid.size() - 1) + "/stat");
+  // A SIGKILLed process still runs its exit path for a moment: wait (bounded) for it to be gone.
+  const std::string proc_stat = "/proc/" + pid.substr(0, pid.size() - 1) + "/stat";
+  std::string stat = fleet::testing::ReadFile(proc_stat);
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
+       !stat.empty() && stat.find(") Z ") == std::string::npos && absl::Now() < deadline;
+       stat = fleet::testing::ReadFile(proc_stat)) {
+    absl::SleepFor(absl::Milliseconds(5));  // a poll interval, bounded by the deadline
+  }
   EXPECT_TRUE(stat.empty() || stat.find(") Z ") != std::string::npos) << stat;
 }
 
