@@ -41,7 +41,16 @@ class GrpcAgentClient::Stream : public grpc::ClientReadReactor<fleet::v1::AgentE
     if (!ok) return;  // OnDone follows with the status
     sink_->OnEvent(owner_->container_, std::move(event_));
     event_.Clear();
-    StartRead(&event_);
+    // A hold keeps the stream (no OnDone) while the sink has it waiting: the read that resumes it
+    // starts outside the reactions.
+    AddHold();
+    if (sink_->Admit([this] {
+          StartRead(&event_);
+          RemoveHold();
+        })) {
+      RemoveHold();
+      StartRead(&event_);
+    }
   }
 
   void OnDone(const grpc::Status& status) override {
@@ -78,8 +87,73 @@ GrpcAgentClient::GrpcAgentClient(std::string container, const std::string& targe
 
 GrpcAgentClient::~GrpcAgentClient() {
   CancelFollow();
+  // Cancelled without the lock: gRPC may run a call's completion (which takes it) right here.
+  std::vector<std::shared_ptr<PendingCall>> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [raw, call] : calls_) calls.push_back(call);
+  }
+  for (const auto& call : calls) call->context.TryCancel();
+  calls.clear();
   absl::MutexLock lock(&mu_);
+  while (!calls_.empty()) calls_done_.Wait(&mu_);
   while (stream_ != nullptr) stream_done_.Wait(&mu_);
+}
+
+// One asynchronous unary call: what gRPC needs alive until it completes.
+template <typename Request, typename Response>
+struct GrpcAgentClient::UnaryCall : PendingCall {
+  Request request;
+  Response response;
+  std::function<void(absl::StatusOr<Response>)> done;
+};
+
+template <typename Request, typename Response, typename Start>
+void GrpcAgentClient::CallAsync(const char* name, const Request& request,
+                                std::function<void(absl::StatusOr<Response>)> done, Start start) {
+  auto owned = std::make_shared<UnaryCall<Request, Response>>();
+  auto* call = owned.get();
+  call->request = request;
+  call->done = std::move(done);
+  call->context.set_deadline(Deadline(kCallDeadline));
+  {
+    absl::MutexLock lock(&mu_);
+    calls_[call] = std::move(owned);
+  }
+  start(&call->context, &call->request, &call->response, [this, call, name](grpc::Status status) {
+    if (status.ok()) {
+      call->done(std::move(call->response));
+    } else {
+      call->done(FromGrpc(status, container_, name));
+    }
+    std::shared_ptr<PendingCall> last;  // freed after the lock is released
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(call);
+    last = std::move(it->second);
+    calls_.erase(it);
+    calls_done_.SignalAll();
+  });
+}
+
+void GrpcAgentClient::LaunchAsync(const fleet::v1::LaunchRequest& r, LaunchDone done) {
+  CallAsync<fleet::v1::LaunchRequest, fleet::v1::LaunchResponse>(
+      "Launch", r, std::move(done), [this](auto* c, auto* q, auto* p, auto cb) {
+        stub_->async()->Launch(c, q, p, std::move(cb));
+      });
+}
+
+void GrpcAgentClient::StatusAsync(StatusDone done) {
+  CallAsync<fleet::v1::StatusRequest, fleet::v1::StatusResponse>(
+      "Status", fleet::v1::StatusRequest(), std::move(done),
+      [this](auto* c, auto* q, auto* p, auto cb) {
+        stub_->async()->Status(c, q, p, std::move(cb));
+      });
+}
+
+void GrpcAgentClient::StopAsync(const fleet::v1::StopRequest& r, StopDone done) {
+  CallAsync<fleet::v1::StopRequest, fleet::v1::StopResponse>(
+      "Stop", r, std::move(done),
+      [this](auto* c, auto* q, auto* p, auto cb) { stub_->async()->Stop(c, q, p, std::move(cb)); });
 }
 
 absl::StatusOr<fleet::v1::LaunchResponse> GrpcAgentClient::Launch(

@@ -7,6 +7,8 @@
 // benchmark may provide others. Thread-safe.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +27,11 @@ class EventSink {
   virtual void OnEvent(const std::string& container, fleet::v1::AgentEvent event) = 0;
   // The stream ended (after every event it carried); `status` says why.
   virtual void OnStreamEnded(const std::string& container, absl::Status status) = 0;
+  // Asked by a stream after each event: true to read the next one now. False when the sink
+  // holds as many events as it will: it calls `resume` (once, from another thread) when it has
+  // room, and the stream reads nothing until then. The agent keeps its events meanwhile, and gRPC's
+  // flow control holds the rest at its end: the daemon's memory does not grow with a backlog.
+  virtual bool Admit(std::function<void()> resume) { return true; }
 };
 
 class AgentClient {
@@ -32,6 +39,17 @@ class AgentClient {
   virtual ~AgentClient() = default;
   virtual absl::StatusOr<fleet::v1::LaunchResponse> Launch(const fleet::v1::LaunchRequest& r) = 0;
   virtual absl::StatusOr<fleet::v1::StopResponse> Stop(const fleet::v1::StopRequest& r) = 0;
+  // Launch, Stop and Status without waiting: `done` runs once with the result, on another thread
+  // or before this returns. The daemon sends a turn's calls this way (a bounded number at a
+  // time), so that a fleet of thousands of servers is not launched, or connected, one round trip
+  // after another while nothing is ingested. These defaults call the blocking methods (fakes in
+  // tests).
+  using LaunchDone = std::function<void(absl::StatusOr<fleet::v1::LaunchResponse>)>;
+  using StopDone = std::function<void(absl::StatusOr<fleet::v1::StopResponse>)>;
+  virtual void LaunchAsync(const fleet::v1::LaunchRequest& r, LaunchDone done) { done(Launch(r)); }
+  virtual void StopAsync(const fleet::v1::StopRequest& r, StopDone done) { done(Stop(r)); }
+  using StatusDone = std::function<void(absl::StatusOr<fleet::v1::StatusResponse>)>;
+  virtual void StatusAsync(StatusDone done) { done(Status()); }
   virtual absl::StatusOr<fleet::v1::StatusResponse> Status() = 0;
   virtual absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec& s) = 0;
   virtual absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest& r) = 0;
@@ -54,6 +72,11 @@ class GrpcAgentClient : public AgentClient {
 
   absl::StatusOr<fleet::v1::LaunchResponse> Launch(const fleet::v1::LaunchRequest& r) override;
   absl::StatusOr<fleet::v1::StopResponse> Stop(const fleet::v1::StopRequest& r) override;
+  // gRPC's callback API: no thread waits. The destructor cancels the calls still in flight and
+  // waits for their `done`.
+  void LaunchAsync(const fleet::v1::LaunchRequest& r, LaunchDone done) override;
+  void StopAsync(const fleet::v1::StopRequest& r, StopDone done) override;
+  void StatusAsync(StatusDone done) override;
   absl::StatusOr<fleet::v1::StatusResponse> Status() override;
   absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec& s) override;
   absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest& r) override;
@@ -64,6 +87,17 @@ class GrpcAgentClient : public AgentClient {
 
  private:
   class Stream;
+  struct PendingCall {
+    virtual ~PendingCall() = default;
+    grpc::ClientContext context;
+  };
+  template <typename Request, typename Response>
+  struct UnaryCall;
+  // Starts `call` (a stub_->async() method) with a context, request and response that live until
+  // it completes; then `done`.
+  template <typename Request, typename Response, typename Start>
+  void CallAsync(const char* name, const Request& request,
+                 std::function<void(absl::StatusOr<Response>)> done, Start start);
 
   const std::string container_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -71,6 +105,9 @@ class GrpcAgentClient : public AgentClient {
   absl::Mutex mu_;
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // owned by itself; deletes itself when done
   absl::CondVar stream_done_;
+  // Async calls in flight (shared: the destructor cancels them outside the lock).
+  std::map<PendingCall*, std::shared_ptr<PendingCall>> calls_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar calls_done_;
 };
 
 // A gRPC status as an absl::Status naming the container and the call.

@@ -21,6 +21,49 @@ google::protobuf::Timestamp ToTimestamp(absl::Time t) {
   return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
 }
 
+// What ingest writes of a server row (FleetStore::IngestBatch updates its state columns; the row
+// exists, with its spec and policy, since before the attempt): copied under the lock for every
+// server a turn touched, so without the spec and policy messages.
+ServerRecord StateOf(const ServerRecord& r) {
+  ServerRecord out;
+  out.name = r.name;
+  out.host = r.host;
+  out.container = r.container;
+  out.gpu = r.gpu;
+  out.desired_running = r.desired_running;
+  out.removed = r.removed;
+  out.state = r.state;
+  out.phase_detail = r.phase_detail;
+  out.progress_step = r.progress_step;
+  out.progress_total = r.progress_total;
+  out.state_since = r.state_since;
+  out.attempt_id = r.attempt_id;
+  out.attempt_number = r.attempt_number;
+  out.last_class = r.last_class;
+  out.last_summary = r.last_summary;
+  out.reason = r.reason;
+  out.backoff_until = r.backoff_until;
+  out.degraded = r.degraded;
+  return out;
+}
+
+// As ToTimestamp, in place.
+void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
+  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) {
+    out->Clear();
+    return;
+  }
+  const int64_t ns = absl::ToUnixNanos(t);
+  int64_t seconds = ns / 1000000000;
+  int64_t nanos = ns % 1000000000;
+  if (nanos < 0) {
+    nanos += 1000000000;
+    seconds -= 1;
+  }
+  out->set_seconds(seconds);
+  out->set_nanos(static_cast<int32_t>(nanos));
+}
+
 absl::Duration DurationOr(const google::protobuf::Duration& d, absl::Duration fallback) {
   const int64_t ns = TimeUtil::DurationToNanoseconds(d);
   return ns > 0 ? absl::Nanoseconds(ns) : fallback;
@@ -36,6 +79,15 @@ bool Alive(const std::string& state) {
 }
 
 std::string ShortClass(const std::string& c) { return c == "none" ? "" : c; }
+
+// A host as a link keeps it: without its containers (each link has its own). A link holding the
+// whole host made the daemon's memory grow with the square of the containers on a host (650 MiB
+// for 1,000), and adding a container to a host reconnected every other agent of it.
+fleet::v1::Host WithoutContainers(const fleet::v1::Host& h) {
+  fleet::v1::Host bare = h;
+  bare.clear_containers();
+  return bare;
+}
 
 }  // namespace
 
@@ -64,15 +116,37 @@ Daemon::~Daemon() {
     wake_ = true;
   }
   if (loop_.joinable()) loop_.join();
-  // The agents' clients go first (their streams end), then the rest.
-  absl::MutexLock lock(&mu_);
-  for (auto& [name, link] : links_) link->client.reset();
+  {
+    // Streams that wait for room read on (Admit says yes from now on), so that they can end.
+    std::vector<std::function<void()>> resume;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      resume.swap(parked_);
+    }
+    for (auto& r : resume) r();
+  }
+  {
+    // Calls not sent yet are dropped (the answers of those in flight start no more).
+    absl::MutexLock lock(&calls_mu_);
+    calls_closed_ = true;
+    pending_calls_.clear();
+  }
+  // The agents' clients go first (their streams end, their calls in flight are cancelled), then
+  // the rest. Destroyed without the lock: a call's answer takes it.
+  std::vector<std::unique_ptr<AgentClient>> clients;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, link] : links_) clients.push_back(std::move(link->client));
+    for (auto& client : retired_) clients.push_back(std::move(client));
+  }
+  clients.clear();
 }
 
 // After a start (or a kill -9): the servers and their current attempts from the record, the
 // links from the stored config. What the agents run now is learned when each link syncs.
 absl::Status Daemon::Recover() {
   absl::MutexLock lock(&mu_);
+  absl::MutexLock store_lock(&store_mu_);
   auto records = store_->Servers();
   if (!records.ok()) return records.status();
   for (ServerRecord& r : *records) {
@@ -89,11 +163,12 @@ absl::Status Daemon::Recover() {
   if (!config.ok()) return config.status();
   if (config->has_value()) {
     for (const fleet::v1::Host& h : (*config)->hosts()) {
+      const fleet::v1::Host bare = WithoutContainers(h);
       for (const fleet::v1::Container& c : h.containers()) {
         const std::string key = ContainerKey(h.name(), c.ctid());
         auto link = std::make_unique<Link>();
         link->container = key;
-        link->host = h;
+        link->host = bare;
         link->config = c;
         auto cursor = store_->Cursor(key);
         if (!cursor.ok()) return cursor.status();
@@ -129,16 +204,41 @@ void Daemon::Step() {
   const absl::Time now = clock_->Now();
   Ingest(now);
   Connect(now);
+  WriteUnsaved(now);
   std::vector<Call> calls;
+  mu_.Lock();
+  store_mu_.Lock();
   {
-    absl::MutexLock lock(&mu_);
-    calls = Reconcile(now);
-    if (now - last_prune_ > absl::Hours(1)) {
-      last_prune_ = now;
-      store_->PruneEvents(now - options_.event_retention, options_.max_events).IgnoreError();
+    // The turn's attempts and rows: one commit, made before any Launch is sent. The rows are
+    // copied under mu_ and written without it.
+    FleetStore::Batch write(store_.get());
+    std::set<std::string> persist;
+    calls = Reconcile(now, &persist);
+    persist.merge(dirty_);
+    dirty_.clear();
+    const std::vector<RowWrite> rows = Collect(persist);
+    mu_.Unlock();
+    WriteRows(rows);
+    if (absl::Status st = write.Commit(); !st.ok()) {
+      fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
     }
   }
-  Perform(calls);
+  if (now - last_prune_ > absl::Hours(1)) {
+    last_prune_ = now;
+    store_->PruneEvents(now - options_.event_retention, options_.max_events).IgnoreError();
+  }
+  store_mu_.Unlock();
+  Perform(std::move(calls));
+  {
+    // What answers already came (a client that answers at once) is recorded in this turn.
+    absl::MutexLock lock(&mu_);
+    absl::MutexLock store_lock(&store_mu_);
+    if (!dirty_.empty()) {
+      std::set<std::string> dirty;
+      dirty.swap(dirty_);
+      Persist(dirty);
+    }
+  }
   NotifySubscribers();
 }
 
@@ -150,6 +250,13 @@ void Daemon::OnEvent(const std::string& container, fleet::v1::AgentEvent event) 
   wake_ = true;
 }
 
+bool Daemon::Admit(std::function<void()> resume) {
+  absl::MutexLock lock(&queue_mu_);
+  if (stopping_ || queue_.size() < options_.queue_limit) return true;
+  parked_.push_back(std::move(resume));
+  return false;
+}
+
 void Daemon::OnStreamEnded(const std::string& container, absl::Status status) {
   absl::MutexLock lock(&queue_mu_);
   queue_.push_back({container, true, std::move(status), {}});
@@ -158,63 +265,104 @@ void Daemon::OnStreamEnded(const std::string& container, absl::Status status) {
 
 void Daemon::Ingest(absl::Time now) {
   std::deque<Queued> batch;
+  std::vector<std::function<void()>> resume;
   {
     absl::MutexLock lock(&queue_mu_);
     batch.swap(queue_);
+    resume.swap(parked_);
   }
-  if (batch.empty()) return;
-  absl::MutexLock lock(&mu_);
-  // Per container, in arrival order: its events, the rows they touched and the new cursor, in
-  // one transaction.
-  std::map<std::string, std::vector<fleet::v1::AgentEvent>> events;
-  std::map<std::string, std::set<std::string>> touched;
-  for (Queued& q : batch) {
-    auto link = links_.find(q.container);
-    if (link == links_.end()) continue;
-    Link& l = *link->second;
-    if (q.ended) {
-      l.state = Link::kIdle;
-      l.failures = std::min(l.failures + 1, 20);
-      l.last_error = std::string(q.status.message());
-      l.retry_at = now + std::min(options_.reconnect_max,
-                                  options_.reconnect_initial * (1 << std::min(l.failures, 10)));
-      continue;
-    }
-    const fleet::v1::AgentEvent& e = q.event;
-    if (e.has_resync()) {
-      // The agent cannot replay from our position (reinstalled, or its log was pruned): take its
-      // snapshot, record the gap, and go on from where the snapshot is.
-      auto snapshot = l.client->Status();
-      if (snapshot.ok()) {
-        const AgentCursor from = l.cursor;
-        ApplySnapshot(l, *snapshot, now, &touched[q.container]);
-        store_->RecordGap(q.container, from, l.cursor, now).IgnoreError();
+  // The queue has room again: the streams that waited read on (while this turn records).
+  for (auto& r : resume) r();
+  const size_t chunk = std::max<size_t>(options_.events_per_lock, 1);
+  for (size_t first = 0; first < batch.size(); first += chunk) {
+    // Applied in chunks: status queries get the lock between them.
+    absl::MutexLock lock(&mu_);
+    for (size_t i = first; i < std::min(batch.size(), first + chunk); ++i) {
+      Queued& q = batch[i];
+      auto link = links_.find(q.container);
+      if (link == links_.end()) continue;
+      Link& l = *link->second;
+      if (q.ended) {
+        l.state = Link::kIdle;
+        l.failures = std::min(l.failures + 1, 20);
+        l.last_error = std::string(q.status.message());
+        l.retry_at = now + std::min(options_.reconnect_max,
+                                    options_.reconnect_initial * (1 << std::min(l.failures, 10)));
+        continue;
       }
-      continue;
+      const fleet::v1::AgentEvent& e = q.event;
+      if (e.has_resync()) {
+        // The agent cannot replay from our position (reinstalled, or its log was pruned): take
+        // its snapshot, record the gap, and go on from where the snapshot is.
+        auto snapshot = l.client->Status();
+        if (snapshot.ok()) {
+          const AgentCursor from = l.cursor;
+          ApplySnapshot(l, *snapshot, now, &unsaved_.rows[q.container]);
+          unsaved_.gaps.push_back({q.container, from, l.cursor});
+        }
+        continue;
+      }
+      if (e.incarnation() == l.cursor.incarnation && e.sequence() <= l.cursor.sequence) continue;
+      l.cursor = {e.incarnation(), e.sequence()};
+      ApplyEvent(q.container, e, now, &unsaved_.rows[q.container]);
+      unsaved_.events[q.container].push_back(std::move(q.event));
     }
-    if (e.incarnation() == l.cursor.incarnation && e.sequence() <= l.cursor.sequence) continue;
-    l.cursor = {e.incarnation(), e.sequence()};
-    ApplyEvent(q.container, e, now, &touched[q.container]);
-    events[q.container].push_back(e);
   }
-  for (auto& [container, names] : touched) {
+}
+
+void Daemon::WriteUnsaved(absl::Time now) {
+  // What to write: the events, the rows as they are now and each container's cursor, copied under
+  // mu_; written with store_mu_ alone, taken before mu_ is let go, so that no write of a newer
+  // state can come first. Per container all or nothing; the whole turn one commit (a row that
+  // many events changed is written once).
+  struct Write {
     std::vector<ServerRecord> servers;
     std::vector<AttemptRecord> attempts;
+    AgentCursor cursor;
+  };
+  std::map<std::string, Write> writes;
+  Unsaved u;
+  mu_.Lock();
+  std::swap(u, unsaved_);
+  if (u.events.empty() && u.rows.empty() && u.lost.empty() && u.gaps.empty()) {
+    mu_.Unlock();
+    return;
+  }
+  for (const auto& [container, list] : u.events) writes[container];
+  for (const auto& [container, names] : u.rows) {
+    Write& w = writes[container];
     for (const std::string& name : names) {
-      const Server& s = servers_[name];
-      servers.push_back(s.record);
-      if (!s.attempt.id.empty()) attempts.push_back(s.attempt);
+      Server& s = servers_[name];
+      w.servers.push_back(StateOf(s.record));
+      if (!s.attempt.id.empty() && s.attempt_unsaved) {
+        w.attempts.push_back(s.attempt);
+        s.attempt_unsaved = false;
+      }
     }
-    const Link& l = *links_[container];
-    absl::Status st =
-        store_->IngestBatch(container, events[container], servers, attempts, l.cursor, now);
-    if (!st.ok()) fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
   }
-  for (auto& [container, list] : events) {
-    if (touched.count(container)) continue;
-    const Link& l = *links_[container];
-    store_->IngestBatch(container, list, {}, {}, l.cursor, now).IgnoreError();
+  for (auto& [container, w] : writes) w.cursor = links_[container]->cursor;
+  store_mu_.Lock();
+  mu_.Unlock();
+  {
+    FleetStore::Batch write(store_.get());
+    for (const AttemptRecord& a : u.lost) {
+      if (absl::Status st = store_->PutAttempt(a); !st.ok()) {
+        fprintf(stderr, "fleetd: record %s: %s\n", a.server.c_str(), st.ToString().c_str());
+      }
+    }
+    for (const Unsaved::Gap& g : u.gaps) {
+      store_->RecordGap(g.container, g.from, g.to, now).IgnoreError();
+    }
+    for (auto& [container, w] : writes) {
+      absl::Status st =
+          store_->IngestBatch(container, u.events[container], w.servers, w.attempts, w.cursor, now);
+      if (!st.ok()) fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+    }
+    if (absl::Status st = write.Commit(); !st.ok()) {
+      fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+    }
   }
+  store_mu_.Unlock();
 }
 
 Daemon::Server* Daemon::FindServer(const fleet::v1::ServerRef& ref) {
@@ -246,6 +394,13 @@ void Daemon::ApplyEvent(const std::string& container, const fleet::v1::AgentEven
   if (a.outcome == "pending") {
     a.outcome = "running";
     if (a.launched_at == absl::InfinitePast()) a.launched_at = now;
+    s->attempt_unsaved = true;
+  }
+  // Only progress and the phases in between leave the attempt as it was.
+  if (e.kind_case() != fleet::v1::AgentEvent::kProgress &&
+      (!e.has_phase() || e.phase().state() == "FAILED" || e.phase().state() == "STOPPED" ||
+       e.phase().state() == "READY")) {
+    s->attempt_unsaved = true;
   }
   switch (e.kind_case()) {
     case fleet::v1::AgentEvent::kPhase: {
@@ -318,8 +473,12 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
                            std::set<std::string>* touched) {
   std::map<int32_t, const fleet::v1::ServerStatus*> by_gpu;
   for (const fleet::v1::ServerStatus& st : snapshot.servers()) by_gpu[st.server().gpu()] = &st;
-  for (auto& [name, s] : servers_) {
-    if (ContainerKey(s.record.host, s.record.container) != link.container) continue;
+  // The container's servers: the names that start with "host/ctid/" (not a scan of the fleet).
+  const std::string prefix = link.container + "/";
+  for (auto entry = servers_.lower_bound(prefix);
+       entry != servers_.end() && entry->first.compare(0, prefix.size(), prefix) == 0; ++entry) {
+    const std::string& name = entry->first;
+    Server& s = entry->second;
     if (s.attempt.id.empty()) continue;
     auto it = by_gpu.find(s.record.gpu);
     const fleet::v1::ServerStatus* st = it == by_gpu.end() ? nullptr : it->second;
@@ -351,6 +510,7 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
         s.attempt.outcome = "ready";
       }
       SetState(s, st->state(), now);
+      s.attempt_unsaved = true;
       touched->insert(name);
     } else if (s.attempt.outcome == "running" || s.attempt.outcome == "ready") {
       // We had it running, the agent does not know it (state lost): the attempt is lost, and a
@@ -361,10 +521,9 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
       SetState(s, "PENDING", now);
       s.record.attempt_id.clear();
       touched->insert(name);
-      // Close the lost attempt's row now; the next attempt gets the next number.
-      if (absl::Status put = store_->PutAttempt(s.attempt); !put.ok()) {
-        fprintf(stderr, "fleetd: record %s: %s\n", name.c_str(), put.ToString().c_str());
-      }
+      // The lost attempt's row is closed with the turn's writes; the next attempt gets the next
+      // number (its row is there already).
+      unsaved_.lost.push_back(s.attempt);
       s.attempt = AttemptRecord();
     }
   }
@@ -394,48 +553,57 @@ void Daemon::Connect(absl::Time now) {
           continue;
         }
       }
+      link->state = Link::kConnecting;
       due.push_back({key, link->client.get(), link->cursor});
     }
   }
+  // Know what each agent runs before following it: its incarnation tells whether its stream
+  // can resume from our cursor. All asked at once; each answer is taken as it comes.
   for (const Due& d : due) {
-    // Know what the agent runs before following it: its incarnation tells whether its stream
-    // can resume from our cursor.
-    absl::StatusOr<fleet::v1::StatusResponse> snapshot = d.client->Status();
+    d.client->StatusAsync([this, container = d.container,
+                           client = d.client](absl::StatusOr<fleet::v1::StatusResponse> snapshot) {
+      Connected(container, client, snapshot);
+    });
+  }
+}
+
+void Daemon::Connected(const std::string& container, AgentClient* client,
+                       const absl::StatusOr<fleet::v1::StatusResponse>& snapshot) {
+  const absl::Time now = clock_->Now();
+  {
     absl::MutexLock lock(&mu_);
-    Link& l = *links_[d.container];
+    auto link = links_.find(container);
+    // A deploy replaced the link meanwhile: the new one connects on its own.
+    if (link == links_.end() || link->second->client.get() != client) return;
+    Link& l = *link->second;
     if (!snapshot.ok()) {
+      l.state = Link::kIdle;
       l.failures = std::min(l.failures + 1, 20);
       l.last_error = std::string(snapshot.status().message());
       l.retry_at = now + std::min(options_.reconnect_max,
                                   options_.reconnect_initial * (1 << std::min(l.failures, 10)));
-      continue;
+      return;
     }
     if (snapshot->incarnation() != l.cursor.incarnation) {
-      std::set<std::string> touched;
+      // The snapshot's rows, the gap and the new cursor are written with the loop's next writes
+      // (a callback never waits for the record while it holds mu_).
       const AgentCursor from = l.cursor;
-      ApplySnapshot(l, *snapshot, now, &touched);
-      if (!from.incarnation.empty())
-        store_->RecordGap(d.container, from, l.cursor, now).IgnoreError();
-      std::vector<ServerRecord> servers;
-      std::vector<AttemptRecord> attempts;
-      for (const std::string& name : touched) {
-        servers.push_back(servers_[name].record);
-        if (!servers_[name].attempt.id.empty()) attempts.push_back(servers_[name].attempt);
-      }
-      store_->IngestBatch(d.container, {}, servers, attempts, l.cursor, now).IgnoreError();
+      ApplySnapshot(l, *snapshot, now, &unsaved_.rows[container]);
+      if (!from.incarnation.empty()) unsaved_.gaps.push_back({container, from, l.cursor});
     }
     l.state = Link::kFollowing;
     l.failures = 0;
     l.last_error.clear();
     l.client->Follow(l.cursor.incarnation, l.cursor.sequence, this);
   }
+  Wake();  // a turn: its servers can be launched now
 }
 
 // --- The reconciler -------------------------------------------------------------------------
 
-std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now) {
+std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string>* changed) {
   std::vector<Call> calls;
-  std::set<std::string> persist;
+  std::set<std::string>& persist = *changed;
   for (auto& entry : servers_) {
     // Named, not bound: the lambdas below capture them (clang 14 cannot capture bindings).
     const std::string& name = entry.first;
@@ -448,6 +616,7 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now) {
     const bool alive = Alive(r.state);
 
     auto stop = [&]() {
+      mu_.AssertHeld();  // the lambdas run within Reconcile, under its lock
       if (s.stop_sent || !reachable) return;
       Call c{Call::kStop, name, container, {}, {}};
       c.stop.mutable_server()->set_host(r.host);
@@ -457,7 +626,9 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now) {
       s.stop_sent = true;
     };
     auto launch = [&](const std::string& trigger) {
-      if (!reachable) return;
+      mu_.AssertHeld();
+      store_mu_.AssertHeld();
+      if (!reachable || s.launch_in_flight) return;
       if (s.attempt.id.empty() || s.attempt.outcome != "pending") {
         // The attempt row exists before the agent hears of it.
         auto a = store_->CreateAttempt(name, trigger, r.spec, now);
@@ -478,9 +649,11 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now) {
         persist.insert(name);
       }
       Call c{Call::kLaunch, name, container, {}, {}};
+      s.launch_in_flight = true;
       c.launch.set_attempt_id(s.attempt.id);
       c.launch.set_attempt_number(s.attempt.number);
-      *c.launch.mutable_spec() = r.spec;
+      // The spec (the attempt's own) is filled in when the call is sent: thousands of queued
+      // launches hold no copies of it.
       calls.push_back(std::move(c));
     };
 
@@ -545,43 +718,116 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now) {
       continue;
     }
   }
-  Persist(persist);
   return calls;
 }
 
-void Daemon::Perform(const std::vector<Call>& calls) {
-  for (const Call& c : calls) {
+void Daemon::Perform(std::vector<Call> calls) {
+  if (calls.empty()) return;
+  {
+    absl::MutexLock lock(&calls_mu_);
+    for (Call& c : calls) pending_calls_.push_back(std::move(c));
+  }
+  StartCalls();
+}
+
+// Sends queued calls while fewer than options_.calls_in_flight are unanswered; each answer is
+// applied when it comes (on a gRPC thread, or at once for a client that answers at once) and
+// lets the next call go. Thousands of Launches at once held thousands of gRPC calls (and their
+// requests) in memory together.
+void Daemon::StartCalls() {
+  // An answer that comes at once, inside the loop below, must not start a loop of its own.
+  static thread_local bool starting = false;
+  if (starting) return;
+  starting = true;
+  while (true) {
+    Call c;
+    {
+      absl::MutexLock lock(&calls_mu_);
+      if (calls_closed_ || pending_calls_.empty() || in_flight_ >= options_.calls_in_flight) {
+        break;
+      }
+      c = std::move(pending_calls_.front());
+      pending_calls_.pop_front();
+      ++in_flight_;
+    }
     AgentClient* client = nullptr;
     {
       absl::MutexLock lock(&mu_);
       auto link = links_.find(c.container);
       if (link != links_.end()) client = link->second->client.get();
-    }
-    if (client == nullptr) continue;
-    if (c.kind == Call::kStop) {
-      absl::StatusOr<fleet::v1::StopResponse> r = client->Stop(c.stop);
-      absl::MutexLock lock(&mu_);
-      Server& s = servers_[c.server];
-      if (!r.ok()) {
-        s.stop_sent = false;  // try again next turn
-      } else if (r->status().state() == "STOPPING") {
-        SetState(s, "STOPPING", clock_->Now());
+      if (c.kind == Call::kLaunch) {
+        Server& s = servers_[c.server];
+        if (s.attempt.id != c.launch.attempt_id()) {
+          client = nullptr;  // superseded while it waited
+        } else if (client != nullptr) {
+          *c.launch.mutable_spec() = s.attempt.spec;
+        }
+        if (client == nullptr) s.launch_in_flight = false;
       }
+    }
+    if (client == nullptr) {
+      absl::MutexLock lock(&calls_mu_);
+      --in_flight_;
       continue;
     }
-    absl::StatusOr<fleet::v1::LaunchResponse> r = client->Launch(c.launch);
+    if (c.kind == Call::kStop) {
+      client->StopAsync(c.stop,
+                        [this, server = c.server](absl::StatusOr<fleet::v1::StopResponse> r) {
+                          StopDone(server, r);
+                          CallFinished();
+                        });
+    } else {
+      client->LaunchAsync(c.launch, [this, server = c.server, attempt = c.launch.attempt_id()](
+                                        absl::StatusOr<fleet::v1::LaunchResponse> r) {
+        LaunchDone(server, attempt, r);
+        CallFinished();
+      });
+    }
+  }
+  starting = false;
+}
+
+void Daemon::CallFinished() {
+  {
+    absl::MutexLock lock(&calls_mu_);
+    --in_flight_;
+  }
+  StartCalls();
+}
+
+void Daemon::StopDone(const std::string& server, const absl::StatusOr<fleet::v1::StopResponse>& r) {
+  {
+    absl::MutexLock lock(&mu_);
+    Server& s = servers_[server];
+    if (!r.ok()) {
+      s.stop_sent = false;  // try again next turn
+    } else if (r->status().state() == "STOPPING" && Alive(s.record.state)) {
+      // The answer comes on a gRPC thread: the stream's STOPPED may have been applied already,
+      // and must not be overwritten (the server would stay STOPPING for good).
+      SetState(s, "STOPPING", clock_->Now());
+    }
+  }
+  Wake();
+}
+
+void Daemon::LaunchDone(const std::string& server, const std::string& attempt_id,
+                        const absl::StatusOr<fleet::v1::LaunchResponse>& r) {
+  {
     const absl::Time now = clock_->Now();
     absl::MutexLock lock(&mu_);
-    Server& s = servers_[c.server];
-    if (s.attempt.id != c.launch.attempt_id()) continue;
+    Server& s = servers_[server];
+    if (s.attempt.id != attempt_id) return;
+    s.launch_in_flight = false;
     if (r.ok()) {
       if (s.attempt.outcome == "pending") s.attempt.outcome = "running";
       if (s.attempt.launched_at == absl::InfinitePast()) s.attempt.launched_at = now;
       if (s.record.state == "PENDING") SetState(s, "STARTING", now);
       s.stop_sent = false;
-    } else if (absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status())) {
-      // The agent is away: the attempt stays pending and is launched (same id) when it is back.
-      continue;
+    } else if (absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status()) ||
+               absl::IsCancelled(r.status())) {
+      // The agent is away (or fleetd is stopping): the attempt stays pending and is launched
+      // (same id) when it is back.
+      return;
     } else {
       // The agent refused it (a spec it cannot run, a GPU busy with another attempt).
       s.attempt.outcome = "failed";
@@ -593,16 +839,42 @@ void Daemon::Perform(const std::vector<Call>& calls) {
       s.record.reason = s.attempt.summary;
       SetState(s, "GAVE_UP", now);
     }
-    Persist({c.server});
+    // Written by the loop with the others of its turn: one commit for thousands of answers.
+    dirty_.insert(server);
   }
+  Wake();
+}
+
+void Daemon::Wake() {
+  absl::MutexLock lock(&queue_mu_);
+  wake_ = true;
 }
 
 void Daemon::Persist(const std::set<std::string>& names) {
+  FleetStore::Batch write(store_.get());
+  WriteRows(Collect(names));
+  if (absl::Status st = write.Commit(); !st.ok()) {
+    fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+  }
+}
+
+std::vector<Daemon::RowWrite> Daemon::Collect(const std::set<std::string>& names) {
+  std::vector<RowWrite> rows;
+  rows.reserve(names.size());
   for (const std::string& name : names) {
-    Server& s = servers_[name];
-    absl::Status st = store_->PutServer(s.record);
-    if (st.ok() && !s.attempt.id.empty()) st = store_->PutAttempt(s.attempt);
-    if (!st.ok()) fprintf(stderr, "fleetd: record %s: %s\n", name.c_str(), st.ToString().c_str());
+    const Server& s = servers_[name];
+    rows.push_back({s.record, s.attempt});
+  }
+  return rows;
+}
+
+void Daemon::WriteRows(const std::vector<RowWrite>& rows) {
+  for (const RowWrite& row : rows) {
+    absl::Status st = store_->PutServer(row.record);
+    if (st.ok() && !row.attempt.id.empty()) st = store_->PutAttempt(row.attempt);
+    if (!st.ok()) {
+      fprintf(stderr, "fleetd: record %s: %s\n", row.record.name.c_str(), st.ToString().c_str());
+    }
   }
 }
 
@@ -673,16 +945,19 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
   if (dry_run) return absl::OkStatus();
   // Links: one per container of the config.
   for (const fleet::v1::Host& h : config.hosts()) {
+    const fleet::v1::Host bare = WithoutContainers(h);
     for (const fleet::v1::Container& c : h.containers()) {
       const std::string key = ContainerKey(h.name(), c.ctid());
       auto& link = links_[key];
       if (link && MessageDifferencer::Equals(link->config, c) &&
-          MessageDifferencer::Equals(link->host, h)) {
+          MessageDifferencer::Equals(link->host, bare)) {
         continue;
       }
+      // The old client is destroyed after the lock is released (its calls' answers take it).
+      if (link && link->client) retired_.push_back(std::move(link->client));
       auto fresh = std::make_unique<Link>();
       fresh->container = key;
-      fresh->host = h;
+      fresh->host = bare;
       fresh->config = c;
       auto cursor = store_->Cursor(key);
       if (cursor.ok()) fresh->cursor = *cursor;
@@ -697,6 +972,7 @@ absl::StatusOr<fleet::v1::DeployResponse> Daemon::Deploy(const fleet::v1::Deploy
   fleet::v1::DeployResponse response;
   {
     absl::MutexLock lock(&mu_);
+    absl::MutexLock store_lock(&store_mu_);
     std::set<std::string> only(request.only().begin(), request.only().end());
     for (const std::string& name : only) {
       if (!config::ParseServerName(name).ok()) {
@@ -729,6 +1005,7 @@ absl::StatusOr<fleet::v1::DeployResponse> Daemon::Deploy(const fleet::v1::Deploy
       source = "(the stored config)";
     }
     std::vector<fleet::v1::Change> changes;
+    FleetStore::Batch write(store_.get());  // the servers and the config: one commit
     if (absl::Status s = ApplyConfig(config, only, &changes, request.dry_run()); !s.ok()) {
       return s;
     }
@@ -739,6 +1016,12 @@ absl::StatusOr<fleet::v1::DeployResponse> Daemon::Deploy(const fleet::v1::Deploy
       response.set_config_version(*version);
     }
   }
+  std::vector<std::unique_ptr<AgentClient>> retired;
+  {
+    absl::MutexLock lock(&mu_);
+    retired.swap(retired_);
+  }
+  retired.clear();
   {
     absl::MutexLock lock(&queue_mu_);
     wake_ = true;
@@ -751,34 +1034,47 @@ absl::StatusOr<fleet::v1::DeployResponse> Daemon::Deploy(const fleet::v1::Deploy
 
 fleet::v1::ServerRow Daemon::Row(const Server& s) const {
   fleet::v1::ServerRow row;
-  const ServerRecord& r = s.record;
-  row.set_server(r.name);
-  row.set_state(r.state);
-  row.set_phase_detail(r.phase_detail);
-  row.set_progress_step(r.progress_step);
-  row.set_progress_total(r.progress_total);
-  row.set_attempt_number(r.attempt_number);
-  *row.mutable_state_since() = ToTimestamp(r.state_since);
-  *row.mutable_attempt_started_at() = ToTimestamp(s.attempt.created_at);
-  row.set_last_diagnosis_class(r.last_class);
-  row.set_last_diagnosis_summary(r.last_summary);
-  row.set_port(r.spec.port());
-  row.set_degraded(r.degraded);
-  row.set_reason(r.reason);
+  FillRow(s, &row);
   return row;
 }
 
+// Written in place (into a message on the caller's arena, for Status): a fleet's table is
+// thousands of rows, built while the lock is held.
+void Daemon::FillRow(const Server& s, fleet::v1::ServerRow* row) const {
+  const ServerRecord& r = s.record;
+  row->set_server(r.name);
+  row->set_state(r.state);
+  row->set_phase_detail(r.phase_detail);
+  row->set_progress_step(r.progress_step);
+  row->set_progress_total(r.progress_total);
+  row->set_attempt_number(r.attempt_number);
+  SetTimestamp(r.state_since, row->mutable_state_since());
+  SetTimestamp(s.attempt.created_at, row->mutable_attempt_started_at());
+  row->set_last_diagnosis_class(r.last_class);
+  row->set_last_diagnosis_summary(r.last_summary);
+  row->set_port(r.spec.port());
+  row->set_degraded(r.degraded);
+  row->set_reason(r.reason);
+}
+
 fleet::v1::FleetStatusResponse Daemon::Status(const fleet::v1::FleetStatusRequest& request) {
-  absl::MutexLock lock(&mu_);
-  std::set<std::string> only(request.servers().begin(), request.servers().end());
   fleet::v1::FleetStatusResponse response;
+  Status(request, &response);
+  return response;
+}
+
+void Daemon::Status(const fleet::v1::FleetStatusRequest& request,
+                    fleet::v1::FleetStatusResponse* response) {
+  const std::set<std::string> only(request.servers().begin(), request.servers().end());
+  absl::MutexLock lock(&mu_);
+  response->mutable_servers()->Reserve(
+      static_cast<int>(only.empty() ? servers_.size() : only.size()));
   for (const auto& [name, s] : servers_) {
     if (s.record.removed) continue;
     if (!only.empty() && !only.count(name)) continue;
-    *response.add_servers() = Row(s);
+    FillRow(s, response->add_servers());
   }
-  *response.mutable_at() = ToTimestamp(clock_->Now());
-  return response;
+  SetTimestamp(clock_->Now(), response->mutable_at());
 }
 
 std::vector<fleet::v1::ServerRow> Daemon::ChangedRows(const std::set<std::string>& servers,
@@ -796,12 +1092,27 @@ std::vector<fleet::v1::ServerRow> Daemon::ChangedRows(const std::set<std::string
 
 absl::StatusOr<fleet::v1::ListAttemptsResponse> Daemon::ListAttempts(
     const fleet::v1::ListAttemptsRequest& request) {
-  absl::MutexLock lock(&mu_);
-  if (!request.server().empty() && !servers_.count(request.server())) {
-    return absl::NotFoundError(absl::StrCat("no server ", request.server()));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!request.server().empty() && !servers_.count(request.server())) {
+      return absl::NotFoundError(absl::StrCat("no server ", request.server()));
+    }
   }
-  auto attempts = store_->Attempts(request.server());
+  // The record without mu_ (status queries go on meanwhile), then the current attempts, which
+  // may be newer in memory than in the record.
+  absl::StatusOr<std::vector<AttemptRecord>> attempts;
+  {
+    absl::MutexLock store_lock(&store_mu_);
+    attempts = store_->Attempts(request.server());
+  }
   if (!attempts.ok()) return attempts.status();
+  {
+    absl::MutexLock lock(&mu_);
+    for (AttemptRecord& a : *attempts) {
+      auto it = servers_.find(a.server);
+      if (it != servers_.end() && it->second.attempt.id == a.id) a = it->second.attempt;
+    }
+  }
   fleet::v1::ListAttemptsResponse response;
   for (const AttemptRecord& a : *attempts) {
     auto* out = response.add_attempts();
@@ -824,12 +1135,19 @@ absl::StatusOr<fleet::v1::ListAttemptsResponse> Daemon::ListAttempts(
 
 absl::StatusOr<fleet::v1::ExplainResponse> Daemon::Explain(
     const fleet::v1::ExplainRequest& request) {
-  absl::MutexLock lock(&mu_);
-  if (!servers_.count(request.server())) {
-    return absl::NotFoundError(absl::StrCat("no server ", request.server()));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!servers_.count(request.server())) {
+      return absl::NotFoundError(absl::StrCat("no server ", request.server()));
+    }
   }
-  auto a = store_->Attempt(request.server(), request.attempt_number());
+  absl::StatusOr<std::optional<AttemptRecord>> a;
+  {
+    absl::MutexLock store_lock(&store_mu_);  // the record without mu_
+    a = store_->Attempt(request.server(), request.attempt_number());
+  }
   if (!a.ok()) return a.status();
+  absl::MutexLock lock(&mu_);
   if (!a->has_value()) {
     return absl::NotFoundError(absl::StrCat(
         "server ", request.server(), " has no attempt",
@@ -883,6 +1201,7 @@ absl::StatusOr<fleet::v1::ServersResponse> Daemon::Restart(
   fleet::v1::ServersResponse response;
   {
     absl::MutexLock lock(&mu_);
+    absl::MutexLock store_lock(&store_mu_);
     auto names = Select(request);
     if (!names.ok()) return names.status();
     std::set<std::string> persist;
@@ -910,6 +1229,7 @@ absl::StatusOr<fleet::v1::ServersResponse> Daemon::Stop(const fleet::v1::Servers
   fleet::v1::ServersResponse response;
   {
     absl::MutexLock lock(&mu_);
+    absl::MutexLock store_lock(&store_mu_);
     auto names = Select(request);
     if (!names.ok()) return names.status();
     std::set<std::string> persist;

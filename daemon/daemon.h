@@ -40,6 +40,14 @@ struct DaemonOptions {
   absl::Duration reconnect_max = absl::Seconds(30);
   absl::Duration event_retention = absl::Hours(24 * 30);
   int64_t max_events = 2000000;
+  // A turn applies every queued event, this many per hold of the state lock (status queries wait
+  // for at most one such chunk), and writes them all in one commit.
+  size_t events_per_lock = 1024;
+  // Events queued (received, not yet applied) beyond which the agents' streams wait: bounds the
+  // daemon's memory when agents send faster than it records.
+  size_t queue_limit = 32768;
+  // Launch and Stop calls unanswered at a time (the rest wait their turn).
+  int calls_in_flight = 64;
 };
 
 // Makes the client of one container's agent ("host/ctid"), from its config.
@@ -67,6 +75,9 @@ class Daemon : public EventSink {
   // fleet.proto, for the service.
   absl::StatusOr<fleet::v1::DeployResponse> Deploy(const fleet::v1::DeployRequest& request);
   fleet::v1::FleetStatusResponse Status(const fleet::v1::FleetStatusRequest& request);
+  // The same, into `response` (the service's, on its arena).
+  void Status(const fleet::v1::FleetStatusRequest& request,
+              fleet::v1::FleetStatusResponse* response);
   // Rows whose version is above `*since`; updates `*since`.
   std::vector<fleet::v1::ServerRow> ChangedRows(const std::set<std::string>& servers,
                                                 uint64_t* since);
@@ -85,6 +96,7 @@ class Daemon : public EventSink {
   // EventSink: called from the streams' threads; queued for the loop.
   void OnEvent(const std::string& container, fleet::v1::AgentEvent event) override;
   void OnStreamEnded(const std::string& container, absl::Status status) override;
+  bool Admit(std::function<void()> resume) override;
 
  private:
   struct Server {
@@ -97,14 +109,16 @@ class Daemon : public EventSink {
     // restart request; empty: "initial" for a first attempt, "recovery" after a lost one.
     std::string next_trigger;
     bool stop_sent = false;
-    bool stalled = false;  // a stall report arrived: stop it, then count it as a failure
+    bool launch_in_flight = false;  // a Launch was sent and has not answered yet
+    bool attempt_unsaved = false;   // events changed the attempt since its row was last written
+    bool stalled = false;           // a stall report arrived: stop it, then count it as a failure
   };
   struct Link {
     std::string container;  // host/ctid
     fleet::v1::Host host;
     fleet::v1::Container config;
     std::unique_ptr<AgentClient> client;
-    enum State { kIdle, kFollowing } state = kIdle;
+    enum State { kIdle, kConnecting, kFollowing } state = kIdle;
     absl::Time retry_at = absl::InfinitePast();
     int failures = 0;
     AgentCursor cursor;
@@ -118,7 +132,7 @@ class Daemon : public EventSink {
   };
   // What a turn decided to ask an agent, done without the lock.
   struct Call {
-    enum Kind { kLaunch, kStop } kind;
+    enum Kind { kLaunch, kStop } kind = kLaunch;
     std::string server;
     std::string container;
     fleet::v1::LaunchRequest launch;
@@ -130,21 +144,50 @@ class Daemon : public EventSink {
   absl::Status Recover();
   absl::Status ApplyConfig(const fleet::v1::FleetConfig& config, const std::set<std::string>& only,
                            std::vector<fleet::v1::Change>* changes, bool dry_run)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Ingest(absl::Time now);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
+  // Applies the queued events (under mu_, in chunks); WriteUnsaved records them, and what they
+  // and the agents' snapshots changed, holding store_mu_ only: status queries never wait for the
+  // disk.
+  void Ingest(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
+  void WriteUnsaved(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   void ApplyEvent(const std::string& container, const fleet::v1::AgentEvent& e, absl::Time now,
                   std::set<std::string>* touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot, absl::Time now,
                      std::set<std::string>* touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks every due link's agent for its Status (all at once); Connected follows each answer.
   void Connect(absl::Time now);
-  std::vector<Call> Reconcile(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Perform(const std::vector<Call>& calls);
+  void Connected(const std::string& container, AgentClient* client,
+                 const absl::StatusOr<fleet::v1::StatusResponse>& snapshot)
+      ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
+  // Decides each server's next move; the names of the servers whose rows changed go to
+  // `changed` (written by the caller).
+  std::vector<Call> Reconcile(absl::Time now, std::set<std::string>* changed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
+  // Queues a turn's calls and sends them, a bounded number at a time, without waiting for them;
+  // their answers are applied as they come.
+  void Perform(std::vector<Call> calls) ABSL_LOCKS_EXCLUDED(mu_, calls_mu_);
+  void StartCalls() ABSL_LOCKS_EXCLUDED(mu_, calls_mu_);
+  void CallFinished() ABSL_LOCKS_EXCLUDED(mu_, calls_mu_);
+  void LaunchDone(const std::string& server, const std::string& attempt_id,
+                  const absl::StatusOr<fleet::v1::LaunchResponse>& r) ABSL_LOCKS_EXCLUDED(mu_);
+  void StopDone(const std::string& server, const absl::StatusOr<fleet::v1::StopResponse>& r)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Wake() ABSL_LOCKS_EXCLUDED(queue_mu_);
   void SetState(Server& s, const std::string& state, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Persist(const std::set<std::string>& servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Persist(const std::set<std::string>& servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
+  // Persist in two halves: the rows copied under mu_, written with store_mu_ alone.
+  struct RowWrite {
+    ServerRecord record;
+    AttemptRecord attempt;
+  };
+  std::vector<RowWrite> Collect(const std::set<std::string>& servers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteRows(const std::vector<RowWrite>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   Server* FindServer(const fleet::v1::ServerRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   fleet::v1::ServerRow Row(const Server& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillRow(const Server& s, fleet::v1::ServerRow* row) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<std::string>> Select(const fleet::v1::ServersRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotifySubscribers() ABSL_LOCKS_EXCLUDED(mu_);
@@ -156,19 +199,49 @@ class Daemon : public EventSink {
   const DaemonOptions options_;
 
   mutable absl::Mutex mu_;
-  std::unique_ptr<FleetStore> store_ ABSL_GUARDED_BY(mu_);
+  // The record has a lock of its own, always taken after mu_ (never the other way round). A turn
+  // applies events under mu_ and writes them holding store_mu_ alone (taken before mu_ is let
+  // go, so the record is written in the order of the states it records): Status and Watch,
+  // which need only mu_, do not wait for SQLite.
+  absl::Mutex store_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::unique_ptr<FleetStore> store_ ABSL_GUARDED_BY(store_mu_);
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Link>> links_ ABSL_GUARDED_BY(mu_);
+  // Applied in memory, not yet in the record: written by the loop (WriteUnsaved), in order.
+  struct Unsaved {
+    std::map<std::string, std::vector<fleet::v1::AgentEvent>> events;  // by container
+    std::map<std::string, std::set<std::string>> rows;  // container -> servers changed
+    std::vector<AttemptRecord> lost;                    // attempts the agents no longer knew
+    struct Gap {
+      std::string container;
+      AgentCursor from, to;
+    };
+    std::vector<Gap> gaps;
+  };
+  Unsaved unsaved_ ABSL_GUARDED_BY(mu_);
+  // Servers whose row and attempt changed outside a turn (a Launch answered): written, together,
+  // at the end of the next turn.
+  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);
+  // Clients of links a deploy replaced, destroyed once the deploy has released mu_.
+  std::vector<std::unique_ptr<AgentClient>> retired_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   std::set<StatusSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_prune_ ABSL_GUARDED_BY(store_mu_) = absl::InfinitePast();
 
   // The streams' queue, apart from mu_ so a stream never waits for a turn.
   absl::Mutex queue_mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  // Streams waiting for room in queue_ (Admit), resumed when a turn takes the queue.
+  std::vector<std::function<void()>> parked_ ABSL_GUARDED_BY(queue_mu_);
   bool wake_ ABSL_GUARDED_BY(queue_mu_) = false;
+
+  // Agent calls waiting to be sent, and how many are unanswered.
+  absl::Mutex calls_mu_;
+  std::deque<Call> pending_calls_ ABSL_GUARDED_BY(calls_mu_);
+  int in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  bool calls_closed_ ABSL_GUARDED_BY(calls_mu_) = false;
 
   absl::Mutex notify_mu_;  // held while subscribers are told: Unsubscribe waits for it
   std::thread loop_;

@@ -5,6 +5,8 @@
 // here. Thread-safe; destroy after the gRPC server has shut down.
 #pragma once
 
+#include <memory>
+
 #include "daemon/daemon.h"
 #include "proto/fleet.grpc.pb.h"
 
@@ -12,7 +14,8 @@ namespace fleet::daemon {
 
 class FleetService final : public fleet::v1::Fleet::CallbackService {
  public:
-  explicit FleetService(Daemon* daemon) : daemon_(daemon) {}
+  explicit FleetService(Daemon* daemon);
+  ~FleetService() override;
 
   grpc::ServerUnaryReactor* Deploy(grpc::CallbackServerContext* c,
                                    const fleet::v1::DeployRequest* request,
@@ -47,7 +50,10 @@ class FleetService final : public fleet::v1::Fleet::CallbackService {
                                       fleet::v1::TrustHostResponse* response) override;
 
  private:
+  class StatusAllocator;
+
   Daemon* const daemon_;
+  std::unique_ptr<StatusAllocator> status_allocator_;
 };
 
 }  // namespace fleet::daemon

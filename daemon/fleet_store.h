@@ -8,10 +8,14 @@
 // agent's new cursor are written in one transaction (IngestBatch); an event already stored
 // (same container, incarnation, sequence) is skipped.
 //
+// Writes made while a Batch is open share its transaction (each still all-or-nothing on its own,
+// as a savepoint): a daemon turn commits once. Statements are prepared once and kept.
+//
 // Not thread-safe: the daemon calls it under its own lock.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +79,23 @@ struct AgentCursor {
 class FleetStore {
  public:
   static absl::StatusOr<std::unique_ptr<FleetStore>> Open(const std::string& path);
+  ~FleetStore();
+
+  // While a Batch lives, the store's writes share one transaction, committed by Commit() or at
+  // the end of the batch; a write that fails still undoes only its own part (a savepoint).
+  // Batches do not nest (an inner one is a no-op).
+  class Batch {
+   public:
+    explicit Batch(FleetStore* store);
+    ~Batch();
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+    absl::Status Commit();
+
+   private:
+    FleetStore* const store_;
+    bool open_ = false;
+  };
 
   // Desired state: the config as given (its YAML text too), newest last.
   absl::StatusOr<int64_t> SaveConfig(const fleet::v1::FleetConfig& config, std::string_view source,
@@ -97,8 +118,11 @@ class FleetStore {
 
   // Agent streams.
   absl::StatusOr<AgentCursor> Cursor(const std::string& container);
-  // One transaction: the events (skipping ones already stored), the servers and attempts they
-  // changed, and the new cursor. `gap` records a resynchronisation (events lost at the agent).
+  // One transaction (a savepoint inside an open Batch): the events (skipping ones already
+  // stored), the servers and attempts they changed, and the new cursor. Of `servers` only the
+  // state columns are written (state, phase, progress, attempt, diagnosis, reason, backoff): their
+  // spec and policy are written by PutServer when they change (a row not recorded yet is written
+  // whole). RecordGap records a resynchronisation (events lost at the agent).
   absl::Status IngestBatch(const std::string& container,
                            const std::vector<fleet::v1::AgentEvent>& events,
                            const std::vector<ServerRecord>& servers,
@@ -115,12 +139,24 @@ class FleetStore {
   sqlite::Database& db() { return *db_; }
 
  private:
-  explicit FleetStore(std::unique_ptr<sqlite::Database> db) : db_(std::move(db)) {}
+  class Scope;
+  class Query;
+
+  explicit FleetStore(std::unique_ptr<sqlite::Database> db);
+  // A statement prepared once (by its SQL text) and reset when the handle goes.
+  absl::StatusOr<Query> Prepare(const std::string& sql);
   absl::StatusOr<int64_t> ContainerId(const std::string& host, const std::string& container);
   absl::Status PutServerRow(const ServerRecord& server);
+  // Only what events change (state, phase, progress, attempt, diagnosis, reason, backoff): the
+  // row exists, and its spec and policy are written when they change.
+  absl::Status PutServerState(const ServerRecord& server);
   absl::Status PutAttemptRow(const AttemptRecord& attempt);
 
   std::unique_ptr<sqlite::Database> db_;
+  struct Cached;
+  std::map<std::string, std::unique_ptr<Cached>, std::less<>> statements_;
+  std::map<std::string, int64_t, std::less<>> container_ids_;  // name (host/ctid) -> id
+  int depth_ = 0;                                              // open transaction and savepoints
 };
 
 }  // namespace fleet::daemon

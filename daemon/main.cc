@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/base/flag_set.h"
 #include "common/base/unique_fd.h"
@@ -157,6 +158,10 @@ int main(int argc, char** argv) {
   }
 
   signal(SIGPIPE, SIG_IGN);
+  // Debian's Abseil is built with its mutex deadlock detection on: every lock taken while another
+  // is held (gRPC's and ours) goes through one global lock-order graph. Measured at 1,000
+  // agents (bench/daemon), that was 4-5% of fleetd's CPU time; the lock order is our code's job.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
