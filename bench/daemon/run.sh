@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The daemon's scale benchmark (issue 4, "Benchmarks"; results in BENCHMARKS.md, "fleetd at
+# scale"): one real fleetd against N simulated agents x 8 servers, N = 10, 100, 1000, over real
+# gRPC on unix sockets (fleet-sim-agents hosts the N agents in one process). For each N:
+#   status    Fleet.Status RPC latency (every 100 ms) and `fleetctl status -o json` wall time
+#             (every second) while the servers' startup events flow, and again once all is quiet
+#   ingest    events/s from the agents' first event to the moment fleet.db holds them all; every
+#             event checked stored exactly once (per container: rows, distinct sequences, 1..last,
+#             incarnation, cursor; no gap rows), every server READY, every attempt `ready`
+#   footprint fleetd's RSS (VmRSS, VmHWM) and CPU time (utime + stime)
+#
+#   bench/daemon/run.sh                               N = 10 100 1000
+#   BUILD_DIR=build-dbench bench/daemon/run.sh        another build directory (default: build/)
+#   SIZES="10 100" RATE=10000 bench/daemon/run.sh     other N, another offered rate
+#   DURATION=10 bench/daemon/run.sh                   seconds of event flow per N (default 20)
+#
+# The agents offer RATE events/s (default 25000) for about DURATION seconds at every N: each
+# server's startup has RATE * DURATION / (8 N) events (at least 7). Then, at the largest N, two
+# more runs: the agents unpaced (CAPACITY=1, the default: they emit everything at once and fleetd
+# drains the backlog, which measures its ingest capacity rather than the offered rate), and the
+# rates in SWEEP (default "10000": status latency when the two cores are not saturated; SWEEP=""
+# skips). Targets at N = 1000: status p99 <= 200 ms, ingest >= 20,000 events/s, RSS <= 300 MiB.
+# It prints a table and one JSON line per run (also in .bench/daemon-*.json). It exits non-zero
+# when a run fails its record check or times out; a missed target is reported, not a failure.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+build=${BUILD_DIR:-build}
+build_type=${BUILD_TYPE:-RelWithDebInfo}
+sizes=${SIZES:-10 100 1000}
+rate=${RATE:-25000}
+duration=${DURATION:-20}
+capacity=${CAPACITY:-1}
+sweep=${SWEEP-10000}
+out=.bench
+step() { printf '\n== %s\n' "$*"; }
+
+step "dependencies"
+bash deploy/install-deps.sh
+
+step "build ($build/, $build_type)"
+# A benchmark of an instrumented build means nothing: sanitizers and fuzzing stay off here.
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DFLEET_SANITIZE=OFF \
+  -DFLEET_FUZZ=OFF >/dev/null
+cmake --build "$build" --target fleetd fleetctl fleet-sim-agents daemon_bench
+
+step "machine"
+model=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //' || true)
+revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then revision="$revision+changes"; fi
+echo "cpu: ${model:-unknown} ($(nproc) cores online)   kernel: $(uname -r)   memory:" \
+  "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)   revision: $revision   date:" \
+  "$(date -u '+%Y-%m-%d %H:%M UTC')"
+# N agents and N daemon connections: two descriptors each, and more.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+echo "open files limit: $(ulimit -n)"
+
+largest=$(tr ' ' '\n' <<<"$sizes" | sort -n | tail -1)
+runs=()  # N:RATE:LABEL
+for n in $sizes; do runs+=("$n:$rate:n$n"); done
+[ "$capacity" = 1 ] && runs+=("$largest:0:n$largest-unpaced")
+for r in $sweep; do runs+=("$largest:$r:n$largest-r$r"); done
+
+mkdir -p "$out"
+rc=0
+labels=()
+for run in "${runs[@]}"; do
+  IFS=: read -r n r label <<<"$run"
+  # The same flow time at every N (RATE * DURATION events in all); unpaced runs get as many.
+  per_server=$(awk -v r="$rate" -v d="$duration" -v n="$n" \
+    'BEGIN {e = int(r * d / (8 * n)); print (e < 7 ? 7 : e)}')
+  if [ "$r" != 0 ] && [ "$r" != "$rate" ]; then
+    per_server=$(awk -v r="$r" -v d="$duration" -v n="$n" \
+      'BEGIN {e = int(r * d / (8 * n)); print (e < 7 ? 7 : e)}')
+  fi
+  step "$label: N=$n, $((n * 8)) servers, $per_server events each," \
+    "$([ "$r" = 0 ] && echo unpaced || echo "$r events/s")  (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  json="$out/daemon-$label.json"
+  rm -f "$json"
+  if ! "$build/bench/daemon/daemon_bench" --containers "$n" --rate "$r" \
+    --events-per-server "$per_server" --fleetd "$build/daemon/fleetd" \
+    --fleetctl "$build/cli/fleetctl" --sim "$build/bench/daemon/fleet-sim-agents" \
+    --json "$json" >/dev/null; then
+    echo "$label: FAILED" >&2
+    rc=1
+  fi
+  [ -s "$json" ] && labels+=("$label")
+done
+
+step "result (load average now $(cut -d' ' -f1-3 /proc/loadavg))"
+field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\)[,}].*/\1/p" "$1" | head -1; }
+mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
+printf '%-16s %7s %7s %9s %9s | %-23s %-23s | %-19s | %7s %7s %7s %7s | %s\n' run servers \
+  events "offered/s" "ingest/s" "status RPC p50/p99 ms" "fleetctl p50/p99 ms" \
+  "idle RPC/CLI p99" "RSS" "peak" "CPU s" "us/ev" record
+for label in "${labels[@]}"; do
+  f="$out/daemon-$label.json"
+  ok=$(sed -n 's/.*"verify":{"ok":\(true\|false\).*/\1/p' "$f")
+  printf '%-16s %7s %7s %9.0f %9.0f | %10.1f / %-10.1f %10.1f / %-10.1f | %7.1f / %-9.1f | %7s %7s %7.1f %7.1f | %s\n' \
+    "$label" "$(field "$f" servers)" "$(field "$f" events)" "$(field "$f" offered_events_per_s)" \
+    "$(field "$f" ingest_events_per_s)" "$(field "$f" status_rpc_p50_ms)" \
+    "$(field "$f" status_rpc_p99_ms)" "$(field "$f" status_cli_p50_ms)" \
+    "$(field "$f" status_cli_p99_ms)" "$(field "$f" status_rpc_idle_p99_ms)" \
+    "$(field "$f" status_cli_idle_p99_ms)" "$(mib "$(field "$f" rss_end_kib)")" \
+    "$(mib "$(field "$f" hwm_kib)")" "$(field "$f" cpu_total_s)" \
+    "$(field "$f" cpu_us_per_event)" "$([ "$ok" = true ] && echo exactly-once || echo FAILED)"
+done
+
+# Targets, at the largest N with the default rate (ingest: the unpaced run when made).
+f="$out/daemon-n$largest.json"
+if [ -s "$f" ]; then
+  met() { awk "BEGIN {exit !($1)}" && echo met || echo MISSED; }
+  p99=$(field "$f" status_rpc_p99_ms)
+  cli99=$(field "$f" status_cli_p99_ms)
+  ingest=$(field "$f" ingest_events_per_s)
+  [ -s "$out/daemon-n$largest-unpaced.json" ] &&
+    ingest=$(field "$out/daemon-n$largest-unpaced.json" ingest_events_per_s)
+  hwm=$(field "$f" hwm_kib)
+  echo
+  echo "N=$largest: status p99 while events flow: ${p99} ms (RPC), ${cli99} ms (fleetctl)" \
+    "  target <= 200 ms: $(met "$p99 <= 200 && $cli99 <= 200")"
+  echo "N=$largest: ingest $(printf '%.0f' "$ingest") events/s   target >= 20000:" \
+    "$(met "$ingest >= 20000")"
+  echo "N=$largest: peak RSS $(mib "$hwm") MiB   target <= 300 MiB: $(met "$hwm <= 300 * 1024")"
+fi
+exit $rc
