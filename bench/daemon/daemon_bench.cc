@@ -231,8 +231,8 @@ class Bench {
   std::vector<Sample> cli_idle_;
   std::vector<ProcSample> proc_;
   std::vector<std::pair<int64_t, int64_t>> progress_;  // (unix ms, events stored)
-  std::mutex db_mu_;                      // db_ is used by one thread at a time
-  std::unique_ptr<sqlite::Database> db_;  // the driver's own connection to fleet.db
+  std::mutex db_mu_;                                   // db_ is used by one thread at a time
+  std::unique_ptr<sqlite::Database> db_;               // the driver's own connection to fleet.db
 };
 
 std::string Bench::Config() const {
