@@ -40,11 +40,17 @@ using ::testing::IsSupersetOf;
 
 // --- A small JSON reader (test only): values keep object members in order, duplicates too. ---
 
+struct JsonMember;
 struct Json {
   enum Kind { kNull, kBool, kInteger, kNumber, kString, kArray, kObject } kind = kNull;
   std::string text;  // kString
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
+  // Not pair<string, Json>: a pair needs Json complete here (clang 14 with libstdc++ says so).
+  std::vector<JsonMember> members;
+};
+struct JsonMember {
+  std::string key;
+  Json value;
 };
 
 class JsonReader {
