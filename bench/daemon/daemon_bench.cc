@@ -65,6 +65,7 @@ struct Options {
   double rate = 25000;
   int64_t events_per_server = 100;
   int64_t steps_per_op = 8;
+  int64_t break_ms = 0;
   int64_t status_interval_ms = 100;
   int64_t cli_interval_ms = 1000;
   int64_t timeout_s = 600;
@@ -439,8 +440,9 @@ int Bench::Run() {
   auto sim = testing::Spawn(
       {o_.sim, "--containers", absl::StrCat(o_.containers), "--socket-dir", dir_ + "/a", "--rate",
        absl::StrCat(o_.rate), "--events-per-server", absl::StrCat(o_.events_per_server),
-       "--steps-per-op", absl::StrCat(o_.steps_per_op), "--ready-file", dir_ + "/sim.ready",
-       "--report", dir_ + "/sim.report"},
+       "--steps-per-op", absl::StrCat(o_.steps_per_op), "--break-streams-ms",
+       absl::StrCat(o_.break_ms), "--ready-file", dir_ + "/sim.ready", "--report",
+       dir_ + "/sim.report"},
       sim_options);
   if (!sim.ok()) {
     std::cerr << "daemon_bench: " << sim.status() << "\n";
@@ -620,6 +622,8 @@ int Bench::Run() {
   w.Bool(ok);
   w.Key("events");
   w.Int(report.total_events);
+  w.Key("streams_broken");
+  w.Int(report.times["streams_broken"]);
   w.Key("serving_after_ms");
   w.Int(serving_ms - started_ms);
   w.Key("all_launched_after_ms");
@@ -691,6 +695,9 @@ int Bench::Run() {
       t << proc_[i].at_ms - started_ms << " " << proc_[i].rss_kib << " " << proc_[i].cpu_ticks
         << " " << progress_[i].second << "\n";
     }
+    // Then each status call: "rpc|cli MS_SINCE_START LATENCY_MS".
+    for (const Sample& s : rpc_) t << "rpc " << s.at_ms - started_ms << " " << s.ms << "\n";
+    for (const Sample& s : cli_) t << "cli " << s.at_ms - started_ms << " " << s.ms << "\n";
   }
   std::cout << json << "\n";
   if (!o_.json_path.empty()) std::ofstream(o_.json_path) << json << "\n";
@@ -834,6 +841,10 @@ int main(int argc, char** argv) {
   flags.AddInt("events-per-server", '\0', &o.events_per_server,
                "events in each server's startup, STARTING to READY");
   flags.AddInt("steps-per-op", '\0', &o.steps_per_op, "progress events per JIT op");
+  flags.AddInt("break-ms", '\0', &o.break_ms,
+               "the agents break a tenth of their event streams every N ms (0: never); fleetd "
+               "must resume each from its cursor",
+               "N");
   flags.AddInt("status-interval-ms", '\0', &o.status_interval_ms, "Fleet.Status every N ms");
   flags.AddInt("cli-interval-ms", '\0', &o.cli_interval_ms, "fleetctl status every N ms");
   flags.AddInt("timeout", '\0', &o.timeout_s, "give up after this many seconds", "S");
@@ -842,7 +853,7 @@ int main(int argc, char** argv) {
   flags.AddString("json", '\0', &o.json_path, "also write the JSON line here", "FILE");
   flags.AddString("timeline", '\0', &o.timeline_path,
                   "write fleetd's samples here: ms since its start, RSS KiB, CPU ticks, events "
-                  "stored",
+                  "stored; then every status call's start and latency",
                   "FILE");
   flags.AddBool("keep", '\0', &o.keep, "keep the work dir (fleet.db, logs) after a good run");
   if (absl::Status s = flags.Parse(args); !s.ok()) {

@@ -216,6 +216,12 @@ class SimAgent final : public fleet::v1::Agent::CallbackService {
   bool EmitNext(int32_t gpu, absl::Time now);
   // Wakes the streams after events were emitted.
   void Notify();
+  // Breaks every open event stream (EventStream::Break).
+  void BreakStreams();
+  int64_t streams_broken() {
+    absl::MutexLock lock(&mu_);
+    return streams_broken_;
+  }
 
   // Events after a position, at most `limit`; a Resync when the position is not ours.
   std::vector<AgentEvent> EventsAfter(const std::string& incarnation, uint64_t after, size_t limit);
@@ -258,6 +264,7 @@ class SimAgent final : public fleet::v1::Agent::CallbackService {
   std::map<int32_t, Server> servers_ ABSL_GUARDED_BY(mu_);
   std::set<EventStream*> subscribers_ ABSL_GUARDED_BY(mu_);
   bool pending_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t streams_broken_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Events after a position, as they come (the agent's EventStream, over the simulated log).
@@ -271,9 +278,23 @@ class EventStream : public grpc::ServerWriteReactor<AgentEvent> {
 
   void OnEventsAvailable() { MaybeWrite(); }
 
+  // Ends the stream (UNAVAILABLE, as when an agent goes away) once its write in progress is
+  // done: the daemon must come back and resume from its cursor, losing and repeating nothing.
+  void Break() {
+    absl::MutexLock lock(&mu_);
+    break_ = true;
+  }
+
   void OnWriteDone(bool ok) override {
-    if (!ok) {
-      FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "event stream: write failed"));
+    bool broken;
+    {
+      absl::MutexLock lock(&mu_);
+      broken = break_;
+    }
+    if (!ok || broken) {
+      FinishOnce(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          broken ? "fleet-sim-agents: stream broken on purpose" : "event stream: write failed"));
       return;
     }
     {
@@ -323,6 +344,7 @@ class EventStream : public grpc::ServerWriteReactor<AgentEvent> {
   AgentEvent current_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool break_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 template <typename T>
@@ -505,6 +527,17 @@ void SimAgent::Notify() {
   for (EventStream* s : to_notify) s->OnEventsAvailable();
 }
 
+void SimAgent::BreakStreams() {
+  absl::MutexLock notify(&notify_mu_);  // the streams stay (Unsubscribe waits for it)
+  std::vector<EventStream*> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    streams.assign(subscribers_.begin(), subscribers_.end());
+    streams_broken_ += static_cast<int64_t>(streams.size());
+  }
+  for (EventStream* s : streams) s->Break();
+}
+
 std::vector<AgentEvent> SimAgent::EventsAfter(const std::string& incarnation, uint64_t after,
                                               size_t limit) {
   absl::MutexLock lock(&mu_);
@@ -602,6 +635,7 @@ int main(int argc, char** argv) {
   int64_t events_per_server = 100;
   int64_t steps = 8;
   double rate = 25000;
+  int64_t break_ms = 0;
   std::string host = "local";
   std::string socket_dir;
   std::string ready_file;
@@ -620,6 +654,8 @@ int main(int argc, char** argv) {
   flags.AddInt("steps-per-op", '\0', &steps, "progress events per JIT op");
   flags.AddDouble("rate", '\0', &rate, "events per second, all servers together (0: unpaced)");
   flags.AddString("socket-dir", '\0', &socket_dir, "where the agents' sockets go", "DIR");
+  flags.AddInt("break-streams-ms", '\0', &break_ms,
+               "every N ms, break the event streams of a tenth of the agents (0: never)", "N");
   flags.AddString("ready-file", '\0', &ready_file, "written once every agent serves", "FILE");
   flags.AddString("report", '\0', &report, "written when every server has reached READY", "FILE");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
@@ -677,6 +713,9 @@ int main(int argc, char** argv) {
       absl::SleepFor(absl::Milliseconds(20));
       if (!sim.Done()) continue;
       std::string text = sim.TimesReport();
+      int64_t broken = 0;
+      for (auto& a : agents) broken += a->streams_broken();
+      absl::StrAppend(&text, "streams_broken ", broken, "\n");
       for (auto& a : agents) text += a->ReportLine();
       if (!report.empty()) {
         const std::string tmp = report + ".tmp";
@@ -688,9 +727,23 @@ int main(int argc, char** argv) {
     }
   });
 
+  // Broken streams: every break_ms, the next tenth of the agents (round-robin).
+  std::thread breaker([&] {
+    if (break_ms <= 0) return;
+    size_t next = 0;
+    const size_t per_round = std::max<size_t>(1, agents.size() / 10);
+    while (!stop.load()) {
+      absl::SleepFor(absl::Milliseconds(break_ms));
+      if (sim.Done()) break;
+      for (size_t i = 0; i < per_round; ++i) agents[(next + i) % agents.size()]->BreakStreams();
+      next = (next + per_round) % agents.size();
+    }
+  });
+
   int sig = 0;
   sigwait(&stop_signals, &sig);
   stop = true;
+  breaker.join();
   sim.Stop();
   generator.join();
   reporter.join();
