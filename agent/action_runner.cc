@@ -319,6 +319,46 @@ Outcome RunPipInstall(CommandRunner& runner, const fleet::v1::PipInstall& action
   return RunTool(runner, absl::StrCat("pip install ", absl::StrJoin(requirements, " ")), command);
 }
 
+// The pip of the context (its own argv, else the venv's python -m pip), or why there is none.
+absl::StatusOr<std::vector<std::string>> PipCommand(const ActionContext& context,
+                                                    absl::string_view what) {
+  std::vector<std::string> argv;
+  if (!context.pip.empty()) {
+    argv = context.pip;
+  } else if (!context.venv.empty()) {
+    argv = {absl::StrCat(context.venv, "/bin/python"), "-m", "pip"};
+  } else {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": no pip and no venv configured"));
+  }
+  if (argv[0].empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": empty pip command configured"));
+  }
+  return argv;
+}
+
+// A rollback's second half: what a remediation's pip install added, removed again.
+Outcome RunPipUninstall(CommandRunner& runner, const fleet::v1::PipUninstall& action,
+                        const ActionContext& context) {
+  if (action.packages().empty()) {
+    return Refused(absl::InvalidArgumentError("pip uninstall: no packages"));
+  }
+  for (const std::string& name : action.packages()) {
+    if (absl::Status s = ValidatePipName(name); !s.ok()) return Refused(s);
+  }
+  absl::StatusOr<std::vector<std::string>> pip = PipCommand(context, "pip uninstall");
+  if (!pip.ok()) return Refused(pip.status());
+  Command command;
+  command.argv = *std::move(pip);
+  command.argv.push_back("uninstall");
+  command.argv.push_back("-y");
+  command.argv.insert(command.argv.end(), action.packages().begin(), action.packages().end());
+  command.env = context.env;
+  command.cwd = "/";
+  command.timeout = context.timeout;
+  return RunTool(runner, absl::StrCat("pip uninstall ", absl::StrJoin(action.packages(), " ")),
+                 command);
+}
+
 Outcome RunAptInstall(CommandRunner& runner, const fleet::v1::AptInstall& action,
                       const ActionContext& context) {
   if (action.packages().empty()) {
@@ -792,6 +832,9 @@ fleet::v1::ActionResult ActionRunner::Apply(const fleet::v1::Action& action,
       break;
     case fleet::v1::Action::kPipInstall:
       outcome = RunPipInstall(*runner_, action.pip_install(), context);
+      break;
+    case fleet::v1::Action::kPipUninstall:
+      outcome = RunPipUninstall(*runner_, action.pip_uninstall(), context);
       break;
     case fleet::v1::Action::kAptInstall:
       outcome = RunAptInstall(*runner_, action.apt_install(), context);

@@ -615,12 +615,19 @@ class ProbeRun {
           std::string("/usr/lib")}) {
       dirs.push_back(dir);
     }
-    auto resolve = [&](const char* lib) -> std::string {
+    // `fixed` names the exact soname (the driver's libcuda.so.1, whatever the CUDA major).
+    auto resolve = [&](const char* lib, const char* fixed = nullptr) -> std::string {
       for (size_t i = 0; i < dirs.size(); ++i) {
         if (i == ld_library_path_dirs) {
           for (const auto& [soname, path] : cache) {
-            if (soname_matches(soname, lib) && IsFile(path)) return path;
+            const bool match = fixed != nullptr ? soname == fixed : soname_matches(soname, lib);
+            if (match && IsFile(path)) return path;
           }
+        }
+        if (fixed != nullptr) {
+          const std::string path = absl::StrCat(dirs[i], "/", fixed);
+          if (IsFile(path)) return path;
+          continue;
         }
         if (major > 0) {  // the common case: one stat, no listing of /usr/lib/<multiarch>
           const std::string path = absl::StrCat(dirs[i], "/", lib, ".so.", major);
@@ -638,6 +645,7 @@ class ProbeRun {
     snap_->set_libnvrtc_loadable(!snap_->libnvrtc_path().empty());
     snap_->set_libcudart_path(resolve("libcudart"));
     snap_->set_libcudart_loadable(!snap_->libcudart_path().empty());
+    snap_->set_driver_libcuda(resolve("libcuda", "libcuda.so.1"));
     const std::string soname = major > 0 ? absl::StrCat(".so.", major) : ".so.N";
     if (!snap_->libnvrtc_loadable()) {
       Note(absl::StrCat("libnvrtc", soname, ": not on LD_LIBRARY_PATH nor in the system's"));

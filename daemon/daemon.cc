@@ -64,11 +64,6 @@ void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
   out->set_nanos(static_cast<int32_t>(nanos));
 }
 
-absl::Duration DurationOr(const google::protobuf::Duration& d, absl::Duration fallback) {
-  const int64_t ns = TimeUtil::DurationToNanoseconds(d);
-  return ns > 0 ? absl::Nanoseconds(ns) : fallback;
-}
-
 std::string ContainerKey(const std::string& host, const std::string& ctid) {
   return absl::StrCat(host, "/", ctid);
 }
@@ -91,15 +86,17 @@ fleet::v1::Host WithoutContainers(const fleet::v1::Host& h) {
 
 }  // namespace
 
-bool RetryMayHelp(const std::string& c) {
-  return c == "runtime_watchdog" || c == "child_process_failed" || c == "unknown" ||
-         c == "startup_stalled" || c == "startup_deadline_exceeded" || c == "nccl_error" ||
-         c == "port_in_use" || c.empty() || c == "none";
-}
-
 Daemon::Daemon(std::unique_ptr<FleetStore> store, AgentClientFactory factory, Clock* clock,
                DaemonOptions options)
-    : factory_(std::move(factory)), clock_(clock), options_(options), store_(std::move(store)) {}
+    : factory_(std::move(factory)),
+      clock_(clock),
+      options_(options),
+      store_(std::move(store)),
+      planner_(&CudaReleaseTable::Builtin(), options.planner) {
+  for (int i = 0; i < options_.fix_threads; ++i) {
+    fix_workers_.emplace_back([this] { FixWorker(); });
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(std::unique_ptr<FleetStore> store,
                                                        AgentClientFactory factory, Clock* clock,
@@ -116,6 +113,13 @@ Daemon::~Daemon() {
     wake_ = true;
   }
   if (loop_.joinable()) loop_.join();
+  {
+    // A job in progress finishes (its agent calls have deadlines); queued ones are dropped.
+    absl::MutexLock lock(&fix_mu_);
+    fix_stopping_ = true;
+    fix_jobs_.clear();
+  }
+  for (std::thread& t : fix_workers_) t.join();
   {
     // Streams that wait for room read on (Admit says yes from now on), so that they can end.
     std::vector<std::function<void()>> resume;
@@ -159,6 +163,7 @@ absl::Status Daemon::Recover() {
     }
     servers_[s.record.name] = std::move(s);
   }
+  if (absl::Status s = LoadFixes(); !s.ok()) return s;
   auto config = store_->LatestConfig();
   if (!config.ok()) return config.status();
   if (config->has_value()) {
@@ -206,6 +211,7 @@ void Daemon::Step() {
   Connect(now);
   WriteUnsaved(now);
   std::vector<Call> calls;
+  std::vector<FixJob> jobs;
   mu_.Lock();
   store_mu_.Lock();
   {
@@ -213,7 +219,8 @@ void Daemon::Step() {
     // copied under mu_ and written without it.
     FleetStore::Batch write(store_.get());
     std::set<std::string> persist;
-    calls = Reconcile(now, &persist);
+    ApplyFixResults(now, &persist);
+    calls = Reconcile(now, &persist, &jobs);
     persist.merge(dirty_);
     dirty_.clear();
     const std::vector<RowWrite> rows = Collect(persist);
@@ -229,6 +236,7 @@ void Daemon::Step() {
   }
   store_mu_.Unlock();
   Perform(std::move(calls));
+  RunJobs(std::move(jobs));
   {
     // What answers already came (a client that answers at once) is recorded in this turn.
     absl::MutexLock lock(&mu_);
@@ -425,6 +433,11 @@ void Daemon::ApplyEvent(const std::string& container, const fleet::v1::AgentEven
         a.outcome = "ready";
         s->record.progress_step = s->record.progress_total = 0;
       }
+      if (state == "READY") {
+        // Past the JIT phase (SGLang JIT-compiles during graph capture, so READY is the first
+        // state that is surely past it): the container's JIT cache is warm, the canary is done.
+        fixes_[container].jit_warm = true;
+      }
       SetState(*s, state, now);
       break;
     }
@@ -601,7 +614,8 @@ void Daemon::Connected(const std::string& container, AgentClient* client,
 
 // --- The reconciler -------------------------------------------------------------------------
 
-std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string>* changed) {
+std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string>* changed,
+                                            std::vector<FixJob>* jobs) {
   std::vector<Call> calls;
   std::set<std::string>& persist = *changed;
   for (auto& entry : servers_) {
@@ -629,6 +643,11 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string
       mu_.AssertHeld();
       store_mu_.AssertHeld();
       if (!reachable || s.launch_in_flight) return;
+      // Preflight, a remediation running, the canary: it may have to wait its turn.
+      if ((s.attempt.id.empty() || s.attempt.outcome != "pending") &&
+          !Gate(s, now, jobs, changed)) {
+        return;
+      }
       if (s.attempt.id.empty() || s.attempt.outcome != "pending") {
         // The attempt row exists before the agent hears of it.
         auto a = store_->CreateAttempt(name, trigger, r.spec, now);
@@ -670,11 +689,15 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string
       stop();
       continue;
     }
+    if (r.state == "READY" && s.failures > 0 && now - r.state_since >= options_.backoff_reset) {
+      s.failures = 0;
+    }
     if (s.restart_requested) {
       if (alive) {
         stop();
         continue;
       }
+      if (reachable && !s.launch_in_flight && !Gate(s, now, jobs, changed)) continue;
       s.restart_requested = false;
       s.stop_sent = false;
       s.stalled = false;
@@ -688,14 +711,21 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string
                                      : "recovery");
       continue;
     }
-    if (r.state == "FAILED" || (r.state == "STOPPED" && s.attempt.outcome == "failed")) {
+    if ((r.state == "FAILED" || (r.state == "STOPPED" && s.attempt.outcome == "failed")) &&
+        s.waiting != "approval") {
       s.stop_sent = false;
       s.stalled = false;
       const int32_t max_attempts = r.policy.max_attempts() > 0 ? r.policy.max_attempts() : 8;
-      if (!RetryMayHelp(s.attempt.diagnosis_class)) {
-        r.reason = absl::StrCat(
-            s.attempt.diagnosis_class, ": ", s.attempt.summary,
-            " (a restart would meet the same failure; the remediation planner makes the fix)");
+      if (r.attempt_number < max_attempts && Remediate(s, now, jobs, changed)) {
+        // A change may fix it: planned (once for the container), then restarted at once.
+        persist.insert(name);
+      } else if (!RetryMayHelp(s.attempt.diagnosis_class)) {
+        r.reason =
+            absl::StrCat(s.attempt.diagnosis_class, ": ", s.attempt.summary,
+                         " (a restart would meet the same failure",
+                         r.policy.remediation() == fleet::v1::Policy::OFF
+                             ? absl::StrCat("; remediation is off in policy ", r.policy.name(), ")")
+                             : "; no change in the container fixes it)");
         SetState(s, "GAVE_UP", now);
         persist.insert(name);
       } else if (r.attempt_number >= max_attempts) {
@@ -704,17 +734,13 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string
         SetState(s, "GAVE_UP", now);
         persist.insert(name);
       } else {
-        const absl::Duration initial = DurationOr(r.policy.backoff_initial(), absl::Seconds(5));
-        const absl::Duration max = DurationOr(r.policy.backoff_max(), absl::Minutes(5));
-        const int n = static_cast<int>(std::min<int64_t>(r.attempt_number, 16));
-        r.backoff_until = now + std::min(max, initial * (1 << (n - 1)));
-        SetState(s, "RESTARTING", now);
+        Backoff(s, now);
         persist.insert(name);
       }
       continue;
     }
     if (r.state == "RESTARTING" && now >= r.backoff_until) {
-      launch("restart");
+      launch(s.next_trigger.empty() ? "restart" : s.next_trigger);
       continue;
     }
   }
@@ -889,9 +915,11 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
   std::set<std::string> seen;
   std::set<std::string> persist;
   auto selected = [&](const std::string& name) { return only.empty() || only.count(name) > 0; };
-  for (const config::DesiredServer& d : *desired) {
+  for (config::DesiredServer& d : *desired) {
     seen.insert(d.name);
     if (!selected(d.name)) continue;
+    // The fixes of the container's applied remediations stay in the spec across deploys.
+    WithFixes(ContainerKey(d.spec.server().host(), d.spec.server().container()), &d.spec);
     fleet::v1::Change change;
     change.set_server(d.name);
     auto it = servers_.find(d.name);

@@ -17,18 +17,21 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "daemon/agent_client.h"
 #include "daemon/fleet_store.h"
+#include "daemon/planner.h"
 #include "proto/config.pb.h"
 #include "proto/fleet.pb.h"
 
@@ -48,6 +51,13 @@ struct DaemonOptions {
   size_t queue_limit = 32768;
   // Launch and Stop calls unanswered at a time (the rest wait their turn).
   int calls_in_flight = 64;
+  // Remediation jobs (probe, plan, apply: agent calls that may take minutes for a pip install)
+  // run on this many threads, one job per container at a time. 0 runs them inside Step, after
+  // its calls are sent (tests: a turn does the whole job; its result is taken by the next turn).
+  int fix_threads = 2;
+  PlannerOptions planner;
+  // After this long READY a server's failure count (the backoff's exponent) starts again.
+  absl::Duration backoff_reset = absl::Minutes(10);
 };
 
 // Makes the client of one container's agent ("host/ctid"), from its config.
@@ -86,6 +96,16 @@ class Daemon : public EventSink {
   absl::StatusOr<fleet::v1::ExplainResponse> Explain(const fleet::v1::ExplainRequest& request);
   absl::StatusOr<fleet::v1::ServersResponse> Restart(const fleet::v1::ServersRequest& request);
   absl::StatusOr<fleet::v1::ServersResponse> Stop(const fleet::v1::ServersRequest& request);
+  // The planner's view of a server: the plan waiting for approval (policy `ask`), else a plan made
+  // now from its last failure (or a preflight when it has none), recorded as `proposed` with
+  // trigger `manual`; or why nothing would be changed. Blocks on the agent's probe.
+  absl::StatusOr<fleet::v1::PlanResponse> Plan(const fleet::v1::PlanRequest& request);
+  // Runs a proposed plan now (blocks until the agent applied it), then restarts the servers of
+  // its container that wait on it.
+  absl::StatusOr<fleet::v1::ApplyPlanResponse> ApplyPlan(
+      const fleet::v1::ApplyPlanRequest& request);
+  absl::StatusOr<fleet::v1::ListRemediationsResponse> ListRemediations(
+      const fleet::v1::ListRemediationsRequest& request);
   // Streams a server's log from its agent until `on_chunk` returns false. Blocks.
   absl::Status Logs(const fleet::v1::ServerLogsRequest& request,
                     const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk);
@@ -112,6 +132,43 @@ class Daemon : public EventSink {
     bool launch_in_flight = false;  // a Launch was sent and has not answered yet
     bool attempt_unsaved = false;   // events changed the attempt since its row was last written
     bool stalled = false;           // a stall report arrived: stop it, then count it as a failure
+    // What keeps it from launching: "" (nothing), "preflight" (the container's first probe),
+    // "fix" (a remediation of its container), "canary" (another GPU builds the JIT cache),
+    // "approval" (a plan waits for `fleetctl apply`).
+    std::string waiting;
+    std::string fix_class;  // the class it failed with, while waiting on a fix
+    int failures = 0;       // failed attempts since it was last READY for options_.backoff_reset
+  };
+  // A container's remediation state: its toolchain is shared by its servers, so one job at a
+  // time for it, and one canary after a change that affects the JIT build.
+  struct Fixes {
+    bool preflight_done = false;
+    bool busy = false;  // a job runs for it
+    std::string busy_class;
+    absl::Time retry_at = absl::InfinitePast();  // after a job could not reach the agent
+    std::vector<fleet::v1::Plan> history;        // oldest first
+    bool jit_warm = false;  // a server passed the JIT phase since the last JIT-affecting change
+    std::string canary;     // the server that starts alone while the cache is cold
+  };
+  struct FixJob {
+    enum Kind { kPreflight, kDiagnosis, kManual } kind = kPreflight;
+    std::string container;
+    fleet::v1::Host host;
+    fleet::v1::Container config;
+    std::string server;
+    std::string attempt_id;
+    fleet::v1::Diagnosis diagnosis;
+    fleet::v1::ServerSpec spec;
+    fleet::v1::Policy policy;
+    std::vector<fleet::v1::Plan> history;
+    fleet::v1::Plan manual;  // kManual: the recorded plan to run
+  };
+  struct FixDone {
+    FixJob job;
+    std::optional<fleet::v1::Plan> plan;  // as recorded: proposed, applied, failed, rolled_back
+    std::optional<PlannerReport> report;
+    std::vector<std::string> failed_remediations;
+    std::string error;  // the agent could not be asked
   };
   struct Link {
     std::string container;  // host/ctid
@@ -161,7 +218,8 @@ class Daemon : public EventSink {
       ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   // Decides each server's next move; the names of the servers whose rows changed go to
   // `changed` (written by the caller).
-  std::vector<Call> Reconcile(absl::Time now, std::set<std::string>* changed)
+  std::vector<Call> Reconcile(absl::Time now, std::set<std::string>* changed,
+                              std::vector<FixJob>* jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
   // Queues a turn's calls and sends them, a bounded number at a time, without waiting for them;
   // their answers are applied as they come.
@@ -192,6 +250,36 @@ class Daemon : public EventSink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotifySubscribers() ABSL_LOCKS_EXCLUDED(mu_);
   void Loop();
+
+  // Remediation (daemon_fixes.cc).
+  absl::Status LoadFixes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
+  // Whether `s` may launch now: the container's preflight is done, no remediation runs, no plan
+  // waits for approval, and the canary rule lets it. Else it waits (reason set), and a
+  // preflight job may be queued.
+  bool Gate(Server& s, absl::Time now, std::vector<FixJob>* jobs, std::set<std::string>* changed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failed server whose diagnosis a change may fix: true when a job was queued, or it waits
+  // on the container's running one.
+  bool Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
+                 std::set<std::string>* changed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  FixJob MakeJob(FixJob::Kind kind, const Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Wait(Server& s, const std::string& why, const std::string& reason,
+            std::set<std::string>* changed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Backoff (policy initial doubling to max, +-25% jitter), or GAVE_UP when the budget is spent.
+  void Backoff(Server& s, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The spec with the fixes of the container's applied remediations.
+  void WithFixes(const std::string& container, fleet::v1::ServerSpec* spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunJobs(std::vector<FixJob> jobs) ABSL_LOCKS_EXCLUDED(mu_, fix_mu_);
+  FixDone RunJob(FixJob job) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
+  // Runs a plan's actions through the agent, checks the toolchain after it, rolls it back when
+  // it made things worse; records every step.
+  void Execute(AgentClient& client, const FixJob& job, const fleet::v1::ToolchainSnapshot& before,
+               fleet::v1::Plan* plan) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
+  absl::Status Record(fleet::v1::Plan* plan, bool create) ABSL_LOCKS_EXCLUDED(store_mu_);
+  void ApplyFixResults(absl::Time now, std::set<std::string>* changed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
+  void FixWorker() ABSL_LOCKS_EXCLUDED(fix_mu_);
 
   // Constant after construction.
   const AgentClientFactory factory_;
@@ -245,10 +333,16 @@ class Daemon : public EventSink {
 
   absl::Mutex notify_mu_;  // held while subscribers are told: Unsubscribe waits for it
   std::thread loop_;
-};
 
-// Retrying helps these (transient, or the supervisor's own timeouts); the others need a change
-// that a restart does not make (the remediation planner's job) or cannot be fixed here at all.
-bool RetryMayHelp(const std::string& diagnosis_class);
+  const RemediationPlanner planner_;
+  std::map<std::string, Fixes> fixes_ ABSL_GUARDED_BY(mu_);  // by container (host/ctid)
+  absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
+  // Jobs waiting for a fix thread, and the results waiting for a turn.
+  absl::Mutex fix_mu_;
+  std::deque<FixJob> fix_jobs_ ABSL_GUARDED_BY(fix_mu_);
+  bool fix_stopping_ ABSL_GUARDED_BY(fix_mu_) = false;
+  std::vector<std::thread> fix_workers_;
+  std::deque<FixDone> fix_done_ ABSL_GUARDED_BY(queue_mu_);
+};
 
 }  // namespace fleet::daemon

@@ -105,6 +105,8 @@ fleet::v1::FleetConfig TwoGpuConfig(int max_attempts = 3) {
   p->set_name("p");
   p->set_max_attempts(max_attempts);
   p->mutable_backoff_initial()->set_seconds(10);
+  // The reconciler alone: remediation (preflight, plans) has tests of its own below.
+  p->set_remediation(fleet::v1::Policy::OFF);
   return c;
 }
 
@@ -123,9 +125,16 @@ class DaemonTest : public ::testing::Test {
           // The test keeps the fake; the daemon gets a forwarding handle.
           return std::make_unique<Forward>(&agent_);
         },
-        &clock_);
+        &clock_, Options());
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);
+  }
+
+  // Remediation jobs run inside Step: a turn does the job, the next one takes its result.
+  static DaemonOptions Options() {
+    DaemonOptions o;
+    o.fix_threads = 0;
+    return o;
   }
 
   void Deploy(const fleet::v1::FleetConfig& config) {
@@ -298,8 +307,11 @@ TEST_F(DaemonTest, ATransientFailureRestartsAfterBackoffUntilTheBudgetIsSpent) {
   fail(gpu0()[0]);
   EXPECT_EQ(Rows()["local/200/gpu0"].state(), "RESTARTING");
   daemon_->Step();
-  EXPECT_EQ(gpu0().size(), 1u);  // backoff: 10 s not passed
-  clock_.Advance(absl::Seconds(11));
+  EXPECT_EQ(gpu0().size(), 1u);  // backoff: 10 s (+-25%) not passed
+  clock_.Advance(absl::Seconds(7));
+  daemon_->Step();
+  EXPECT_EQ(gpu0().size(), 1u);  // 7 s: below the shortest the jitter allows (7.5 s)
+  clock_.Advance(absl::Seconds(6));
   daemon_->Step();
   ASSERT_EQ(gpu0().size(), 2u);
   EXPECT_EQ(gpu0()[1].attempt_number(), 2);

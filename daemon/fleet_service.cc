@@ -222,13 +222,22 @@ grpc::ServerUnaryReactor* FleetService::Explain(grpc::CallbackServerContext* c,
 grpc::ServerUnaryReactor* FleetService::Plan(grpc::CallbackServerContext* c,
                                              const fleet::v1::PlanRequest* request,
                                              fleet::v1::PlanResponse* response) {
-  return NotYet(c, "not yet: the remediation planner comes with issue 5");
+  // Blocks on the agent's probe (seconds): a CLI request, not on any hot path.
+  return Answer(c, daemon_->Plan(*request), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::ApplyPlan(grpc::CallbackServerContext* c,
                                                   const fleet::v1::ApplyPlanRequest* request,
                                                   fleet::v1::ApplyPlanResponse* response) {
-  return NotYet(c, "not yet: the remediation planner comes with issue 5");
+  // Blocks while the agent applies it (a pip install may take minutes): `fleetctl apply` waits
+  // for the outcome it prints.
+  return Answer(c, daemon_->ApplyPlan(*request), response);
+}
+
+grpc::ServerUnaryReactor* FleetService::ListRemediations(
+    grpc::CallbackServerContext* c, const fleet::v1::ListRemediationsRequest* request,
+    fleet::v1::ListRemediationsResponse* response) {
+  return Answer(c, daemon_->ListRemediations(*request), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::Restart(grpc::CallbackServerContext* c,

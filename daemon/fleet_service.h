@@ -1,7 +1,7 @@
 // FleetService: fleet.proto's Fleet service (what fleetctl calls) over the Daemon, with gRPC's
 // callback API: thin unary handlers; one reactor per Watch stream (subscribed to status changes)
-// and per Logs stream (a thread relaying the agent's stream). Plan/ApplyPlan and TrustHost answer
-// "not yet" until the remediation and remote-fleet issues. absl::Status becomes grpc::Status only
+// and per Logs stream (a thread relaying the agent's stream). TrustHost answers "not yet" until
+// the remote-fleet issue. absl::Status becomes grpc::Status only
 // here. Thread-safe; destroy after the gRPC server has shut down.
 #pragma once
 
@@ -39,6 +39,9 @@ class FleetService final : public fleet::v1::Fleet::CallbackService {
   grpc::ServerUnaryReactor* ApplyPlan(grpc::CallbackServerContext* c,
                                       const fleet::v1::ApplyPlanRequest* request,
                                       fleet::v1::ApplyPlanResponse* response) override;
+  grpc::ServerUnaryReactor* ListRemediations(
+      grpc::CallbackServerContext* c, const fleet::v1::ListRemediationsRequest* request,
+      fleet::v1::ListRemediationsResponse* response) override;
   grpc::ServerUnaryReactor* Restart(grpc::CallbackServerContext* c,
                                     const fleet::v1::ServersRequest* request,
                                     fleet::v1::ServersResponse* response) override;

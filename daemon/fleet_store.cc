@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/string_view.h"
@@ -693,6 +694,174 @@ absl::StatusOr<std::optional<AttemptRecord>> FleetStore::Attempt(const std::stri
   auto a = ReadAttempt(**st);
   if (!a.ok()) return a.status();
   return std::optional<AttemptRecord>(*std::move(a));
+}
+
+absl::StatusOr<fleet::v1::Plan> FleetStore::CreateRemediation(fleet::v1::Plan plan,
+                                                              absl::Time now) {
+  auto tx = Scope::Begin(this);
+  if (!tx.ok()) return tx.status();
+  const size_t slash = plan.container().find('/');
+  if (slash == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remediation: bad container ", plan.container()));
+  }
+  absl::StatusOr<int64_t> container =
+      ContainerId(plan.container().substr(0, slash), plan.container().substr(slash + 1));
+  if (!container.ok()) return container.status();
+  const int64_t ns = absl::ToUnixNanos(now);
+  plan.mutable_created_at()->set_seconds(ns / 1000000000);
+  plan.mutable_created_at()->set_nanos(static_cast<int32_t>(ns % 1000000000));
+  auto insert = Prepare(
+      "INSERT INTO remediations (container_id, trigger, diagnosis_class, status, reason, "
+      "created_at, plan) VALUES (?1, ?2, ?3, ?4, ?5, ?6, x'')");
+  if (!insert.ok()) return insert.status();
+  (*insert)
+      ->Bind(1, *container)
+      .Bind(2, std::string_view(plan.trigger()))
+      .Bind(3, std::string_view(plan.diagnosis_class()))
+      .Bind(4, std::string_view(plan.status()))
+      .Bind(5, std::string_view(plan.summary()))
+      .Bind(6, std::string_view(TimeText(now)));
+  if (absl::Status s = (*insert)->Run(); !s.ok()) return s;
+  const int64_t remediation_id = db_->LastInsertRowId();
+  plan.set_id(absl::StrCat(remediation_id));
+  auto action =
+      Prepare("INSERT INTO actions (remediation_id, seq, kind, action) VALUES (?1, ?2, ?3, ?4)");
+  if (!action.ok()) return action.status();
+  for (int i = 0; i < plan.actions_size(); ++i) {
+    const fleet::v1::Action& a = plan.actions(i).action();
+    std::string kind = "none";
+    if (const auto* field =
+            a.GetReflection()->GetOneofFieldDescriptor(a, a.GetDescriptor()->oneof_decl(0))) {
+      kind = field->name();
+    }
+    (*action)
+        ->Bind(1, remediation_id)
+        .Bind(2, static_cast<int64_t>(i + 1))
+        .Bind(3, std::string_view(kind))
+        .BindBlob(4, a.SerializeAsString());
+    if (absl::Status s = (*action)->Run(); !s.ok()) return s;
+    (*action)->Reset();
+  }
+  if (!plan.attempt_id().empty()) {
+    if (absl::Status s = LinkRemediationAttempt(plan.id(), plan.attempt_id()); !s.ok()) return s;
+  }
+  if (absl::Status s = UpdateRemediation(plan); !s.ok()) return s;
+  if (absl::Status s = (*tx)->Commit(); !s.ok()) return s;
+  return plan;
+}
+
+absl::Status FleetStore::UpdateRemediation(const fleet::v1::Plan& plan) {
+  auto tx = Scope::Begin(this);
+  if (!tx.ok()) return tx.status();
+  int64_t id = 0;
+  if (!absl::SimpleAtoi(plan.id(), &id)) {
+    return absl::InvalidArgumentError(absl::StrCat("remediation: bad id '", plan.id(), "'"));
+  }
+  auto st = Prepare(
+      "UPDATE remediations SET status = ?2, reason = ?3, applied_at = ?4, plan = ?5 WHERE id = ?1");
+  if (!st.ok()) return st.status();
+  (*st)->Bind(1, id).Bind(2, std::string_view(plan.status()));
+  (*st)->Bind(
+      3, std::string_view(plan.outcome_reason().empty() ? plan.summary() : plan.outcome_reason()));
+  if (plan.has_applied_at()) {
+    BindTime(**st, 4,
+             absl::FromUnixSeconds(plan.applied_at().seconds()) +
+                 absl::Nanoseconds(plan.applied_at().nanos()));
+  } else {
+    (*st)->BindNull(4);
+  }
+  (*st)->BindBlob(5, plan.SerializeAsString());
+  if (absl::Status s = (*st)->Run(); !s.ok()) return s;
+  // The results, by position: the plan's actions, then a rollback's (seq after them).
+  auto result = Prepare(
+      "INSERT INTO actions (remediation_id, seq, kind, ok, message, output_tail, took_ms, action) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (remediation_id, seq) DO UPDATE SET "
+      "ok = excluded.ok, message = excluded.message, output_tail = excluded.output_tail, "
+      "took_ms = excluded.took_ms");
+  if (!result.ok()) return result.status();
+  for (int i = 0; i < plan.results_size(); ++i) {
+    const fleet::v1::ActionResult& r = plan.results(i);
+    std::string kind = "none";
+    if (const auto* field = r.action().GetReflection()->GetOneofFieldDescriptor(
+            r.action(), r.action().GetDescriptor()->oneof_decl(0))) {
+      kind = field->name();
+    }
+    (*result)
+        ->Bind(1, id)
+        .Bind(2, static_cast<int64_t>(i + 1))
+        .Bind(3, std::string_view(kind))
+        .Bind(4, static_cast<int64_t>(r.ok() ? 1 : 0))
+        .Bind(5, std::string_view(r.message()))
+        .Bind(6, std::string_view(r.output_tail()))
+        .Bind(7, r.took().seconds() * 1000 + r.took().nanos() / 1000000)
+        .BindBlob(8, r.action().SerializeAsString());
+    if (absl::Status s = (*result)->Run(); !s.ok()) return s;
+    (*result)->Reset();
+  }
+  return (*tx)->Commit();
+}
+
+absl::Status FleetStore::LinkRemediationAttempt(const std::string& remediation_id,
+                                                const std::string& attempt_id) {
+  int64_t id = 0;
+  if (!absl::SimpleAtoi(remediation_id, &id)) {
+    return absl::InvalidArgumentError(absl::StrCat("remediation: bad id '", remediation_id, "'"));
+  }
+  auto st = Prepare(
+      "INSERT INTO remediation_attempts (remediation_id, attempt_id) VALUES (?1, ?2) "
+      "ON CONFLICT DO NOTHING");
+  if (!st.ok()) return st.status();
+  (*st)->Bind(1, id).Bind(2, std::string_view(attempt_id));
+  return (*st)->Run();
+}
+
+namespace {
+
+absl::StatusOr<fleet::v1::Plan> ReadPlan(const sqlite::Statement& st) {
+  fleet::v1::Plan plan;
+  if (!plan.ParseFromString(st.ColumnBlob(1))) {
+    return absl::DataLossError(absl::StrCat("remediation ", st.ColumnInt(0), ": plan unreadable"));
+  }
+  plan.set_id(absl::StrCat(st.ColumnInt(0)));
+  plan.set_status(st.ColumnText(2));
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<fleet::v1::Plan>> FleetStore::Remediations(
+    const std::string& container) {
+  auto st = Prepare(
+      absl::StrCat("SELECT r.id, r.plan, r.status FROM remediations r JOIN containers c ON c.id = "
+                   "r.container_id ",
+                   container.empty() ? "" : "WHERE c.name = ?1 ", "ORDER BY r.id"));
+  if (!st.ok()) return st.status();
+  if (!container.empty()) (*st)->Bind(1, std::string_view(container));
+  std::vector<fleet::v1::Plan> out;
+  while (true) {
+    auto row = (*st)->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    auto plan = ReadPlan(**st);
+    if (!plan.ok()) return plan.status();
+    out.push_back(*std::move(plan));
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<fleet::v1::Plan>> FleetStore::Remediation(const std::string& id) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(id, &n)) return std::optional<fleet::v1::Plan>();
+  auto st = Prepare("SELECT id, plan, status FROM remediations WHERE id = ?1");
+  if (!st.ok()) return st.status();
+  (*st)->Bind(1, n);
+  auto row = (*st)->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return std::optional<fleet::v1::Plan>();
+  auto plan = ReadPlan(**st);
+  if (!plan.ok()) return plan.status();
+  return std::optional<fleet::v1::Plan>(*std::move(plan));
 }
 
 absl::StatusOr<AgentCursor> FleetStore::Cursor(const std::string& container) {

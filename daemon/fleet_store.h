@@ -27,6 +27,7 @@
 #include "proto/agent.pb.h"
 #include "proto/config.pb.h"
 #include "proto/diagnosis.pb.h"
+#include "proto/fleet.pb.h"
 
 namespace fleet::daemon {
 
@@ -115,6 +116,19 @@ class FleetStore {
   absl::StatusOr<std::vector<AttemptRecord>> Attempts(const std::string& server);
   // Attempt `number` of `server` (the latest when 0).
   absl::StatusOr<std::optional<AttemptRecord>> Attempt(const std::string& server, int64_t number);
+
+  // Remediations of a container ("host/ctid"), recorded as fleet.proto Plans: the row (and one
+  // `actions` row per action, its result empty) is written before anything runs, with the
+  // attempt that triggered it linked; UpdateRemediation records the status and the results.
+  // CreateRemediation assigns plan.id (a decimal number, the row id).
+  absl::StatusOr<fleet::v1::Plan> CreateRemediation(fleet::v1::Plan plan, absl::Time now);
+  absl::Status UpdateRemediation(const fleet::v1::Plan& plan);
+  // Oldest first; all containers when `container` is empty.
+  absl::StatusOr<std::vector<fleet::v1::Plan>> Remediations(const std::string& container);
+  absl::StatusOr<std::optional<fleet::v1::Plan>> Remediation(const std::string& id);
+  // Links a (later) attempt to a remediation: the restarts it made, a failure after it.
+  absl::Status LinkRemediationAttempt(const std::string& remediation_id,
+                                      const std::string& attempt_id);
 
   // Agent streams.
   absl::StatusOr<AgentCursor> Cursor(const std::string& container);

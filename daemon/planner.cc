@@ -54,6 +54,8 @@ int KindRank(const Action& a) {
   switch (a.kind_case()) {
     case Action::kPipInstall:
       return 0;
+    case Action::kPipUninstall:
+      return 1;
     case Action::kAptInstall:
       return 1;
     case Action::kSetEnv:
@@ -707,11 +709,14 @@ class PlanBuilder {
            "the unversioned libcudart.so that -lcudart needs"});
     }
     if (!stub) {
-      if (options_.driver_libcuda.empty()) {
+      // The probe's answer (the loader's libcuda.so.1 for this server) wins over the default.
+      const std::string libcuda =
+          !snap_.driver_libcuda().empty() ? snap_.driver_libcuda() : options_.driver_libcuda;
+      if (libcuda.empty()) {
         Leave(kLinkError, "no libcuda stub and the driver's libcuda.so.1 is not known");
         return;
       }
-      fix.actions.push_back({SymlinkAction(options_.driver_libcuda, libdir + "/stubs/libcuda.so"),
+      fix.actions.push_back({SymlinkAction(libcuda, libdir + "/stubs/libcuda.so"),
                              "a libcuda.so for -lcuda (the driver's library links as a stub)"});
     }
     if (EnvOf(after_, "CUDA_HOME") != root) {
@@ -1015,6 +1020,11 @@ PlannerDecision RemediationPlanner::Decide(const fleet::v1::Diagnosis* d,
   return Reported(std::move(decision), std::move(reason), cls, d);
 }
 
+bool RetryMayHelp(std::string_view diagnosis_class) {
+  return diagnosis_class.empty() || diagnosis_class == "none" ||
+         Contains(kTransientClasses, diagnosis_class);
+}
+
 std::string_view ActionKind(const Action& action) {
   switch (action.kind_case()) {
     case Action::kSetEnv:
@@ -1023,6 +1033,8 @@ std::string_view ActionKind(const Action& action) {
       return "prepend_path";
     case Action::kPipInstall:
       return "pip_install";
+    case Action::kPipUninstall:
+      return "pip_uninstall";
     case Action::kAptInstall:
       return "apt_install";
     case Action::kAddServerArgs:
@@ -1054,6 +1066,8 @@ std::string DescribeAction(const Action& a) {
       }
       return absl::StrCat(kind, " ", absl::StrJoin(reqs, " "));
     }
+    case Action::kPipUninstall:
+      return absl::StrCat(kind, " ", absl::StrJoin(a.pip_uninstall().packages(), " "));
     case Action::kAptInstall:
       return absl::StrCat(kind, " ", absl::StrJoin(a.apt_install().packages(), " "));
     case Action::kAddServerArgs:
@@ -1073,6 +1087,11 @@ std::string DescribeAction(const Action& a) {
 ServerSpec ApplyToSpec(const RemediationPlan& plan, ServerSpec spec) {
   for (const PlannedAction& p : plan.actions) ApplyAction(p.action, &spec);
   return spec;
+}
+
+void ApplyActionsToSpec(const google::protobuf::RepeatedPtrField<fleet::v1::PlannedAction>& actions,
+                        ServerSpec* spec) {
+  for (const fleet::v1::PlannedAction& p : actions) ApplyAction(p.action(), spec);
 }
 
 std::string_view OutcomeName(RemediationOutcome outcome) {

@@ -26,6 +26,7 @@
 #include "proto/agent.pb.h"
 #include "proto/config.pb.h"
 #include "proto/diagnosis.pb.h"
+#include "proto/fleet.pb.h"
 
 namespace fleet::daemon {
 
@@ -135,12 +136,21 @@ class RemediationPlanner {
   PlannerOptions options_;
 };
 
+// Whether a plain relaunch after backoff may work for this class (transient: another process's
+// memory or port, the network, a watchdog, the supervisor's own timeouts, nothing recognised);
+// the other classes need a change (the planner's) or cannot be fixed here.
+bool RetryMayHelp(std::string_view diagnosis_class);
+
 // The policy's name of an action kind ("pip_install", ...; config.proto allowed_actions).
 std::string_view ActionKind(const fleet::v1::Action& action);
 // One line: "pip_install nvidia-cuda-nvcc==13.2.78", "prepend_path PATH /x/bin", ...
 std::string DescribeAction(const fleet::v1::Action& action);
 // The spec after the plan's env and argv actions (SetEnv, PrependPath, Add/RemoveServerArgs).
 fleet::v1::ServerSpec ApplyToSpec(const RemediationPlan& plan, fleet::v1::ServerSpec spec);
+// The same for a stored plan's actions (fleet.proto Plan), in place: how the daemon keeps the
+// fixes of applied remediations in every spec it launches, after a redeploy too.
+void ApplyActionsToSpec(const google::protobuf::RepeatedPtrField<fleet::v1::PlannedAction>& actions,
+                        fleet::v1::ServerSpec* spec);
 // "applied" | "failed" | "rolled_back" (the store's strings), and back.
 std::string_view OutcomeName(RemediationOutcome outcome);
 std::optional<RemediationOutcome> ParseOutcome(std::string_view name);

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -31,12 +32,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "common/sqlite/database.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/agent.grpc.pb.h"
+#include "proto/fleet.pb.h"
 #include "tests/sim/sim_test_support.h"
 #include "tests/testing/subprocess.h"
 
@@ -148,6 +152,11 @@ struct WorldOptions {
   std::string state = "fixed";
   std::vector<std::string> breaks;
   double speed = 500;  // FLEET_SIM_SPEED: a cold start takes about 50 s / speed
+  // The policy's remediation mode; "off" where a test is about the reconciler alone.
+  std::string remediation = "off";
+  bool canary = false;      // one GPU first while the JIT cache is cold (the seed scenario's)
+  std::string policy_yaml;  // more lines of the default policy ("    key: value\n")
+  std::map<std::string, std::string> env;  // more server environment (FLEET_SIM_FAULT, ...)
 };
 
 // One test's fleet: a simulated container world, its agent, fleetd, and fleetctl to drive them.
@@ -174,6 +183,7 @@ class Fleet {
   }
 
   bool ok() const { return world_.has_value() && base_port_ > 0; }
+  const SimWorld& world() const { return *world_; }
   int port(int gpu) const { return base_port_ + gpu; }
   std::string state_dir() const { return dir_.Join("state"); }
   std::string db_path() const { return dir_.Join("state/fleet.db"); }
@@ -206,6 +216,26 @@ class Fleet {
         "        base_port: ",
         base_port_,
         "\n"
+        // The world's own pip, apt-get and nvidia-smi: remediation acts on the world only.
+        "        tools:\n"
+        "          pip: [",
+        Quoted(world_->Path("venv/bin/pip")),
+        "]\n"
+        "          apt_get: [",
+        Quoted(world_->Path("bin/apt-get")),
+        "]\n"
+        "          nvidia_smi: [",
+        Quoted(world_->Path("bin/nvidia-smi")),
+        "]\n"
+        "          venv: ",
+        Quoted(world_->Path("venv")),
+        "\n"
+        "          jit_cache_roots: [",
+        Quoted(world_->Path("root/.cache")),
+        "]\n"
+        "          toolkit_roots: [",
+        Quoted(world_->Path("venv")),
+        "]\n"
         "templates:\n"
         "  - name: sim\n"
         "    engine: sglang\n"
@@ -220,6 +250,7 @@ class Fleet {
         Quoted(dir_.Join("logs/gpu{gpu}.log")),
         "\n"
         "    env:\n");
+    for (const auto& [name, value] : options_.env) env[name] = value;
     for (const auto& [name, value] : env) {
       absl::StrAppend(&yaml, "      ", name, ": ", Quoted(value), "\n");
     }
@@ -227,7 +258,10 @@ class Fleet {
                     "policies:\n"
                     "  - name: default\n"
                     "    backoff_initial: 100ms\n"
-                    "    backoff_max: 1s\n");
+                    "    backoff_max: 1s\n"
+                    "    remediation: ",
+                    options_.remediation, "\n", "    canary: ", options_.canary ? "true" : "false",
+                    "\n", options_.policy_yaml);
     return yaml;
   }
 
@@ -925,6 +959,277 @@ TEST(FleetE2e, ConfigErrorsNameFileLineAndField) {
       run({testing::BuildPath("cli/fleetctl"), "--socket", socket, "deploy"});
   EXPECT_EQ(redeploy.code(), 1) << redeploy.output;
   EXPECT_TRUE(absl::StrContains(redeploy.output, "holds no config")) << redeploy.output;
+}
+
+// 6. Remediation: fleetd probes the container before the first launch, plans for each failure it
+// can fix, applies the plan once for the container through the agent (the world's own pip and
+// apt-get), and restarts what waited on it; the store keeps every remediation and its actions.
+
+// The remediations as fleetd recorded them (the plan column), oldest first.
+std::vector<v1::Plan> StoredPlans(sqlite::Database& db) {
+  std::vector<v1::Plan> out;
+  auto st = db.Prepare("SELECT id, plan, status, trigger FROM remediations ORDER BY id");
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (!st.ok()) return out;
+  while (true) {
+    auto row = st->Step();
+    EXPECT_TRUE(row.ok()) << row.status();
+    if (!row.ok() || !*row) break;
+    v1::Plan plan;
+    EXPECT_TRUE(plan.ParseFromString(st->ColumnBlob(1)));
+    EXPECT_EQ(plan.status(), st->ColumnText(2));
+    EXPECT_EQ(plan.trigger(), st->ColumnText(3));
+    plan.set_id(absl::StrCat(st->ColumnInt(0)));
+    out.push_back(std::move(plan));
+  }
+  return out;
+}
+
+std::string Describe(const std::vector<v1::Plan>& plans) {
+  std::string out;
+  for (const v1::Plan& p : plans) {
+    absl::StrAppend(&out, p.id(), " ", p.trigger(), " ", p.diagnosis_class(), " ", p.status(), ": ",
+                    p.summary(), " ", p.outcome_reason(), "\n");
+    for (const v1::PlannedAction& a : p.actions()) {
+      absl::StrAppend(&out, "    ", a.action().ShortDebugString(), "\n");
+    }
+  }
+  return out;
+}
+
+bool PipInstalls(const v1::Plan& plan, const std::string& package, const std::string& version) {
+  for (const v1::PlannedAction& a : plan.actions()) {
+    for (const v1::Requirement& r : a.action().pip_install().requirements()) {
+      if (r.name() == package && r.version() == version) return true;
+    }
+  }
+  return false;
+}
+
+TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
+  Fleet fleet({.gpus = 8,
+               .state = "seed",
+               .speed = 100,
+               .remediation = "auto",
+               .canary = true,
+               .policy_yaml = "    max_attempts: 3\n"});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
+
+  auto db = OpenDb(fleet.db_path());
+  ASSERT_NE(db, nullptr);
+  const std::vector<v1::Plan> plans = StoredPlans(*db);
+  // The preflight fixed what the probe sees (nvrtc off the loader path, no nvcc, no ninja, the
+  // pip layout without lib64 and stub); the PTX that flashinfer emits was learnt from the one
+  // failure, and CUDA 13.2 (compiler and headers together: the catch-22) went in as one plan.
+  ASSERT_EQ(plans.size(), 2u) << Describe(plans);
+  EXPECT_EQ(plans[0].trigger(), "preflight");
+  EXPECT_EQ(plans[0].status(), "applied") << Describe(plans);
+  for (const char* cause :
+       {"missing_shared_library", "nvcc_not_found", "ninja_not_found", "link_error"}) {
+    EXPECT_THAT(plans[0].causes(), ::testing::Contains(cause)) << Describe(plans);
+  }
+  EXPECT_EQ(plans[1].trigger(), "diagnosis");
+  EXPECT_EQ(plans[1].diagnosis_class(), "ptx_version_unsupported");
+  EXPECT_EQ(plans[1].status(), "applied") << Describe(plans);
+  EXPECT_EQ(plans[1].actions_size(), 1) << Describe(plans);
+  EXPECT_TRUE(PipInstalls(plans[1], "nvidia-cuda-nvcc", "13.2.78")) << Describe(plans);
+  EXPECT_TRUE(PipInstalls(plans[1], "nvidia-cuda-runtime", "13.2.75")) << Describe(plans);
+  EXPECT_TRUE(PipInstalls(plans[1], "nvidia-nvvm", "13.2.78")) << Describe(plans);
+  EXPECT_FALSE(plans[1].saved_package_set().empty());
+  // No plan applied twice; every action ran and succeeded (the actions table agrees).
+  std::set<std::string> fingerprints;
+  for (const v1::Plan& p : plans) {
+    EXPECT_TRUE(fingerprints.insert(p.fingerprint()).second) << Describe(plans);
+    ASSERT_EQ(p.results_size(), p.actions_size()) << Describe(plans);
+    for (const v1::ActionResult& r : p.results()) EXPECT_TRUE(r.ok()) << r.message();
+  }
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) FROM actions WHERE ok = 1"),
+            plans[0].actions_size() + plans[1].actions_size());
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) FROM actions WHERE ok IS NOT 1"), 0);
+
+  // Launches: the canary's failure and its restart, then the other seven from the warm cache.
+  const std::vector<Struct> attempts = fleet.Attempts();
+  EXPECT_LE(attempts.size(), 12u) << watch.output;
+  EXPECT_EQ(attempts.size(), 9u);
+  int failed = 0;
+  for (const Struct& a : attempts) {
+    if (Str(a, "outcome") == "failed") {
+      ++failed;
+      EXPECT_EQ(Str(a, "server"), ServerName(0));
+      EXPECT_EQ(Str(a, "diagnosis_class"), "ptx_version_unsupported");
+      // The failure is linked to the remediation it triggered.
+      EXPECT_EQ(plans[1].attempt_id(), Str(a, "id"));
+    } else {
+      EXPECT_EQ(Str(a, "outcome"), "ready") << Str(a, "id");
+    }
+  }
+  EXPECT_EQ(failed, 1);
+  const auto by_server = ByServer(attempts);
+  EXPECT_EQ(Str(by_server.at(ServerName(0)).at(2), "trigger"), "remediation:" + plans[1].id());
+  EXPECT_EQ(QueryInt(*db, absl::StrCat("SELECT count(*) FROM remediation_attempts WHERE "
+                                       "remediation_id = ",
+                                       plans[1].id())),
+            1);
+  // The seven waited for the canary: none launched before it was READY (its start plus its
+  // time to ready; 200 ms for the two clocks that measure them, fleetd's and the agent's).
+  auto time_of = [](const Struct& a) {
+    absl::Time t;
+    std::string err;
+    EXPECT_TRUE(absl::ParseTime(absl::RFC3339_full, Str(a, "started_at"), &t, &err)) << err;
+    return t;
+  };
+  const Struct& canary = by_server.at(ServerName(0)).at(2);
+  ASSERT_EQ(Str(canary, "outcome"), "ready");
+  const absl::Time canary_ready =
+      time_of(canary) + absl::Milliseconds(Int(canary, "time_to_ready_ms"));
+  for (int g = 1; g < 8; ++g) {
+    ASSERT_EQ(by_server.at(ServerName(g)).size(), 1u);
+    EXPECT_GE(time_of(by_server.at(ServerName(g)).at(1)), canary_ready - absl::Milliseconds(200))
+        << ServerName(g);
+  }
+}
+
+struct SingleProblem {
+  std::string broken;   // make_sim_world --break
+  std::string cause;    // the class the remediation addresses
+  std::string trigger;  // preflight: the probe sees it; diagnosis: learnt from a failure
+};
+
+class SingleProblemTest : public ::testing::TestWithParam<SingleProblem> {};
+
+TEST_P(SingleProblemTest, IsFixedByOneRemediationAndTheServerStarts) {
+  const SingleProblem& p = GetParam();
+  Fleet fleet({.gpus = 1, .state = "fixed", .breaks = {p.broken}, .remediation = "auto"});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
+  auto db = OpenDb(fleet.db_path());
+  ASSERT_NE(db, nullptr);
+  const std::vector<v1::Plan> plans = StoredPlans(*db);
+  ASSERT_EQ(plans.size(), 1u) << Describe(plans);
+  EXPECT_EQ(plans[0].trigger(), p.trigger) << Describe(plans);
+  EXPECT_EQ(plans[0].status(), "applied") << Describe(plans);
+  EXPECT_THAT(plans[0].causes(), ::testing::Contains(p.cause)) << Describe(plans);
+  const std::vector<Struct> attempts = fleet.Attempts();
+  EXPECT_EQ(attempts.size(), p.trigger == "preflight" ? 1u : 2u);
+  EXPECT_EQ(Str(attempts.back(), "outcome"), "ready");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    FleetE2e, SingleProblemTest,
+    ::testing::Values(SingleProblem{"loader_path", "missing_shared_library", "preflight"},
+                      SingleProblem{"nvcc", "nvcc_not_found", "preflight"},
+                      SingleProblem{"ninja", "ninja_not_found", "preflight"},
+                      SingleProblem{"headers", "cuda_header_mismatch", "preflight"},
+                      SingleProblem{"link_stub", "link_error", "preflight"},
+                      SingleProblem{"ptxas", "ptx_version_unsupported", "diagnosis"}),
+    [](const ::testing::TestParamInfo<SingleProblem>& problem) { return problem.param.broken; });
+
+TEST(FleetE2e, AnOutOfMemoryGetsNoToolchainActionOnlyRetriesThenGivesUp) {
+  Fleet fleet({.gpus = 1,
+               .state = "fixed",
+               .remediation = "auto",
+               .policy_yaml = "    max_attempts: 2\n",
+               .env = {{"FLEET_SIM_FAULT", "oom"}}});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  EXPECT_EQ(watch.code(), 2) << watch.output << fleet.Diagnostics();
+  ASSERT_TRUE(fleet.StatusEventually([](const auto& rows) {
+    return AllInState(rows, 1, "GAVE_UP");
+  })) << fleet.Diagnostics();
+  const Struct row = fleet.Status().at(ServerName(0));
+  EXPECT_TRUE(absl::StrContains(Str(row, "reason"), "attempt budget spent (2)"))
+      << Str(row, "reason");
+  EXPECT_TRUE(absl::StrContains(Str(row, "reason"), "cuda_out_of_memory")) << Str(row, "reason");
+  const std::vector<Struct> attempts = fleet.Attempts();
+  ASSERT_EQ(attempts.size(), 2u);
+  for (const Struct& a : attempts) EXPECT_EQ(Str(a, "diagnosis_class"), "cuda_out_of_memory");
+  EXPECT_EQ(Str(attempts[1], "trigger"), "restart");  // after backoff, not after a fix
+  auto db = OpenDb(fleet.db_path());
+  ASSERT_NE(db, nullptr);
+  // The preflight found nothing to change in a fixed world, and an OOM is no toolchain problem.
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) FROM remediations"), 0);
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) FROM actions"), 0);
+}
+
+TEST(FleetE2e, AFixThatCannotBeInstalledIsRecordedFailedAndTheGiveUpSaysWhy) {
+  Fleet fleet({.gpus = 1, .state = "fixed", .breaks = {"ptxas"}, .remediation = "auto"});
+  ASSERT_TRUE(fleet.ok());
+  // The package index has no CUDA 13.2 runtime: the plan's pip install cannot succeed.
+  const std::string index_path = fleet.world().Path("sim/pip-index.txt");
+  std::string index;
+  for (std::string_view view : testing::SplitLines(testing::ReadFile(index_path))) {
+    const std::string line(view);
+    if (absl::StartsWith(line, "nvidia-cuda-runtime") && absl::StrContains(line, "13.2")) continue;
+    absl::StrAppend(&index, line, "\n");
+  }
+  {
+    std::ofstream out(index_path, std::ios::trunc);
+    out << index;
+  }
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  EXPECT_EQ(watch.code(), 2) << watch.output << fleet.Diagnostics();
+  ASSERT_TRUE(fleet.StatusEventually([](const auto& rows) {
+    return AllInState(rows, 1, "GAVE_UP");
+  })) << fleet.Diagnostics();
+  auto db = OpenDb(fleet.db_path());
+  ASSERT_NE(db, nullptr);
+  const std::vector<v1::Plan> plans = StoredPlans(*db);
+  ASSERT_GE(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "failed") << Describe(plans);
+  EXPECT_TRUE(absl::StrContains(plans[0].outcome_reason(), "pip_install failed"))
+      << Describe(plans);
+  // Never the same plan twice.
+  std::set<std::string> fingerprints;
+  for (const v1::Plan& p : plans) {
+    EXPECT_TRUE(fingerprints.insert(p.fingerprint()).second) << Describe(plans);
+  }
+  const std::string reason = Str(fleet.Status().at(ServerName(0)), "reason");
+  EXPECT_TRUE(absl::StrContains(reason, "ptx_version_unsupported")) << reason;
+  EXPECT_EQ(fleet.Attempts().size(), 1u);  // nothing relaunched without a fix that held
+}
+
+TEST(FleetE2e, APolicyWithoutAptInstallsNinjaWithPip) {
+  Fleet fleet(
+      {.gpus = 1,
+       .state = "fixed",
+       .breaks = {"ninja"},
+       .remediation = "auto",
+       .policy_yaml = "    allowed_actions: [set_env, prepend_path, pip_install, symlink]\n"});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
+  auto db = OpenDb(fleet.db_path());
+  ASSERT_NE(db, nullptr);
+  const std::vector<v1::Plan> plans = StoredPlans(*db);
+  ASSERT_EQ(plans.size(), 1u) << Describe(plans);
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) FROM actions WHERE kind = 'apt_install'"), 0);
+  bool pip_ninja = false;
+  for (const v1::PlannedAction& a : plans[0].actions()) {
+    for (const v1::Requirement& r : a.action().pip_install().requirements()) {
+      pip_ninja = pip_ninja || r.name() == "ninja";
+    }
+  }
+  EXPECT_TRUE(pip_ninja) << Describe(plans);
+  // The world's apt-get was never run.
+  EXPECT_EQ(testing::ReadFile(fleet.world().Path("sim/apt-installed")), "");
 }
 
 }  // namespace

@@ -139,6 +139,16 @@ printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\
 printf 'driver_version=595.45.04\ncuda_version=13.2\n' >"$dir/etc/nvidia-driver.conf"
 printf 'simulated file of a gpu-fleet sim world: libcuda.so.1 of the NVIDIA driver 595.45.04\n' \
   >"$driver_lib/libcuda.so.1"
+# The container's loader cache as `ldconfig -p` prints it where the NVIDIA container runtime
+# mounted the driver: the driver's libcuda.so.1, nothing of the CUDA toolkit (the seed's pip
+# libraries are not in the cache: that is problem 1). A simulated container has no other cache.
+{
+  printf '#!/bin/sh\n# ldconfig of a gpu-fleet sim world (tests/sim/make_sim_world.sh): -p only.\n'
+  printf 'if [ "$1" != "-p" ]; then echo "ldconfig: simulated: only -p is supported" >&2; exit 1; fi\n'
+  printf 'printf %s\n' "'1 libs found in cache \`/etc/ld.so.cache'\''\\n'"
+  printf 'printf %s\n' "'\\tlibcuda.so.1 (libc6,x86-64) => $driver_lib/libcuda.so.1\\n'"
+} >"$dir/bin/ldconfig"
+chmod 755 "$dir/bin/ldconfig"
 
 cat >"$dir/models/tiny/config.json" <<'EOF'
 {

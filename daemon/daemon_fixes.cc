@@ -1,0 +1,734 @@
+// The daemon's remediation: the container's preflight before its first launch, a plan for a failed
+// start whose diagnosis a change may fix, the plan run through the agent (recorded before and
+// after, rolled back when it made things worse), and the restarts that follow (immediately, with
+// one canary after a change to the JIT build). The planner (planner.h) decides; this file does
+// the rest. Jobs call the agent without the daemon's lock, one per container at a time; their
+// results are taken by the next turn (ApplyFixResults).
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/string_view.h"
+#include "common/diagnosis/diagnosis_class.h"
+#include "daemon/daemon.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace fleet::daemon {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+std::string ContainerOf(const ServerRecord& r) { return absl::StrCat(r.host, "/", r.container); }
+
+google::protobuf::Timestamp Stamp(absl::Time t) {
+  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
+}
+
+// Whether a change in the container may fix this failure (the planner's fix kinds); the other
+// classes are retried with backoff or given up, never planned for.
+bool MayRemediate(const fleet::v1::Diagnosis& d) {
+  using diagnosis::FixKind;
+  const diagnosis::DiagnosisClassInfo* info = diagnosis::FindDiagnosisClass(d.diagnosis_class());
+  if (info == nullptr) return false;
+  FixKind fix = info->fix;
+  if (std::optional<FixKind> k = diagnosis::ParseFixKind(d.fix_kind())) fix = *k;
+  return fix == FixKind::kToolchain || fix == FixKind::kEnv || fix == FixKind::kJitCache ||
+         fix == FixKind::kLaunchFlags;
+}
+
+bool MayRemediateClass(const std::string& cls) {
+  fleet::v1::Diagnosis d;
+  d.set_diagnosis_class(cls);
+  return MayRemediate(d);
+}
+
+// A recorded plan as the planner's history: what it addressed, what became of it.
+PastRemediation Past(const fleet::v1::Plan& p) {
+  PastRemediation r;
+  r.id = p.id();
+  r.causes.assign(p.causes().begin(), p.causes().end());
+  r.fingerprint = p.fingerprint();
+  for (const fleet::v1::PlannedAction& a : p.actions()) r.actions.push_back(a.action());
+  // A plan whose outcome was never recorded (the daemon died while it ran) counts as failed:
+  // its fixes are not in the specs, and it is not proposed again as if new.
+  r.outcome = p.status() == "rolled_back" ? RemediationOutcome::kRolledBack
+              : p.status() == "applied"   ? RemediationOutcome::kApplied
+                                          : RemediationOutcome::kFailed;
+  r.trigger_facts.assign(p.trigger_facts().begin(), p.trigger_facts().end());
+  r.trigger_class = p.diagnosis_class();
+  return r;
+}
+
+std::vector<PastRemediation> History(const std::vector<fleet::v1::Plan>& plans) {
+  std::vector<PastRemediation> out;
+  for (const fleet::v1::Plan& p : plans) {
+    if (p.status() == "proposed" || p.status() == "superseded") continue;
+    out.push_back(Past(p));
+  }
+  return out;
+}
+
+// The problems a preflight of this toolchain would address or leave: their classes.
+std::set<std::string> Problems(const PlannerDecision& d) {
+  std::set<std::string> out;
+  if (!d.plan) return out;
+  out.insert(d.plan->causes.begin(), d.plan->causes.end());
+  for (const std::string& u : d.plan->unresolved) out.insert(u.substr(0, u.find(':')));
+  return out;
+}
+
+std::string CanonicalPipName(std::string name) {
+  absl::AsciiStrToLower(&name);
+  std::replace(name.begin(), name.end(), '_', '-');
+  std::replace(name.begin(), name.end(), '.', '-');
+  return name;
+}
+
+}  // namespace
+
+absl::Status Daemon::LoadFixes() {
+  auto plans = store_->Remediations("");
+  if (!plans.ok()) return plans.status();
+  for (fleet::v1::Plan& p : *plans) {
+    Fixes& f = fixes_[p.container()];
+    if (p.trigger() == "preflight") f.preflight_done = true;
+    f.history.push_back(std::move(p));
+  }
+  for (auto& [name, s] : servers_) {
+    Fixes& f = fixes_[ContainerOf(s.record)];
+    // A container that has launched before had its preflight (or ran without one).
+    if (s.record.attempt_number > 0) f.preflight_done = true;
+    if (s.record.state == "READY") f.jit_warm = true;
+  }
+  return absl::OkStatus();
+}
+
+void Daemon::WithFixes(const std::string& container, fleet::v1::ServerSpec* spec) {
+  auto f = fixes_.find(container);
+  if (f == fixes_.end()) return;
+  for (const fleet::v1::Plan& p : f->second.history) {
+    if (p.status() == "applied") ApplyActionsToSpec(p.actions(), spec);
+  }
+}
+
+void Daemon::Wait(Server& s, const std::string& why, const std::string& reason,
+                  std::set<std::string>* changed) {
+  if (s.waiting == why && s.record.reason == reason) return;
+  s.waiting = why;
+  s.record.reason = reason;
+  Touch(s);
+  changed->insert(s.record.name);
+}
+
+void Daemon::Backoff(Server& s, absl::Time now) {
+  ServerRecord& r = s.record;
+  const int32_t max_attempts = r.policy.max_attempts() > 0 ? r.policy.max_attempts() : 8;
+  if (r.attempt_number >= max_attempts) {
+    r.reason = absl::StrCat("attempt budget spent (", max_attempts,
+                            "); last: ", s.attempt.diagnosis_class, ": ", s.attempt.summary);
+    SetState(s, "GAVE_UP", now);
+    return;
+  }
+  auto duration_or = [](const google::protobuf::Duration& d, absl::Duration fallback) {
+    const int64_t ns = TimeUtil::DurationToNanoseconds(d);
+    return ns > 0 ? absl::Nanoseconds(ns) : fallback;
+  };
+  const absl::Duration initial = duration_or(r.policy.backoff_initial(), absl::Seconds(10));
+  const absl::Duration max = duration_or(r.policy.backoff_max(), absl::Minutes(5));
+  s.failures = std::max(s.failures, 0) + 1;
+  const int n = std::min(s.failures, 16);
+  // +-25%: servers that failed together do not all come back in the same instant.
+  const double jitter = absl::Uniform(bitgen_, 0.75, 1.25);
+  r.backoff_until = now + std::min(max, initial * (1 << (n - 1))) * jitter;
+  SetState(s, "RESTARTING", now);
+}
+
+Daemon::FixJob Daemon::MakeJob(FixJob::Kind kind, const Server& s) {
+  FixJob job;
+  job.kind = kind;
+  job.container = ContainerOf(s.record);
+  if (auto link = links_.find(job.container); link != links_.end()) {
+    job.host = link->second->host;
+    job.config = link->second->config;
+  }
+  job.server = s.record.name;
+  if (kind == FixJob::kDiagnosis) {
+    job.attempt_id = s.attempt.id;
+    job.diagnosis = s.attempt.diagnosis;
+    if (job.diagnosis.diagnosis_class().empty()) {
+      job.diagnosis.set_diagnosis_class(s.attempt.diagnosis_class);
+    }
+  }
+  job.spec = s.record.spec;
+  job.policy = s.record.policy;
+  job.history = fixes_[job.container].history;
+  return job;
+}
+
+bool Daemon::Gate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
+                  std::set<std::string>* changed) {
+  const std::string container = ContainerOf(s.record);
+  Fixes& f = fixes_[container];
+  const bool remediate = s.record.policy.remediation() != fleet::v1::Policy::OFF;
+  if (remediate && !f.preflight_done) {
+    auto link = links_.find(container);
+    const bool reachable = link != links_.end() && link->second->state == Link::kFollowing;
+    if (!f.busy && reachable && now >= f.retry_at) {
+      jobs->push_back(MakeJob(FixJob::kPreflight, s));
+      f.busy = true;
+      f.busy_class.clear();
+    }
+    Wait(s, "preflight", "preflight: the container's toolchain is probed before the first launch",
+         changed);
+    return false;
+  }
+  if (s.waiting == "approval") return false;
+  if (f.busy) {
+    Wait(s, "remediation", "waiting: a remediation of the container runs", changed);
+    return false;
+  }
+  if (s.record.policy.canary() && !f.jit_warm) {
+    if (!f.canary.empty() && f.canary != s.record.name) {
+      auto c = servers_.find(f.canary);
+      const bool live = c != servers_.end() && c->second.record.desired_running &&
+                        !c->second.record.removed && c->second.record.state != "GAVE_UP" &&
+                        c->second.record.state != "STOPPED";
+      if (live) {
+        Wait(s, "canary",
+             absl::StrCat("waiting: the canary ", f.canary,
+                          " builds the JIT cache first (the rest start from it)"),
+             changed);
+        return false;
+      }
+      if (c != servers_.end() && c->second.record.state == "GAVE_UP" &&
+          MayRemediateClass(c->second.attempt.diagnosis_class)) {
+        // The container's toolchain failed the canary: this one would fail the same way.
+        s.waiting.clear();
+        s.record.reason =
+            absl::StrCat("the canary ", f.canary, " gave up: ", c->second.record.reason);
+        SetState(s, "GAVE_UP", now);
+        changed->insert(s.record.name);
+        return false;
+      }
+    }
+    f.canary = s.record.name;
+  }
+  if (!s.waiting.empty()) {
+    s.waiting.clear();
+    s.record.reason.clear();
+    Touch(s);
+    changed->insert(s.record.name);
+  }
+  return true;
+}
+
+bool Daemon::Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
+                       std::set<std::string>* changed) {
+  if (s.record.policy.remediation() == fleet::v1::Policy::OFF) return false;
+  if (!MayRemediate(s.attempt.diagnosis) && !MayRemediateClass(s.attempt.diagnosis_class)) {
+    return false;
+  }
+  const std::string container = ContainerOf(s.record);
+  Fixes& f = fixes_[container];
+  s.fix_class = s.attempt.diagnosis_class;
+  if (f.busy) {
+    Wait(s, "fix",
+         absl::StrCat("waiting: the container's remediation",
+                      f.busy_class.empty() ? "" : " for " + f.busy_class, " runs"),
+         changed);
+    if (s.record.state != "REMEDIATING") SetState(s, "REMEDIATING", now);
+    return true;
+  }
+  auto link = links_.find(container);
+  const bool reachable = link != links_.end() && link->second->state == Link::kFollowing;
+  if (!reachable || now < f.retry_at) return true;  // stays FAILED until the agent can be asked
+  jobs->push_back(MakeJob(FixJob::kDiagnosis, s));
+  f.busy = true;
+  f.busy_class = s.fix_class;
+  Wait(s, "fix", absl::StrCat("remediating: ", s.fix_class), changed);
+  SetState(s, "REMEDIATING", now);
+  return true;
+}
+
+// --- Jobs (no daemon lock held) ------------------------------------------------------------
+
+void Daemon::RunJobs(std::vector<FixJob> jobs) {
+  if (jobs.empty()) return;
+  if (options_.fix_threads <= 0) {
+    for (FixJob& job : jobs) {
+      FixDone done = RunJob(std::move(job));
+      absl::MutexLock lock(&queue_mu_);
+      fix_done_.push_back(std::move(done));
+      wake_ = true;
+    }
+    return;
+  }
+  absl::MutexLock lock(&fix_mu_);
+  for (FixJob& job : jobs) fix_jobs_.push_back(std::move(job));
+}
+
+void Daemon::FixWorker() {
+  while (true) {
+    FixJob job;
+    {
+      absl::MutexLock lock(&fix_mu_);
+      fix_mu_.Await(absl::Condition(
+          +[](Daemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->fix_mu_) {
+            return d->fix_stopping_ || !d->fix_jobs_.empty();
+          },
+          this));
+      if (fix_stopping_) return;
+      job = std::move(fix_jobs_.front());
+      fix_jobs_.pop_front();
+    }
+    FixDone done = RunJob(std::move(job));
+    absl::MutexLock lock(&queue_mu_);
+    fix_done_.push_back(std::move(done));
+    wake_ = true;
+  }
+}
+
+absl::Status Daemon::Record(fleet::v1::Plan* plan, bool create) {
+  absl::MutexLock lock(&store_mu_);
+  if (!create) return store_->UpdateRemediation(*plan);
+  auto created = store_->CreateRemediation(*plan, clock_->Now());
+  if (!created.ok()) return created.status();
+  *plan = *std::move(created);
+  return absl::OkStatus();
+}
+
+Daemon::FixDone Daemon::RunJob(FixJob job) {
+  FixDone done;
+  std::unique_ptr<AgentClient> client = factory_(job.container, job.host, job.config);
+  if (client == nullptr) {
+    done.error = absl::StrCat(job.container, ": no agent client");
+    done.job = std::move(job);
+    return done;
+  }
+  if (job.kind == FixJob::kManual) {
+    fleet::v1::Plan plan = job.manual;
+    const fleet::v1::ToolchainSnapshot before = plan.before();
+    plan.set_status("applying");
+    if (absl::Status s = Record(&plan, false); !s.ok()) {
+      done.error = std::string(s.message());
+    } else {
+      Execute(*client, job, before, &plan);
+      done.plan = std::move(plan);
+    }
+    done.job = std::move(job);
+    return done;
+  }
+  absl::StatusOr<fleet::v1::ToolchainSnapshot> snapshot = client->Probe(job.spec);
+  if (!snapshot.ok()) {
+    done.error = absl::StrCat("probe: ", snapshot.status().message());
+    done.job = std::move(job);
+    return done;
+  }
+  PlannerInput input{*snapshot, job.spec, job.policy, History(job.history)};
+  PlannerDecision decision = job.kind == FixJob::kPreflight ? planner_.Preflight(input)
+                                                            : planner_.Plan(job.diagnosis, input);
+  done.failed_remediations = decision.failed_remediations;
+  if (decision.report) {
+    done.report = std::move(decision.report);
+    done.job = std::move(job);
+    return done;
+  }
+  const RemediationPlan& rp = *decision.plan;
+  fleet::v1::Plan plan;
+  plan.set_container(job.container);
+  plan.set_server(job.server);
+  plan.set_diagnosis_class(job.kind == FixJob::kDiagnosis ? job.diagnosis.diagnosis_class() : "");
+  plan.set_trigger(rp.trigger);
+  for (const PlannedAction& a : rp.actions) {
+    fleet::v1::PlannedAction* out = plan.add_actions();
+    *out->mutable_action() = a.action;
+    out->set_reason(a.reason);
+  }
+  for (const std::string& c : rp.causes) plan.add_causes(c);
+  plan.set_fingerprint(rp.fingerprint);
+  plan.set_summary(rp.summary);
+  for (const std::string& c : decision.constraints) plan.add_constraints(c);
+  for (const std::string& u : rp.unresolved) plan.add_unresolved(u);
+  plan.set_cuda_release(rp.cuda_release);
+  plan.set_affects_jit_build(rp.affects_jit_build);
+  plan.set_degraded(rp.degraded);
+  plan.set_save_package_set(rp.save_package_set);
+  for (const auto& [k, v] : rp.env_changes) (*plan.mutable_env_changes())[k] = v;
+  plan.set_attempt_id(job.attempt_id);
+  *plan.mutable_trigger_facts() = job.diagnosis.facts();
+  *plan.mutable_before() = *snapshot;
+  const bool ask = job.policy.remediation() == fleet::v1::Policy::ASK;
+  plan.set_status(ask ? "proposed" : "applying");
+  if (absl::Status s = Record(&plan, true); !s.ok()) {
+    done.error = absl::StrCat("record: ", s.message());
+    done.job = std::move(job);
+    return done;
+  }
+  if (!ask) Execute(*client, job, *snapshot, &plan);
+  done.plan = std::move(plan);
+  done.job = std::move(job);
+  return done;
+}
+
+void Daemon::Execute(AgentClient& client, const FixJob& job,
+                     const fleet::v1::ToolchainSnapshot& before, fleet::v1::Plan* plan) {
+  fleet::v1::ApplyRequest request;
+  request.set_remediation_id(absl::StrCat(job.container, "#", plan->id()));
+  *request.mutable_spec() = job.spec;
+  for (const fleet::v1::PlannedAction& a : plan->actions()) *request.add_actions() = a.action();
+  request.set_save_package_set(plan->save_package_set());
+  absl::StatusOr<fleet::v1::ApplyResponse> applied = client.Apply(request);
+  *plan->mutable_applied_at() = Stamp(clock_->Now());
+  if (!applied.ok()) {
+    plan->set_status("failed");
+    plan->set_outcome_reason(
+        absl::StrCat("the agent did not apply it: ", applied.status().message()));
+    Record(plan, false).IgnoreError();
+    return;
+  }
+  *plan->mutable_results() = applied->results();
+  *plan->mutable_saved_package_set() = applied->saved_package_set();
+  *plan->mutable_after() = applied->after();
+  for (const fleet::v1::ActionResult& r : applied->results()) {
+    if (!r.ok()) {
+      plan->set_status("failed");
+      plan->set_outcome_reason(
+          absl::StrCat(AsAbsl(ActionKind(r.action())), " failed: ", r.message()));
+      Record(plan, false).IgnoreError();
+      return;
+    }
+  }
+  if (applied->results_size() < plan->actions_size()) {
+    plan->set_status("failed");
+    plan->set_outcome_reason("the agent ran only part of it");
+    Record(plan, false).IgnoreError();
+    return;
+  }
+
+  // Worse? Problems the probe shows after it that it did not show before (the plan's own causes
+  // still there is a fix that did not work, found at the next start; this is a new breakage).
+  fleet::v1::ServerSpec after_spec = job.spec;
+  ApplyActionsToSpec(plan->actions(), &after_spec);
+  const std::vector<PastRemediation> history = History(job.history);
+  const std::set<std::string> was =
+      Problems(planner_.Preflight(PlannerInput{before, job.spec, job.policy, history}));
+  const std::set<std::string> is =
+      Problems(planner_.Preflight(PlannerInput{applied->after(), after_spec, job.policy, history}));
+  std::vector<std::string> worse;
+  for (const std::string& p : is) {
+    if (!was.count(p) &&
+        std::find(plan->causes().begin(), plan->causes().end(), p) == plan->causes().end()) {
+      worse.push_back(p);
+    }
+  }
+  if (worse.empty()) {
+    plan->set_status("applied");
+    Record(plan, false).IgnoreError();
+    return;
+  }
+  const std::string why =
+      absl::StrCat("made things worse: after it the probe shows ", absl::StrJoin(worse, ", "),
+                   ", which it did not show before");
+  if (!plan->save_package_set() || plan->saved_package_set().empty()) {
+    plan->set_status("failed");
+    plan->set_outcome_reason(absl::StrCat(why, " (no package set saved: nothing to roll back)"));
+    Record(plan, false).IgnoreError();
+    return;
+  }
+  // Back to the package set saved before it: the versions it replaced, and what it added gone.
+  std::map<std::string, std::string> saved;
+  for (const fleet::v1::Package& p : plan->saved_package_set()) {
+    saved[CanonicalPipName(p.name())] = p.version();
+  }
+  fleet::v1::ApplyRequest rollback;
+  rollback.set_remediation_id(absl::StrCat(job.container, "#", plan->id(), "-rollback"));
+  *rollback.mutable_spec() = job.spec;
+  fleet::v1::Action reinstall, uninstall;
+  for (const fleet::v1::PlannedAction& a : plan->actions()) {
+    if (!a.action().has_pip_install()) continue;
+    for (const fleet::v1::Requirement& r : a.action().pip_install().requirements()) {
+      auto old = saved.find(CanonicalPipName(r.name()));
+      if (old == saved.end()) {
+        uninstall.mutable_pip_uninstall()->add_packages(r.name());
+      } else if (old->second != r.version()) {
+        fleet::v1::Requirement* back = reinstall.mutable_pip_install()->add_requirements();
+        back->set_name(r.name());
+        back->set_version(old->second);
+      }
+    }
+  }
+  if (reinstall.has_pip_install()) *rollback.add_actions() = reinstall;
+  if (uninstall.has_pip_uninstall()) *rollback.add_actions() = uninstall;
+  absl::StatusOr<fleet::v1::ApplyResponse> undone = client.Apply(rollback);
+  bool ok = undone.ok();
+  if (undone.ok()) {
+    for (const fleet::v1::ActionResult& r : undone->results()) {
+      *plan->add_results() = r;
+      ok = ok && r.ok();
+    }
+    *plan->mutable_after() = undone->after();
+  }
+  plan->set_status("rolled_back");
+  plan->set_outcome_reason(absl::StrCat(
+      why, "; rolled back to the package set saved before it",
+      ok ? ""
+         : absl::StrCat(" (the rollback failed: ",
+                        undone.ok() ? "an action failed" : undone.status().message(), ")")));
+  Record(plan, false).IgnoreError();
+}
+
+// --- Results (a turn, under the locks) ------------------------------------------------------
+
+void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
+  std::deque<FixDone> results;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    results.swap(fix_done_);
+  }
+  for (FixDone& done : results) {
+    const FixJob& job = done.job;
+    Fixes& f = fixes_[job.container];
+    f.busy = false;
+    f.busy_class.clear();
+    // Fixes that did not hold: their cause came back.
+    for (const std::string& id : done.failed_remediations) {
+      for (fleet::v1::Plan& p : f.history) {
+        if (p.id() != id || p.status() != "applied") continue;
+        p.set_status("failed");
+        p.set_outcome_reason(absl::StrCat(job.diagnosis.diagnosis_class(),
+                                          " came back after it (attempt ", job.attempt_id, ")"));
+        store_->UpdateRemediation(p).IgnoreError();
+        store_->LinkRemediationAttempt(p.id(), job.attempt_id).IgnoreError();
+      }
+    }
+    if (!done.error.empty()) {
+      fprintf(stderr, "fleetd: remediation of %s: %s\n", job.container.c_str(), done.error.c_str());
+      f.retry_at = now + absl::Seconds(5);
+    }
+    if (job.kind == FixJob::kPreflight && done.error.empty()) f.preflight_done = true;
+    const fleet::v1::Plan* plan = nullptr;
+    if (done.plan) {
+      auto known = std::find_if(f.history.begin(), f.history.end(), [&](const fleet::v1::Plan& p) {
+        return p.id() == done.plan->id();
+      });
+      if (known != f.history.end()) {
+        *known = *done.plan;
+        plan = &*known;
+      } else {
+        f.history.push_back(*done.plan);
+        plan = &f.history.back();
+      }
+    }
+    const bool applied = plan != nullptr && plan->status() == "applied";
+    const bool proposed = plan != nullptr && plan->status() == "proposed";
+    if (applied) {
+      if (plan->affects_jit_build()) {
+        f.jit_warm = false;
+        f.canary.clear();
+      }
+    }
+    for (auto& entry : servers_) {
+      Server& s = entry.second;
+      if (ContainerOf(s.record) != job.container) continue;
+      if (applied) {
+        // The fix travels with every later Launch of every server of the container.
+        ApplyActionsToSpec(plan->actions(), &s.record.spec);
+        changed->insert(s.record.name);
+        Touch(s);
+      }
+      if (s.waiting.empty() || s.waiting == "canary") continue;
+      if (s.waiting == "approval" && job.kind != FixJob::kManual) continue;
+      // Restarted by the outcome: those that failed and wait for the fix (or for the approval
+      // of a plan for their failure); the others were only held back from a first launch.
+      const bool fix_waiter =
+          s.waiting == "fix" || (s.waiting == "approval" && s.record.state == "REMEDIATING");
+      changed->insert(s.record.name);
+      Touch(s);
+      if (proposed) {
+        s.waiting = "approval";
+        s.record.reason = absl::StrCat("plan ", plan->id(), " waits for approval: fleetctl apply ",
+                                       plan->id(), " (", plan->summary(), ")");
+        continue;
+      }
+      s.waiting.clear();
+      s.record.reason.clear();
+      if (!fix_waiter) continue;  // held for the job: launched by the next turn
+      if (applied) {
+        // The cause is fixed: no backoff.
+        s.next_trigger = absl::StrCat("remediation:", plan->id());
+        s.record.backoff_until = absl::InfinitePast();
+        SetState(s, "RESTARTING", now);
+        if (!s.attempt.id.empty() && !plan->id().empty()) {
+          store_->LinkRemediationAttempt(plan->id(), s.attempt.id).IgnoreError();
+        }
+        continue;
+      }
+      if (done.report && s.fix_class == job.diagnosis.diagnosis_class()) {
+        if (done.report->retry_with_backoff) {
+          Backoff(s, now);
+        } else {
+          s.record.reason = done.report->reason;
+          SetState(s, "GAVE_UP", now);
+        }
+        continue;
+      }
+      // A failed or rolled-back plan, an agent that could not be asked, or a report about
+      // another class: back to FAILED, planned again (a failed plan is not proposed twice).
+      if (plan != nullptr) {
+        s.record.reason = absl::StrCat("remediation ", plan->id(), " ", plan->status(), ": ",
+                                       plan->outcome_reason());
+      }
+      SetState(s, "FAILED", now);
+    }
+  }
+}
+
+// --- fleetctl plan / apply / remediations --------------------------------------------------
+
+absl::StatusOr<fleet::v1::ListRemediationsResponse> Daemon::ListRemediations(
+    const fleet::v1::ListRemediationsRequest& request) {
+  std::string container = request.container();
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = servers_.find(container); s != servers_.end()) {
+      container = ContainerOf(s->second.record);
+    } else if (!container.empty() && fixes_.count(container) == 0 && links_.count(container) == 0) {
+      return absl::NotFoundError(absl::StrCat("no server or container ", container));
+    }
+  }
+  absl::MutexLock lock(&store_mu_);
+  auto plans = store_->Remediations(container);
+  if (!plans.ok()) return plans.status();
+  fleet::v1::ListRemediationsResponse response;
+  for (fleet::v1::Plan& p : *plans) *response.add_plans() = std::move(p);
+  return response;
+}
+
+absl::StatusOr<fleet::v1::PlanResponse> Daemon::Plan(const fleet::v1::PlanRequest& request) {
+  FixJob job;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = servers_.find(request.server());
+    if (it == servers_.end()) {
+      return absl::NotFoundError(absl::StrCat("no server ", request.server()));
+    }
+    const Server& s = it->second;
+    const std::string container = ContainerOf(s.record);
+    fleet::v1::PlanResponse response;
+    for (auto p = fixes_[container].history.rbegin(); p != fixes_[container].history.rend(); ++p) {
+      if (p->status() == "proposed") {
+        *response.mutable_plan() = *p;
+        return response;
+      }
+    }
+    const bool failed = !s.attempt.id.empty() && s.attempt.outcome == "failed" &&
+                        !s.attempt.diagnosis_class.empty() && s.attempt.diagnosis_class != "none";
+    job = MakeJob(failed ? FixJob::kDiagnosis : FixJob::kPreflight, s);
+  }
+  std::unique_ptr<AgentClient> client = factory_(job.container, job.host, job.config);
+  if (client == nullptr) return absl::UnavailableError(absl::StrCat(job.container, ": no agent"));
+  absl::StatusOr<fleet::v1::ToolchainSnapshot> snapshot = client->Probe(job.spec);
+  if (!snapshot.ok()) return snapshot.status();
+  PlannerInput input{*snapshot, job.spec, job.policy, History(job.history)};
+  // Asked for, so shown whatever the policy's mode: a plan for `off` is shown, not run.
+  if (input.policy.remediation() == fleet::v1::Policy::OFF) {
+    input.policy.set_remediation(fleet::v1::Policy::ASK);
+  }
+  PlannerDecision decision = job.kind == FixJob::kPreflight ? planner_.Preflight(input)
+                                                            : planner_.Plan(job.diagnosis, input);
+  fleet::v1::PlanResponse response;
+  fleet::v1::Plan& plan = *response.mutable_plan();
+  plan.set_container(job.container);
+  plan.set_server(job.server);
+  plan.set_diagnosis_class(job.diagnosis.diagnosis_class());
+  for (const std::string& c : decision.constraints) plan.add_constraints(c);
+  *plan.mutable_before() = *snapshot;
+  if (decision.report) {
+    plan.set_report_only(decision.report->reason);
+    plan.set_status("report");
+    return response;
+  }
+  const RemediationPlan& rp = *decision.plan;
+  plan.set_trigger("manual");
+  for (const PlannedAction& a : rp.actions) {
+    fleet::v1::PlannedAction* out = plan.add_actions();
+    *out->mutable_action() = a.action;
+    out->set_reason(a.reason);
+  }
+  for (const std::string& c : rp.causes) plan.add_causes(c);
+  plan.set_fingerprint(rp.fingerprint);
+  plan.set_summary(rp.summary);
+  for (const std::string& u : rp.unresolved) plan.add_unresolved(u);
+  plan.set_cuda_release(rp.cuda_release);
+  plan.set_affects_jit_build(rp.affects_jit_build);
+  plan.set_degraded(rp.degraded);
+  plan.set_save_package_set(rp.save_package_set);
+  for (const auto& [k, v] : rp.env_changes) (*plan.mutable_env_changes())[k] = v;
+  plan.set_attempt_id(job.attempt_id);
+  *plan.mutable_trigger_facts() = job.diagnosis.facts();
+  plan.set_status("proposed");
+  if (absl::Status s = Record(&plan, true); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    fixes_[job.container].history.push_back(plan);
+  }
+  return response;
+}
+
+absl::StatusOr<fleet::v1::ApplyPlanResponse> Daemon::ApplyPlan(
+    const fleet::v1::ApplyPlanRequest& request) {
+  FixJob job;
+  {
+    absl::MutexLock lock(&mu_);
+    const fleet::v1::Plan* found = nullptr;
+    std::string container;
+    for (const auto& [name, f] : fixes_) {
+      for (const fleet::v1::Plan& p : f.history) {
+        if (p.id() == request.plan_id()) {
+          found = &p;
+          container = name;
+        }
+      }
+    }
+    if (found == nullptr) return absl::NotFoundError(absl::StrCat("no plan ", request.plan_id()));
+    if (found->status() != "proposed") {
+      return absl::FailedPreconditionError(absl::StrCat("plan ", request.plan_id(), " is ",
+                                                        found->status(),
+                                                        ": only a proposed plan is applied"));
+    }
+    Fixes& f = fixes_[container];
+    if (f.busy) {
+      return absl::UnavailableError(
+          absl::StrCat("a remediation of ", container, " runs now; try again when it is done"));
+    }
+    auto s = servers_.find(found->server());
+    if (s == servers_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("plan ", request.plan_id(), ": no server ", found->server()));
+    }
+    job = MakeJob(FixJob::kManual, s->second);
+    job.manual = *found;
+    job.attempt_id = found->attempt_id();
+    job.diagnosis.set_diagnosis_class(found->diagnosis_class());
+    f.busy = true;
+    f.busy_class = found->diagnosis_class();
+  }
+  FixDone done = RunJob(job);
+  fleet::v1::ApplyPlanResponse response;
+  if (done.plan) {
+    *response.mutable_plan() = *done.plan;
+    *response.mutable_results() = done.plan->results();
+  }
+  const std::string error = done.error;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    fix_done_.push_back(std::move(done));
+    wake_ = true;
+  }
+  if (!error.empty()) return absl::UnavailableError(error);
+  return response;
+}
+
+}  // namespace fleet::daemon
