@@ -18,6 +18,9 @@ packages=(
   libcurl4-openssl-dev
   # The daemon and the CLI: the fleet config is YAML (with line marks for errors).
   libyaml-cpp-dev
+  # Remote fleets: the SSH tests run a real sshd on loopback (openssh-server, only its binary; see
+  # policy-rc.d below), ssh-keygen makes their keys, openssl makes TLS certs, iproute2 gives `ss`.
+  openssh-server openssh-client openssl iproute2
 )
 
 missing=()
@@ -38,5 +41,34 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+
+# openssh-server's postinst would start and enable a system sshd on port 22. We want only the
+# binary (the tests run their own sshd on a socket they own), and a build machine must not gain a
+# listening login service as a side effect. Debian's invoke-rc.d and deb-systemd-invoke ask
+# /usr/sbin/policy-rc.d first; exit 101 means "action forbidden", so nothing is started. We remove
+# the file afterwards only if we created it: an existing one belongs to the machine (a container
+# image often ships one) and stays as it was.
+policy_rc=/usr/sbin/policy-rc.d
+created_policy=0
+remove_policy() {
+  if [ "$created_policy" -eq 1 ]; then "${sudo[@]}" rm -f "$policy_rc"; fi
+}
+trap remove_policy EXIT
+if [ ! -e "$policy_rc" ]; then
+  printf '#!/bin/sh\n# Written by gpu-fleet install-deps.sh for the install; removed after it.\nexit 101\n' |
+    "${sudo[@]}" tee "$policy_rc" >/dev/null
+  "${sudo[@]}" chmod 755 "$policy_rc"
+  created_policy=1
+fi
+
 "${sudo[@]}" apt-get update -q
 "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# policy-rc.d stops the start, but a systemd machine would still enable the unit for the next
+# boot; disable it when we installed the server just now (an sshd that was already there is the
+# machine's own business).
+for p in "${missing[@]}"; do
+  if [ "$p" = openssh-server ] && command -v systemctl >/dev/null; then
+    "${sudo[@]}" systemctl disable --quiet ssh.service ssh.socket 2>/dev/null || true
+  fi
+done
