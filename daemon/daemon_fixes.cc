@@ -72,11 +72,7 @@ std::vector<PastRemediation> History(const std::vector<fleet::v1::Plan>& plans) 
 
 // The problems a preflight of this toolchain would address or leave: their classes.
 std::set<std::string> Problems(const PlannerDecision& d) {
-  std::set<std::string> out;
-  if (!d.plan) return out;
-  out.insert(d.plan->causes.begin(), d.plan->causes.end());
-  for (const std::string& u : d.plan->unresolved) out.insert(u.substr(0, u.find(':')));
-  return out;
+  return std::set<std::string>(d.problems.begin(), d.problems.end());
 }
 
 std::string CanonicalPipName(std::string name) {

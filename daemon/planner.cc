@@ -981,6 +981,10 @@ PlannerDecision RemediationPlanner::Decide(const fleet::v1::Diagnosis* d,
       if (first) {
         decision.constraints = b.constraints();
         first_unresolved = b.unresolved();
+        decision.problems = b.causes();
+        for (const Unresolved& u : first_unresolved) {
+          if (!Contains(decision.problems, u.cause)) decision.problems.push_back(u.cause);
+        }
         first = false;
       }
       std::vector<PlannedAction> actions = b.TakeActions();

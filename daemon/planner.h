@@ -100,6 +100,9 @@ struct PlannerDecision {
   // Every constraint the planner checked that was violated or learnt, one line each, for
   // `fleetctl plan` and the remediation row.
   std::vector<std::string> constraints;
+  // The classes of every problem the snapshot shows, fixable or not (the plan's causes and what
+  // it leaves): a fix after which this set gains a class made things worse.
+  std::vector<std::string> problems;
 };
 
 struct PlannerOptions {

@@ -1,0 +1,389 @@
+// fleetd's remediation, turn by turn (Daemon::Step, jobs run inside the turn) with a fake agent
+// whose probe and Apply answers the test scripts: the preflight before the first launch, one
+// remediation per cause per container and the immediate restart of every server waiting on it,
+// the canary, a fix that made things worse rolled back, a plan that waits for approval (policy
+// `ask`), a fix that did not hold. The end-to-end versions against the real agent and the
+// simulated world are in tests/e2e/fleet_e2e_test.cc.
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/daemon.h"
+#include "daemon/planner_testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/subprocess.h"
+
+namespace fleet::daemon {
+namespace {
+
+using fleet::v1::AgentEvent;
+using ::testing::HasSubstr;
+namespace pt = fleet::daemon::plannertest;
+
+// The container's agent: launches and stream as in daemon_test, a probe that answers `toolchain`,
+// and Apply that records the request and answers `after` (the toolchain it leaves).
+class ScriptedAgent {
+ public:
+  fleet::v1::StatusResponse snapshot;
+  uint64_t sequence = 0;
+  std::vector<fleet::v1::LaunchRequest> launches;
+  std::vector<fleet::v1::ApplyRequest> applies;
+  fleet::v1::ToolchainSnapshot toolchain;
+  // Answers of the next Apply calls (toolchain after each); when empty, `toolchain` unchanged.
+  std::deque<fleet::v1::ToolchainSnapshot> after;
+  std::vector<fleet::v1::Package> saved;  // the venv's package set Apply reports saved
+  int probes = 0;
+  EventSink* sink = nullptr;
+
+  void Say(AgentEvent e) {
+    e.set_incarnation(snapshot.incarnation());
+    e.set_sequence(++sequence);
+    snapshot.set_sequence(sequence);
+    sink->OnEvent("local/200", std::move(e));
+  }
+};
+
+class Client : public AgentClient {
+ public:
+  explicit Client(ScriptedAgent* a) : a_(a) {}
+  absl::StatusOr<fleet::v1::LaunchResponse> Launch(const fleet::v1::LaunchRequest& r) override {
+    a_->launches.push_back(r);
+    fleet::v1::LaunchResponse out;
+    out.mutable_status()->set_attempt_id(r.attempt_id());
+    out.mutable_status()->set_state("STARTING");
+    return out;
+  }
+  absl::StatusOr<fleet::v1::StopResponse> Stop(const fleet::v1::StopRequest&) override {
+    return fleet::v1::StopResponse();
+  }
+  absl::StatusOr<fleet::v1::StatusResponse> Status() override { return a_->snapshot; }
+  absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec&) override {
+    ++a_->probes;
+    return a_->toolchain;
+  }
+  absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest& r) override {
+    a_->applies.push_back(r);
+    fleet::v1::ApplyResponse out;
+    for (const fleet::v1::Action& action : r.actions()) {
+      fleet::v1::ActionResult* result = out.add_results();
+      *result->mutable_action() = action;
+      result->set_ok(true);
+      result->set_message("done");
+    }
+    if (r.save_package_set()) {
+      for (const auto& p : a_->saved) *out.add_saved_package_set() = p;
+    }
+    if (!a_->after.empty()) {
+      a_->toolchain = a_->after.front();
+      a_->after.pop_front();
+    }
+    *out.mutable_after() = a_->toolchain;
+    return out;
+  }
+  absl::Status Logs(const fleet::v1::LogsRequest&,
+                    const std::function<bool(const fleet::v1::LogChunk&)>&) override {
+    return absl::OkStatus();
+  }
+  void Follow(const std::string&, uint64_t, EventSink* sink) override { a_->sink = sink; }
+  void CancelFollow() override {}
+
+ private:
+  ScriptedAgent* a_;
+};
+
+class RemediationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    agent_.snapshot.set_incarnation("inc-1");
+    agent_.toolchain = pt::FixedSnapshot();
+    auto store = FleetStore::Open(dir_.Join("fleet.db"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    DaemonOptions options;
+    options.fix_threads = 0;  // a turn runs the job; the next one takes its result
+    options.planner.driver_libcuda = pt::kLibcuda;
+    auto d = Daemon::Create(
+        *std::move(store),
+        [this](const std::string&, const fleet::v1::Host&, const fleet::v1::Container&) {
+          return std::make_unique<Client>(&agent_);
+        },
+        &clock_, options);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = *std::move(d);
+  }
+
+  // `gpus` servers of the fixed world's spec, in container local/200.
+  fleet::v1::FleetConfig Config(int gpus, const fleet::v1::Policy& policy) {
+    fleet::v1::FleetConfig c;
+    auto* host = c.add_hosts();
+    host->set_name("local");
+    host->mutable_reach()->set_kind(fleet::v1::Reach::LOCAL);
+    auto* ct = host->add_containers();
+    ct->set_ctid("200");
+    for (int g = 0; g < gpus; ++g) ct->add_gpus(g);
+    ct->set_template_("sglang");
+    ct->set_policy(policy.name());
+    ct->set_base_port(30000);
+    ct->mutable_channel()->set_kind(fleet::v1::Channel::LOOPBACK);
+    ct->mutable_channel()->set_address("unix:/nonexistent.sock");
+    auto* t = c.add_templates();
+    t->set_name("sglang");
+    t->set_engine("sglang");
+    const fleet::v1::ServerSpec spec = pt::FixedSpec();
+    for (const std::string& arg : spec.argv()) t->add_argv(arg);
+    for (const auto& [k, v] : spec.env()) (*t->mutable_env())[k] = v;
+    t->set_log_path("/logs/gpu{gpu}.log");
+    *c.add_policies() = policy;
+    return c;
+  }
+
+  static fleet::v1::Policy Policy(bool canary = false) {
+    fleet::v1::Policy p = pt::AutoPolicy();
+    p.set_name("p");
+    p.set_canary(canary);
+    p.set_max_attempts(5);
+    return p;
+  }
+
+  void Deploy(const fleet::v1::FleetConfig& config) {
+    fleet::v1::DeployRequest r;
+    *r.mutable_config() = config;
+    auto d = daemon_->Deploy(r);
+    ASSERT_TRUE(d.ok()) << d.status();
+  }
+
+  std::map<std::string, fleet::v1::ServerRow> Rows() {
+    std::map<std::string, fleet::v1::ServerRow> out;
+    const fleet::v1::FleetStatusResponse status = daemon_->Status({});
+    for (const auto& r : status.servers()) out[r.server()] = r;
+    return out;
+  }
+
+  std::vector<fleet::v1::Plan> Plans() {
+    auto r = daemon_->ListRemediations({});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::vector<fleet::v1::Plan>(r->plans().begin(), r->plans().end())
+                  : std::vector<fleet::v1::Plan>();
+  }
+
+  void Fail(const fleet::v1::LaunchRequest& launch, const fleet::v1::Diagnosis& d) {
+    AgentEvent diag;
+    *diag.mutable_server() = launch.spec().server();
+    diag.set_attempt_id(launch.attempt_id());
+    diag.mutable_diagnosis()->set_final(true);
+    *diag.mutable_diagnosis()->mutable_diagnosis() = d;
+    agent_.Say(diag);
+    AgentEvent failed;
+    *failed.mutable_server() = launch.spec().server();
+    failed.set_attempt_id(launch.attempt_id());
+    failed.mutable_phase()->set_state("FAILED");
+    agent_.Say(failed);
+  }
+
+  void Ready(const fleet::v1::LaunchRequest& launch) {
+    AgentEvent e;
+    *e.mutable_server() = launch.spec().server();
+    e.set_attempt_id(launch.attempt_id());
+    e.mutable_phase()->set_state("READY");
+    agent_.Say(e);
+  }
+
+  // A few turns: a job's turn, the turn that takes its result, the launches after it.
+  void Turns(int n = 3) {
+    for (int i = 0; i < n; ++i) daemon_->Step();
+  }
+
+  fleet::testing::TempDir dir_;
+  fleet::testing::FakeClock clock_;
+  ScriptedAgent agent_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(RemediationTest, ThePreflightFixesWhatTheProbeSeesBeforeAnyLaunch) {
+  agent_.toolchain.clear_ninja();  // no ninja on the servers' PATH
+  fleet::v1::ToolchainSnapshot fixed = pt::FixedSnapshot();
+  agent_.after.push_back(fixed);
+  Deploy(Config(2, Policy()));
+  daemon_->Step();  // connects, queues and runs the preflight
+  EXPECT_TRUE(agent_.launches.empty());
+  EXPECT_EQ(Rows()["local/200/gpu0"].state(), "PENDING");
+  EXPECT_THAT(Rows()["local/200/gpu0"].reason(), HasSubstr("preflight"));
+  Turns(2);
+  ASSERT_EQ(agent_.applies.size(), 1u);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].trigger(), "preflight");
+  EXPECT_EQ(plans[0].status(), "applied");
+  EXPECT_THAT(plans[0].causes(), ::testing::Contains("ninja_not_found"));
+  // Then both launch, once each.
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  EXPECT_EQ(agent_.probes, 1);
+}
+
+TEST_F(RemediationTest, OneCauseOneRemediationThenEveryWaitingServerRestartsAtOnce) {
+  Deploy(Config(2, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 2u);  // nothing to fix before: both start
+  // CUDA 13.0's ptxas in the container; both fail on the PTX 9.2 flashinfer emits.
+  fleet::v1::ToolchainSnapshot old = pt::FixedSnapshot();
+  pt::SetPackages(&old, pt::kSet130);
+  old.mutable_nvcc()->set_version("13.0");
+  old.mutable_ptxas()->set_version("13.0");
+  old.set_ptx_isa_max("9.0");
+  old.set_cudart_header_version("13.0");
+  old.set_nvvm_version("13.0");
+  agent_.toolchain = old;
+  agent_.after.push_back(pt::FixedSnapshot());
+  const auto first = agent_.launches;
+  Fail(first[0], pt::PtxDiag());
+  Fail(first[1], pt::PtxDiag());
+  Turns();
+  // One plan for the container, not one per server; both restarted, no backoff (the clock did
+  // not move), with the remediation as the trigger.
+  ASSERT_EQ(agent_.applies.size(), 1u);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "applied");
+  EXPECT_EQ(plans[0].cuda_release(), "13.2");
+  ASSERT_EQ(agent_.launches.size(), 4u);
+  auto attempts = daemon_->ListAttempts({});
+  ASSERT_TRUE(attempts.ok());
+  int by_fix = 0;
+  for (const auto& a : attempts->attempts()) {
+    if (a.trigger() == "remediation:" + plans[0].id()) ++by_fix;
+  }
+  EXPECT_EQ(by_fix, 2);
+}
+
+TEST_F(RemediationTest, TheCanaryStartsAloneAndTheRestFollowWhenItIsReady) {
+  Deploy(Config(3, Policy(/*canary=*/true)));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  EXPECT_EQ(agent_.launches[0].spec().server().gpu(), 0);
+  EXPECT_THAT(Rows()["local/200/gpu2"].reason(), HasSubstr("canary local/200/gpu0"));
+  Ready(agent_.launches[0]);
+  Turns(1);
+  EXPECT_EQ(agent_.launches.size(), 3u);
+}
+
+TEST_F(RemediationTest, WhenTheCanaryGivesUpOnTheToolchainTheOthersGiveUpWithItsReason) {
+  fleet::v1::Policy policy = Policy(/*canary=*/true);
+  policy.set_remediation(fleet::v1::Policy::OFF);
+  Deploy(Config(2, policy));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns();
+  const auto rows = Rows();
+  EXPECT_EQ(rows.at("local/200/gpu0").state(), "GAVE_UP");
+  EXPECT_EQ(rows.at("local/200/gpu1").state(), "GAVE_UP");
+  EXPECT_THAT(rows.at("local/200/gpu1").reason(),
+              HasSubstr("the canary local/200/gpu0 gave up: ptx_version_unsupported"));
+  EXPECT_EQ(agent_.launches.size(), 1u);  // the other never started
+}
+
+TEST_F(RemediationTest, AFixThatMakesThingsWorseIsRolledBackToTheSavedPackageSet) {
+  // ninja missing; the policy allows no apt, so ninja comes from pip (a package set is saved).
+  fleet::v1::Policy policy = Policy();
+  for (const char* kind : {"set_env", "prepend_path", "pip_install", "symlink"}) {
+    policy.add_allowed_actions(kind);
+  }
+  agent_.toolchain.clear_ninja();
+  for (const auto& [name, version] : pt::Set132()) {
+    fleet::v1::Package p;
+    p.set_name(name);
+    p.set_version(version);
+    agent_.saved.push_back(p);
+  }
+  // After the install, the loader no longer finds libnvrtc: a problem it did not have.
+  fleet::v1::ToolchainSnapshot worse = pt::FixedSnapshot();
+  worse.set_libnvrtc_loadable(false);
+  worse.clear_libnvrtc_path();
+  agent_.after.push_back(worse);
+  agent_.after.push_back(pt::FixedSnapshot());  // what the rollback leaves
+  Deploy(Config(1, policy));
+  Turns();
+  ASSERT_EQ(agent_.applies.size(), 2u);
+  EXPECT_TRUE(agent_.applies[0].save_package_set());
+  // The rollback removes what the plan added (ninja was not in the saved set).
+  ASSERT_EQ(agent_.applies[1].actions_size(), 1);
+  ASSERT_TRUE(agent_.applies[1].actions(0).has_pip_uninstall());
+  EXPECT_EQ(agent_.applies[1].actions(0).pip_uninstall().packages(0), "ninja");
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "rolled_back");
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("missing_shared_library"));
+  EXPECT_EQ(plans[0].results_size(), 2);  // the plan's action and the rollback's
+  // The rolled-back plan's env changes are not in the spec the server launches with.
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  EXPECT_EQ(agent_.launches[0].spec().env().at("PATH"), pt::FixedSpec().env().at("PATH"));
+}
+
+TEST_F(RemediationTest, PolicyAskProposesAndWaitsForApplyPlan) {
+  fleet::v1::Policy policy = Policy();
+  policy.set_remediation(fleet::v1::Policy::ASK);
+  agent_.toolchain.clear_ninja();
+  agent_.after.push_back(pt::FixedSnapshot());
+  Deploy(Config(1, policy));
+  Turns();
+  EXPECT_TRUE(agent_.applies.empty());
+  EXPECT_TRUE(agent_.launches.empty());
+  std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "proposed");
+  EXPECT_THAT(Rows()["local/200/gpu0"].reason(),
+              HasSubstr("plan " + plans[0].id() + " waits for approval"));
+  auto shown = daemon_->Plan([] {
+    fleet::v1::PlanRequest r;
+    r.set_server("local/200/gpu0");
+    return r;
+  }());
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  EXPECT_EQ(shown->plan().id(), plans[0].id());
+
+  fleet::v1::ApplyPlanRequest apply;
+  apply.set_plan_id(plans[0].id());
+  auto applied = daemon_->ApplyPlan(apply);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->plan().status(), "applied");
+  EXPECT_EQ(agent_.applies.size(), 1u);
+  Turns();
+  EXPECT_EQ(agent_.launches.size(), 1u);
+  // Applied once: a second apply is refused.
+  EXPECT_FALSE(daemon_->ApplyPlan(apply).ok());
+}
+
+TEST_F(RemediationTest, TheSameCauseAfterItsFixIsAFailedFixAndTheCapEndsIt) {
+  fleet::v1::ToolchainSnapshot old = pt::FixedSnapshot();
+  pt::SetPackages(&old, pt::kSet130);
+  old.mutable_nvcc()->set_version("13.0");
+  old.mutable_ptxas()->set_version("13.0");
+  old.set_ptx_isa_max("9.0");
+  old.set_cudart_header_version("13.0");
+  old.set_nvvm_version("13.0");
+  agent_.toolchain = old;
+  Deploy(Config(1, Policy()));
+  Turns();
+  // Whatever is installed, the probe keeps showing 13.0, and the server keeps failing.
+  for (int round = 0; round < 4 && !agent_.launches.empty(); ++round) {
+    const size_t before = agent_.launches.size();
+    Fail(agent_.launches.back(), pt::PtxDiag());
+    Turns();
+    if (agent_.launches.size() == before) break;
+  }
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_FALSE(plans.empty());
+  EXPECT_LE(plans.size(), 3u);
+  std::set<std::string> fingerprints;
+  for (const fleet::v1::Plan& p : plans) {
+    EXPECT_TRUE(fingerprints.insert(p.fingerprint()).second) << "applied twice: " << p.summary();
+  }
+  EXPECT_EQ(plans[0].status(), "failed");
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("came back after it"));
+  const auto row = Rows()["local/200/gpu0"];
+  EXPECT_EQ(row.state(), "GAVE_UP");
+  EXPECT_THAT(row.reason(), HasSubstr("ptx_version_unsupported"));
+}
+
+}  // namespace
+}  // namespace fleet::daemon
