@@ -37,16 +37,17 @@ _fleetctl() {
       --socket|--state-dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
       --timeout) return ;;
     esac
-    COMPREPLY=($(compgen -W "deploy status logs attempts explain plan apply restart stop hosts certs completion --socket --state-dir --timeout --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "deploy status logs attempts explain plan apply remediations restart stop hosts certs completion --socket --state-dir --timeout --help --version" -- "$cur"))
     return
   fi
   case "$verb:$prev" in
     status:-o|status:--output) COMPREPLY=($(compgen -W "table wide json name" -- "$cur")); return ;;
-    explain:-o|explain:--output) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
+    remediations:-o|remediations:--output) COMPREPLY=($(compgen -W "table wide json" -- "$cur")); return ;;
+    explain:-o|explain:--output|plan:-o|plan:--output) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
     *:-o|*:--output) COMPREPLY=($(compgen -W "table json" -- "$cur")); return ;;
     explain:--color) COMPREPLY=($(compgen -W "auto always never" -- "$cur")); return ;;
     explain:--signatures|deploy:-f|deploy:--file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-    explain:--server|deploy:--only|plan:--server) COMPREPLY=($(compgen -W "$(_fleetctl_servers)" -- "$cur")); return ;;
+    explain:--server|deploy:--only) COMPREPLY=($(compgen -W "$(_fleetctl_servers)" -- "$cur")); return ;;
     *:--attempt|*:--tail) return ;;
   esac
   if [[ $cur == -* ]]; then
@@ -59,12 +60,13 @@ _fleetctl() {
       restart) flags+=" --all --now --output" ;;
       stop) flags+=" --all --output" ;;
       deploy) flags+=" --file --only --dry-run --output" ;;
+      plan|apply|remediations) flags+=" --output" ;;
     esac
     COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     return
   fi
   case "$verb" in
-    status|logs|attempts|restart|stop|plan) COMPREPLY=($(compgen -W "$(_fleetctl_servers)" -- "$cur")) ;;
+    status|logs|attempts|restart|stop|plan|remediations) COMPREPLY=($(compgen -W "$(_fleetctl_servers)" -- "$cur")) ;;
     explain) COMPREPLY=($(compgen -f -- "$cur")) ;;
     hosts) COMPREPLY=($(compgen -W "trust" -- "$cur")) ;;
     certs) COMPREPLY=($(compgen -W "init" -- "$cur")) ;;

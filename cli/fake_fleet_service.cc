@@ -98,6 +98,18 @@ void FakeFleetService::SetDeployResponse(v1::DeployResponse response) {
   absl::MutexLock lock(&mu_);
   deploy_ = std::move(response);
 }
+void FakeFleetService::SetPlan(v1::PlanResponse response) {
+  absl::MutexLock lock(&mu_);
+  plan_ = std::move(response);
+}
+void FakeFleetService::SetApplyPlan(v1::ApplyPlanResponse response) {
+  absl::MutexLock lock(&mu_);
+  apply_ = std::move(response);
+}
+void FakeFleetService::SetRemediations(v1::ListRemediationsResponse response) {
+  absl::MutexLock lock(&mu_);
+  remediations_ = std::move(response);
+}
 std::vector<v1::DeployRequest> FakeFleetService::deploy_requests() const {
   absl::MutexLock lock(&mu_);
   return deploy_requests_;
@@ -123,7 +135,20 @@ FLEET_FAKE_GETTER(v1::ExplainRequest, explain_requests)
 FLEET_FAKE_GETTER(v1::ServerLogsRequest, logs_requests)
 FLEET_FAKE_GETTER(v1::ServersRequest, restart_requests)
 FLEET_FAKE_GETTER(v1::ServersRequest, stop_requests)
+FLEET_FAKE_GETTER(v1::PlanRequest, plan_requests)
+FLEET_FAKE_GETTER(v1::ApplyPlanRequest, apply_requests)
+FLEET_FAKE_GETTER(v1::ListRemediationsRequest, remediations_requests)
 #undef FLEET_FAKE_GETTER
+
+absl::Duration FakeFleetService::plan_time_left() const {
+  absl::MutexLock lock(&mu_);
+  return plan_time_left_;
+}
+
+absl::Duration FakeFleetService::apply_time_left() const {
+  absl::MutexLock lock(&mu_);
+  return apply_time_left_;
+}
 
 int FakeFleetService::watches_cancelled() const {
   absl::MutexLock lock(&mu_);
@@ -186,6 +211,35 @@ grpc::ServerUnaryReactor* FakeFleetService::Stop(grpc::CallbackServerContext* co
   absl::MutexLock lock(&mu_);
   stop_requests_.push_back(*request);
   *response = servers_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::Plan(grpc::CallbackServerContext* context,
+                                                 const v1::PlanRequest* request,
+                                                 v1::PlanResponse* response) {
+  absl::MutexLock lock(&mu_);
+  plan_requests_.push_back(*request);
+  plan_time_left_ = absl::FromChrono(context->deadline()) - absl::Now();
+  *response = plan_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::ApplyPlan(grpc::CallbackServerContext* context,
+                                                      const v1::ApplyPlanRequest* request,
+                                                      v1::ApplyPlanResponse* response) {
+  absl::MutexLock lock(&mu_);
+  apply_requests_.push_back(*request);
+  apply_time_left_ = absl::FromChrono(context->deadline()) - absl::Now();
+  *response = apply_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::ListRemediations(
+    grpc::CallbackServerContext* context, const v1::ListRemediationsRequest* request,
+    v1::ListRemediationsResponse* response) {
+  absl::MutexLock lock(&mu_);
+  remediations_requests_.push_back(*request);
+  *response = remediations_;
   return Answer(context, error_);
 }
 
@@ -254,6 +308,65 @@ v1::ServerRow MakeRow(const std::string& server, const std::string& state, absl:
   row.mutable_attempt_started_at()->set_seconds(started);
   row.mutable_state_since()->set_seconds(absl::ToUnixSeconds(now) - 5);
   return row;
+}
+
+v1::Plan MakePlan(absl::Time now) {
+  v1::Plan plan;
+  plan.set_id("7");
+  plan.set_container("pve1/200");
+  plan.set_server("pve1/200/gpu3");
+  plan.set_diagnosis_class("ptx_version_unsupported");
+  plan.set_status("proposed");
+  plan.set_trigger("manual");
+  plan.add_causes("ptx_version_unsupported");
+  plan.set_fingerprint("3f2a9c");
+  plan.set_summary("use the pip CUDA 13.2 nvcc so that ptxas accepts PTX ISA 9.2");
+  plan.add_constraints("nvcc 13.0.88 accepts PTX ISA up to 9.0; flashinfer emits 9.2");
+  plan.add_unresolved("ninja_not_found: the venv has no ninja and apt_install is not allowed");
+  plan.set_cuda_release("13.2");
+  plan.set_affects_jit_build(true);
+  plan.set_save_package_set(true);
+  (*plan.mutable_env_changes())["CUDA_HOME"] = "/opt/venv/cu13";
+  plan.set_attempt_id("pve1/200/gpu3#1-5c2e91ab");
+  v1::Fact* fact = plan.add_trigger_facts();
+  fact->set_key("ptx_wanted");
+  fact->add_values("9.2");
+  const auto add = [&plan](v1::Action action, const std::string& reason) {
+    v1::PlannedAction* a = plan.add_actions();
+    *a->mutable_action() = std::move(action);
+    a->set_reason(reason);
+  };
+  v1::Action pip;
+  v1::Requirement* r = pip.mutable_pip_install()->add_requirements();
+  r->set_name("nvidia-cuda-nvcc");
+  r->set_version("13.2.78");
+  add(pip, "ptxas of CUDA 13.2 accepts PTX ISA 9.2");
+  v1::Action path;
+  path.mutable_prepend_path()->set_variable("PATH");
+  path.mutable_prepend_path()->set_directory("/opt/venv/cu13/bin");
+  add(path, "the pip nvcc first on PATH");
+  v1::Action link;
+  link.mutable_symlink()->set_link("/opt/venv/cu13/lib64");
+  link.mutable_symlink()->set_target("lib");
+  add(link, "flashinfer links against CUDA_HOME/lib64");
+  plan.mutable_created_at()->set_seconds(absl::ToUnixSeconds(now) - 120);
+  return plan;
+}
+
+v1::Plan AppliedPlan(v1::Plan plan, absl::Time now) {
+  plan.set_status("applied");
+  plan.mutable_applied_at()->set_seconds(absl::ToUnixSeconds(now));
+  int i = 0;
+  for (const v1::PlannedAction& a : plan.actions()) {
+    v1::ActionResult* r = plan.add_results();
+    *r->mutable_action() = a.action();
+    r->set_ok(true);
+    r->set_message(i == 0 ? "installed nvidia-cuda-nvcc 13.2.78" : "done");
+    r->mutable_took()->set_seconds(i == 0 ? 12 : 0);
+    r->mutable_took()->set_nanos(i == 0 ? 300000000 : 40000000);
+    ++i;
+  }
+  return plan;
 }
 
 }  // namespace fleet::cli::testing

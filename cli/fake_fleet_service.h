@@ -1,7 +1,8 @@
 // FakeFleetService: an in-process stand-in for fleetd's fleet.v1.Fleet service, for the CLI's
 // tests. It serves canned answers (status rows, attempts, explain responses, log chunks, restart
-// and stop results), plays a scripted Watch stream, and records the requests it got.
-// FakeFleetServer serves it on a real unix socket in a temp dir, as fleetd does.
+// and stop results, plans, apply outcomes, remediations), plays a scripted Watch stream, and
+// records the requests it got. FakeFleetServer serves it on a real unix socket in a temp dir, as
+// fleetd does.
 //
 // Thread-safe: gRPC calls the handlers on its threads while the test reads the recorded requests.
 #pragma once
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "cli/command_context.h"
 #include "proto/fleet.grpc.pb.h"
 #include "tests/testing/fake_clock.h"
@@ -30,6 +32,9 @@ class FakeFleetService final : public v1::Fleet::CallbackService {
   void SetLogs(std::vector<std::string> chunks);
   void SetServersResponse(v1::ServersResponse response);
   void SetDeployResponse(v1::DeployResponse response);
+  void SetPlan(v1::PlanResponse response);
+  void SetApplyPlan(v1::ApplyPlanResponse response);
+  void SetRemediations(v1::ListRemediationsResponse response);
   void SetError(absl::Status status);  // every call fails with it
 
   // The Watch stream: these messages in order, then the stream ends OK (`hold_open` false) or
@@ -45,6 +50,12 @@ class FakeFleetService final : public v1::Fleet::CallbackService {
   std::vector<v1::ServersRequest> restart_requests() const;
   std::vector<v1::ServersRequest> stop_requests() const;
   std::vector<v1::DeployRequest> deploy_requests() const;
+  std::vector<v1::PlanRequest> plan_requests() const;
+  std::vector<v1::ApplyPlanRequest> apply_requests() const;
+  std::vector<v1::ListRemediationsRequest> remediations_requests() const;
+  // How long the last Plan / ApplyPlan call had left before its deadline when it arrived.
+  absl::Duration plan_time_left() const;
+  absl::Duration apply_time_left() const;
   // Watch streams that ended because the client cancelled them.
   int watches_cancelled() const;
 
@@ -70,6 +81,15 @@ class FakeFleetService final : public v1::Fleet::CallbackService {
   grpc::ServerUnaryReactor* Deploy(grpc::CallbackServerContext* context,
                                    const v1::DeployRequest* request,
                                    v1::DeployResponse* response) override;
+  grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* context,
+                                 const v1::PlanRequest* request,
+                                 v1::PlanResponse* response) override;
+  grpc::ServerUnaryReactor* ApplyPlan(grpc::CallbackServerContext* context,
+                                      const v1::ApplyPlanRequest* request,
+                                      v1::ApplyPlanResponse* response) override;
+  grpc::ServerUnaryReactor* ListRemediations(grpc::CallbackServerContext* context,
+                                             const v1::ListRemediationsRequest* request,
+                                             v1::ListRemediationsResponse* response) override;
 
   // Used by the stream reactors.
   void NoteWatchCancelled();
@@ -83,6 +103,14 @@ class FakeFleetService final : public v1::Fleet::CallbackService {
   v1::ServersResponse servers_ ABSL_GUARDED_BY(mu_);
   v1::DeployResponse deploy_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::DeployRequest> deploy_requests_ ABSL_GUARDED_BY(mu_);
+  v1::PlanResponse plan_ ABSL_GUARDED_BY(mu_);
+  v1::ApplyPlanResponse apply_ ABSL_GUARDED_BY(mu_);
+  v1::ListRemediationsResponse remediations_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::PlanRequest> plan_requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ApplyPlanRequest> apply_requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ListRemediationsRequest> remediations_requests_ ABSL_GUARDED_BY(mu_);
+  absl::Duration plan_time_left_ ABSL_GUARDED_BY(mu_);
+  absl::Duration apply_time_left_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::FleetStatusResponse> watch_script_ ABSL_GUARDED_BY(mu_);
   bool watch_hold_open_ ABSL_GUARDED_BY(mu_) = true;
@@ -146,5 +174,13 @@ class FakeFleetEnv {
 
 // A status row as fleetd would send it; times relative to `now`.
 v1::ServerRow MakeRow(const std::string& server, const std::string& state, absl::Time now);
+
+// Plan 7 for pve1/200/gpu3 as fleetd proposes it after a PTX failure (trigger manual, created 2
+// minutes before `now`): pip_install nvidia-cuda-nvcc==13.2.78, prepend_path PATH
+// /opt/venv/cu13/bin, symlink /opt/venv/cu13/lib64 -> lib, each with its reason; a constraint,
+// an unresolved problem, CUDA 13.2, an env change, the triggering attempt and its facts.
+v1::Plan MakePlan(absl::Time now);
+// `plan` as fleetd answers an apply: status `applied` (at `now`), each action's result ok.
+v1::Plan AppliedPlan(v1::Plan plan, absl::Time now);
 
 }  // namespace fleet::cli::testing

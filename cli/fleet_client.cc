@@ -164,6 +164,19 @@ absl::StatusOr<v1::ServersResponse> FleetClient::Stop(const v1::ServersRequest& 
   return Call("Stop", &v1::Fleet::Stub::Stop, request);
 }
 
+absl::StatusOr<v1::PlanResponse> FleetClient::Plan(const v1::PlanRequest& request) {
+  return Call("Plan", &v1::Fleet::Stub::Plan, request);
+}
+
+absl::StatusOr<v1::ApplyPlanResponse> FleetClient::ApplyPlan(const v1::ApplyPlanRequest& request) {
+  return Call("ApplyPlan", &v1::Fleet::Stub::ApplyPlan, request);
+}
+
+absl::StatusOr<v1::ListRemediationsResponse> FleetClient::ListRemediations(
+    const v1::ListRemediationsRequest& request) {
+  return Call("ListRemediations", &v1::Fleet::Stub::ListRemediations, request);
+}
+
 absl::Status FleetClient::Watch(const v1::FleetStatusRequest& request,
                                 const WatchCallback& on_message) {
   grpc::ClientContext context;

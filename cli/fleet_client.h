@@ -40,6 +40,12 @@ class FleetClient {
   absl::StatusOr<v1::ExplainResponse> Explain(const v1::ExplainRequest& request);
   absl::StatusOr<v1::ServersResponse> Restart(const v1::ServersRequest& request);
   absl::StatusOr<v1::ServersResponse> Stop(const v1::ServersRequest& request);
+  absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& request);
+  // Blocks until fleetd has run the plan (agent actions, a pip install): give the client a
+  // timeout long enough for that (`fleetctl apply` uses at least 15 minutes).
+  absl::StatusOr<v1::ApplyPlanResponse> ApplyPlan(const v1::ApplyPlanRequest& request);
+  absl::StatusOr<v1::ListRemediationsResponse> ListRemediations(
+      const v1::ListRemediationsRequest& request);
 
   // Streams call `on_message` for each message, on this thread; when it returns false the call is
   // cancelled and the result is OK. The result is OK too when the daemon ends the stream cleanly.

@@ -11,7 +11,9 @@
 namespace fleet::cli {
 namespace {
 
+using ::fleet::cli::testing::AppliedPlan;
 using ::fleet::cli::testing::FakeFleetEnv;
+using ::fleet::cli::testing::MakePlan;
 using ::fleet::cli::testing::MakeRow;
 using ::fleet::testing::BuildPath;
 using ::fleet::testing::RunResult;
@@ -104,18 +106,46 @@ TEST_F(FleetctlBinaryTest, LogsAreTheDaemonsBytes) {
 }
 
 TEST_F(FleetctlBinaryTest, LaterVerbsSayNotYet) {
-  RunResult plan = Fleetctl({"plan", "pve1/200/gpu3"});
-  EXPECT_EQ(plan.exit_code, 1);
-  EXPECT_EQ(plan.output, "fleetctl plan: not yet: the remediation planner comes with issue 5\n");
-  RunResult apply = Fleetctl({"apply", "7"});
-  EXPECT_EQ(apply.exit_code, 1);
-  EXPECT_THAT(apply.output, HasSubstr("not yet: the remediation planner comes with issue 5"));
   RunResult hosts = Fleetctl({"hosts", "trust", "pve1"});
   EXPECT_EQ(hosts.exit_code, 1);
   EXPECT_THAT(hosts.output, StartsWith("fleetctl hosts trust: not yet: issue 6"));
   RunResult certs = Fleetctl({"certs", "init"});
   EXPECT_EQ(certs.exit_code, 1);
   EXPECT_THAT(certs.output, StartsWith("fleetctl certs init: not yet: issue 6"));
+}
+
+TEST_F(FleetctlBinaryTest, RemediationVerbsReachFleetd) {
+  const absl::Time now = absl::Now();
+  v1::PlanResponse plan;
+  *plan.mutable_plan() = MakePlan(now);
+  env_.service().SetPlan(plan);
+  RunResult shown = Fleetctl({"--socket", env_.socket_path(), "plan", "pve1/200/gpu3"});
+  EXPECT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_THAT(shown.output, HasSubstr("run: fleetctl apply 7\n"));
+
+  v1::ApplyPlanResponse applied;
+  *applied.mutable_plan() = AppliedPlan(MakePlan(now), now);
+  env_.service().SetApplyPlan(applied);
+  RunResult ok = Fleetctl({"--socket", env_.socket_path(), "apply", "7"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_THAT(ok.output, HasSubstr("plan 7 applied\n"));
+  applied.mutable_plan()->set_status("failed");
+  applied.mutable_plan()->set_outcome_reason("the agent ran only part of it");
+  env_.service().SetApplyPlan(applied);
+  RunResult failed = Fleetctl({"--socket", env_.socket_path(), "apply", "7"});
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  EXPECT_THAT(failed.output,
+              HasSubstr("fleetctl apply: plan 7 failed: the agent ran only part of it\n"));
+
+  v1::ListRemediationsResponse list;
+  *list.add_plans() = applied.plan();
+  env_.service().SetRemediations(list);
+  RunResult listed =
+      Fleetctl({"--socket", env_.socket_path(), "remediations", "pve1/200", "-o", "json"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_THAT(listed.output, StartsWith("{\"remediations\":[{\"id\":\"7\","));
+  ASSERT_EQ(env_.service().remediations_requests().size(), 1u);
+  EXPECT_EQ(env_.service().remediations_requests()[0].container(), "pve1/200");
 }
 
 TEST_F(FleetctlBinaryTest, GlobalFlagErrorsAndHelp) {
@@ -127,6 +157,7 @@ TEST_F(FleetctlBinaryTest, GlobalFlagErrorsAndHelp) {
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.output, HasSubstr("--socket PATH"));
   EXPECT_THAT(help.output, HasSubstr("completion bash"));
+  EXPECT_THAT(help.output, HasSubstr("remediations [SERVER|CONTAINER]"));
 }
 
 TEST_F(FleetctlBinaryTest, BashCompletionIsValidBash) {

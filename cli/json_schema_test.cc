@@ -24,6 +24,7 @@
 #include "cli/deploy_command.h"
 #include "cli/explain_command.h"
 #include "cli/fake_fleet_service.h"
+#include "cli/remediation_command.h"
 #include "cli/status_command.h"
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
@@ -366,8 +367,9 @@ std::set<std::string> Reachable(const Contract& contract, const std::string& roo
 }
 
 // The outputs and the object each is: status (and each line of status --watch), attempts,
-// deploy, restart and stop, explain (FILE and --server).
-const std::vector<std::string> kRoots = {"status", "attempts", "deploy", "restart_stop", "explain"};
+// deploy, restart and stop, explain (FILE and --server), plan and apply, remediations.
+const std::vector<std::string> kRoots = {"status",  "attempts",    "deploy",      "restart_stop",
+                                         "explain", "remediation", "remediations"};
 
 // --- The verbs, with every field filled. ---
 
@@ -706,6 +708,73 @@ TEST_F(JsonSchemaTest, ExplainServer) {
   ExpectMatchesDoc(o.out, "explain", 1);
   ExpectFactsShape(o.out);
   EXPECT_THAT(o.out, ::testing::StartsWith("{\"file\":\"pve1/200/gpu3#2\","));
+}
+
+// A plan fleetd rolled back: its pip install ran (the other actions did not), then the rollback
+// uninstalled the package again.
+v1::Plan RolledBackPlan(absl::Time now) {
+  v1::Plan plan = ::fleet::cli::testing::MakePlan(now);
+  plan.set_status("rolled_back");
+  plan.set_outcome_reason("made things worse: rolled back to the package set saved before it");
+  ToProtoTime(now, plan.mutable_applied_at());
+  v1::ActionResult* first = plan.add_results();
+  *first->mutable_action() = plan.actions(0).action();
+  first->set_ok(true);
+  first->set_message("installed nvidia-cuda-nvcc 13.2.78");
+  first->mutable_took()->set_seconds(41);
+  v1::ActionResult* undo = plan.add_results();
+  undo->mutable_action()->mutable_pip_uninstall()->add_packages("nvidia-cuda-nvcc");
+  undo->set_ok(true);
+  undo->set_message("uninstalled nvidia-cuda-nvcc");
+  undo->set_output_tail("Successfully uninstalled nvidia-cuda-nvcc-13.2.78\n");
+  undo->mutable_took()->set_nanos(800000000);
+  return plan;
+}
+
+TEST_F(JsonSchemaTest, PlanAndApply) {
+  const absl::Time now = env_.clock().Now();
+  std::string out;
+  // A proposed plan, and a report (no id, no actions, times null).
+  v1::PlanResponse proposed;
+  *proposed.mutable_plan() = ::fleet::cli::testing::MakePlan(now);
+  env_.service().SetPlan(proposed);
+  auto o = env_.Run(RunPlan, {"pve1/200/gpu3", "-o", "json"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  out += o.out;
+  v1::PlanResponse report;
+  report.mutable_plan()->set_server("pve1/200/gpu3");
+  report.mutable_plan()->set_container("pve1/200");
+  report.mutable_plan()->set_status("report");
+  report.mutable_plan()->set_report_only("no toolchain problem: nothing to change");
+  env_.service().SetPlan(report);
+  o = env_.Run(RunPlan, {"pve1/200/gpu3", "-o", "json"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_THAT(o.out, ::testing::HasSubstr("\"created_at\":null,\"applied_at\":null"));
+  out += o.out;
+  // An apply that was rolled back (exit 1, the object still printed).
+  v1::ApplyPlanResponse applied;
+  *applied.mutable_plan() = RolledBackPlan(now);
+  env_.service().SetApplyPlan(applied);
+  o = env_.Run(RunApply, {"7", "-o", "json"});
+  EXPECT_EQ(o.code, 1) << o.err;
+  out += o.out;
+  ExpectMatchesDoc(out, "remediation", 3);
+}
+
+TEST_F(JsonSchemaTest, Remediations) {
+  const absl::Time now = env_.clock().Now();
+  v1::ListRemediationsResponse response;
+  *response.add_plans() = RolledBackPlan(now);
+  *response.add_plans() = ::fleet::cli::testing::AppliedPlan(
+      ::fleet::cli::testing::MakePlan(now + absl::Minutes(5)), now + absl::Minutes(6));
+  *response.add_plans() = ::fleet::cli::testing::MakePlan(now + absl::Minutes(10));
+  env_.service().SetRemediations(response);
+  const auto o = env_.Run(RunRemediations, {"pve1/200", "-o", "json"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  ExpectMatchesDoc(o.out, "remediations", 1);
+  env_.service().SetRemediations({});
+  const auto none = env_.Run(RunRemediations, {"-o", "json"});
+  EXPECT_EQ(none.out, "{\"remediations\":[]}\n");
 }
 
 // The checker itself: what it must refuse.

@@ -6,19 +6,13 @@
 
 namespace fleet::cli {
 
-bool IsLaterVerb(std::string_view verb) {
-  return verb == "plan" || verb == "apply" || verb == "hosts" || verb == "certs";
-}
+bool IsLaterVerb(std::string_view verb) { return verb == "hosts" || verb == "certs"; }
 
 int RunLaterVerb(std::string_view verb, const std::vector<std::string>& args, std::ostream& err) {
-  if (verb == "plan" || verb == "apply") {
-    err << "fleetctl " << verb << ": not yet: the remediation planner comes with issue 5\n";
-  } else {
-    // `hosts trust HOST`, `certs init`: name the sub-verb the user typed.
-    const std::string sub = args.empty() ? "" : " " + args[0];
-    err << "fleetctl " << verb << sub << ": not yet: issue 6 ("
-        << (verb == "hosts" ? "SSH reach to Proxmox hosts" : "mutual TLS") << ")\n";
-  }
+  // `hosts trust HOST`, `certs init`: name the sub-verb the user typed.
+  const std::string sub = args.empty() ? "" : " " + args[0];
+  err << "fleetctl " << verb << sub << ": not yet: issue 6 ("
+      << (verb == "hosts" ? "SSH reach to Proxmox hosts" : "mutual TLS") << ")\n";
   return kExitError;
 }
 

@@ -1,6 +1,6 @@
-// The verbs of DESIGN.md's CLI surface whose daemon side comes with a later issue: `plan` and
-// `apply` (the remediation planner, issue 5), `hosts trust` and `certs init` (SSH reach and
-// mutual TLS, issue 6). Each says so on standard error and exits 1, so scripts see a failure.
+// The verbs of DESIGN.md's CLI surface whose daemon side comes with a later issue: `hosts trust`
+// and `certs init` (SSH reach and mutual TLS, issue 6). Each says so on standard error and exits
+// 1, so scripts see a failure.
 #pragma once
 
 #include <iosfwd>

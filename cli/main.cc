@@ -15,6 +15,7 @@
 #include "cli/global_flags.h"
 #include "cli/later_verbs.h"
 #include "cli/logs_command.h"
+#include "cli/remediation_command.h"
 #include "cli/status_command.h"
 #include "common/base/clock.h"
 #include "common/base/version.h"
@@ -35,8 +36,10 @@ constexpr char kUsage[] =
     "                            servers, states, phases, last diagnosis\n"
     "  logs SERVER [-f]          a server's log, by attempt\n"
     "  attempts [SERVER]         the history of start attempts\n"
-    "  plan SERVER               the remediation the planner would apply\n"
-    "  apply PLAN_ID             apply a plan (policy mode 'ask')\n"
+    "  plan SERVER               the remediation the planner has for a server\n"
+    "  apply PLAN_ID             apply a proposed plan and wait for it (policy mode 'ask')\n"
+    "  remediations [SERVER|CONTAINER]\n"
+    "                            the recorded remediations and their outcomes\n"
     "  restart SERVER|--all      restart servers\n"
     "  stop SERVER|--all         stop servers\n"
     "  hosts trust HOST          record a Proxmox host's SSH key after checking it\n"
@@ -91,6 +94,9 @@ int main(int argc, char** argv) {
   if (verb == "logs") return fleet::cli::RunLogs(args, ctx);
   if (verb == "restart") return fleet::cli::RunRestart(args, ctx);
   if (verb == "stop") return fleet::cli::RunStop(args, ctx);
+  if (verb == "plan") return fleet::cli::RunPlan(args, ctx);
+  if (verb == "apply") return fleet::cli::RunApply(args, ctx);
+  if (verb == "remediations") return fleet::cli::RunRemediations(args, ctx);
   if (verb == "completion") return fleet::cli::RunCompletion(args, ctx);
   if (fleet::cli::IsLaterVerb(verb)) return fleet::cli::RunLaterVerb(verb, args, std::cerr);
   std::cerr << "fleetctl: unknown verb '" << verb << "' (see fleetctl --help)\n";

@@ -16,4 +16,11 @@ namespace fleet::cli {
 //   gpuN: `gpu` and a GPU index (0-9999)
 absl::Status ValidateServerName(std::string_view name);
 
+// A container, `host/ctid` (`pve1/200`), with the same rules for its two parts.
+absl::Status ValidateContainerName(std::string_view name);
+
+// A server or a container (`remediations [SERVER|CONTAINER]`): the form is told by the number of
+// parts; a name with neither 2 nor 3 parts is refused naming both forms.
+absl::Status ValidateServerOrContainerName(std::string_view name);
+
 }  // namespace fleet::cli

@@ -12,15 +12,12 @@
 # It installs the dependencies, builds fleetd, fleet-agent, fleetctl and the simulated server,
 # creates a simulated container (8 GPUs) in the seed state (every problem of the cascade present),
 # starts fleetd (record DIR/fleet.db, socket DIR/fleetd.sock) and the container's fleet-agent, and
-# then:
-#   1. canary: `fleetctl deploy --only local/200/gpu0` of the SGLang template; fleetd launches GPU 0
-#      (attempt row first), the agent follows its log and diagnoses the failure, fleetd gives up
-#      when a restart cannot help. The fix for the diagnosis (`fleetctl explain --server`) is
-#      applied through the world's pip/apt-get shims and the config's environment (in a later
-#      issue fleetd's remediation planner chooses and applies these fixes; this script plays its
-#      part), and the deploy is repeated, until GPU 0 is READY;
-#   2. `fleetctl deploy` of all 8 and `fleetctl status --watch --until-ready`;
-#   3. `fleetctl attempts`: the whole history, every attempt with its outcome and diagnosis.
+# then only deploys and watches: `fleetctl deploy -f DIR/fleet.yaml` (all 8 GPUs) and `fleetctl
+# status --watch --until-ready`. fleetd does the rest on its own: the preflight (the agent's probe;
+# the planner fixes what is knowably broken before any launch), the canary (GPU 0 alone while the
+# JIT cache is cold; its one failure, PTX 9.2 that no probe can see, remediated once for the
+# container), then the other seven from the warm cache. Last `fleetctl remediations` and `fleetctl
+# attempts`: every remediation with its actions, every launch with its outcome and diagnosis.
 # Exits 0 only when all 8 are READY (fleetd's HTTP readiness probe: GET /health_generate gives
 # 200). Stops every server, the agent and fleetd on any exit. Every wait is fleetd's own
 # (`status --until-ready`), never a fixed sleep.
@@ -55,7 +52,6 @@ done
 }
 
 readonly gpus=8
-readonly max_rounds=8
 readonly canary=local/200/gpu0
 
 bold=
@@ -122,49 +118,6 @@ while IFS='=' read -r key value; do
 done <"$world/server.env"
 server_env[FLEET_SIM_SPEED]=$speed
 
-prepend_env() {  # NAME DIR: DIR first on the list variable NAME
-  server_env[$1]="$2${server_env[$1]:+:${server_env[$1]}}"
-}
-
-# The fix for a diagnosis, as the remediation planner will choose it: typed actions through the
-# world's own pip/apt-get and the servers' environment. Returns 1 when there is none to apply.
-apply_fix() {
-  case $1 in
-    missing_shared_library)
-      note "PrependPath LD_LIBRARY_PATH $cuda/lib   (the pip CUDA libraries onto the loader path)"
-      prepend_env LD_LIBRARY_PATH "$cuda/lib"
-      ;;
-    nvcc_not_found)
-      note "PipInstall nvidia-cuda-nvcc==13.2.78; SetEnv CUDA_HOME=$cuda; PrependPath PATH $cuda/bin"
-      "${conf[pip]}" install -q nvidia-cuda-nvcc==13.2.78
-      server_env[CUDA_HOME]=$cuda
-      prepend_env PATH "$cuda/bin"
-      ;;
-    ninja_not_found)
-      note "AptInstall ninja-build   (the JIT build tool onto the server's PATH)"
-      "${conf[apt_get]}" install -y -q ninja-build | sed 's/^/      apt-get: /'
-      ;;
-    cuda_header_mismatch | ptx_version_unsupported)
-      # Both constraints at once (compiler = headers, ptxas >= the PTX 9.2 flashinfer's CCCL
-      # emits): one remediation instead of the 13.0/13.2 seesaw.
-      note "PipInstall the whole CUDA 13.2 set in one go (compiler = headers, ptxas accepts PTX 9.2):"
-      note "  nvidia-cuda-nvcc nvidia-cuda-crt nvidia-nvvm nvidia-cuda-runtime nvidia-cuda-nvrtc nvidia-cuda-cupti"
-      "${conf[pip]}" install -q nvidia-cuda-nvcc==13.2.78 nvidia-cuda-crt==13.2.78 nvidia-nvvm==13.2.78 \
-        nvidia-cuda-runtime==13.2.75 nvidia-cuda-nvrtc==13.2.78 nvidia-cuda-cupti==13.2.75
-      ;;
-    link_error)
-      note "Symlink lib64 -> lib; libcudart.so -> libcudart.so.13; lib64/stubs/libcuda.so -> the driver's libcuda.so.1"
-      ln -sfn lib "$cuda/lib64"
-      ln -sf libcudart.so.13 "$cuda/lib/libcudart.so"
-      mkdir -p "$cuda/lib/stubs"
-      ln -sf "${conf[driver_libcuda]}" "$cuda/lib/stubs/libcuda.so"
-      ;;
-    *)
-      return 1
-      ;;
-  esac
-}
-
 # --- fleetd, the agent, the config ---------------------------------------------------------------
 
 # Eight consecutive free loopback ports for the servers (base_port + gpu): a base the kernel gave
@@ -192,7 +145,8 @@ yaml_string() {  # a YAML double-quoted scalar of $1
   printf '"%s"' "$s"
 }
 
-# The fleet config, written again after every fix that changes the servers' environment.
+# The fleet config: the SGLang template on the world's python, the servers' environment, and the
+# container's tools (its own pip, apt-get, nvidia-smi: the planner's fixes go through them).
 write_config() {
   local key
   {
@@ -201,6 +155,13 @@ write_config() {
     printf '        channel: {kind: loopback, address: %s}\n' "$(yaml_string "unix:$state_dir/agent.sock")"
     printf '        gpus: [0, 1, 2, 3, 4, 5, 6, 7]\n        template: sglang\n'
     printf '        base_port: %d\n' "$base_port"
+    printf '        tools:\n'
+    printf '          pip: [%s]\n' "$(yaml_string "${conf[pip]}")"
+    printf '          apt_get: [%s]\n' "$(yaml_string "${conf[apt_get]}")"
+    printf '          nvidia_smi: [%s]\n' "$(yaml_string "${conf[nvidia_smi]}")"
+    printf '          venv: %s\n' "$(yaml_string "${conf[venv]}")"
+    printf '          jit_cache_roots: [%s]\n' "$(yaml_string "$world/root/.cache")"
+    printf '          toolkit_roots: [%s]\n' "$(yaml_string "${conf[venv]}")"
     printf 'templates:\n  - name: sglang\n    engine: sglang\n'
     printf '    model: %s\n' "$(yaml_string "${conf[model]}")"
     printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
@@ -261,48 +222,24 @@ fi
 write_config
 note "config: $state_dir/fleet.yaml (servers on ports $base_port-$((base_port + gpus - 1)))"
 
-# --- 1. The canary until READY ----------------------------------------------------------------------
+# --- The deploy: fleetd does the rest --------------------------------------------------------------
 
-step "Canary: $canary alone; each failure explained, fixed, deployed again"
-note "(in a later issue fleetd's remediation planner chooses and applies each fix; this script plays its part)"
-round=0
-while :; do
-  round=$((round + 1))
-  printf '\n%s-- deploy, round %d%s\n' "$bold" "$round" "$plain"
-  fleetctl deploy -f "$state_dir/fleet.yaml" --only "$canary" | sed 's/^/    /'
-  outcome=0
-  fleetctl status --watch --until-ready "$canary" | sed 's/^/    /' || outcome=${PIPESTATUS[0]}
-  if [[ $outcome == 0 ]]; then
-    note "$canary is READY"
-    break
-  fi
-  printf '\n'
-  fleetctl explain --server "$canary" | cut -c1-220 | sed 's/^/    | /'
-  class=$(fleetctl explain --server "$canary" -o json | grep -o '"class":"[a-z_]*"' | head -1 | cut -d'"' -f4)
-  printf '\n'
-  note "diagnosis: $class"
-  if ! apply_fix "$class"; then
-    note "no toolchain fix for $class: reported, not fixed; giving up"
-    exit 1
-  fi
-  write_config
-  if [[ $round -ge $max_rounds ]]; then
-    note "still failing after $round rounds: giving up"
-    exit 1
-  fi
-done
-
-# --- 2. All eight -------------------------------------------------------------------------------------
-
-step "All $gpus GPUs (the JIT cache is warm from the canary)"
+step "Deploy all $gpus; fleetd probes, plans, fixes and restarts on its own"
+note "preflight (the probe: what is knowably broken is fixed before any launch), then the canary"
+note "$canary alone until it is past the JIT phase, each failure diagnosed and remediated once for"
+note "the container, then the other $((gpus - 1)) from the warm JIT cache"
 fleetctl deploy -f "$state_dir/fleet.yaml" | sed 's/^/    /'
 outcome=0
 fleetctl status --watch --until-ready || outcome=$?
 
-step "The record: every attempt (fleetctl attempts; sqlite3 $state_dir/fleet.db, docs/schema.md)"
+step "The record: every remediation and attempt (sqlite3 $state_dir/fleet.db, docs/schema.md)"
+fleetctl remediations
+printf '\n'
 fleetctl attempts
 printf '\n'
 fleetctl status -o wide
+launches=$(fleetctl attempts -o json | grep -o '"number":' | wc -l || true)
+note "launches: $launches for $gpus GPUs"
 if [[ $outcome == 0 ]]; then
   note "all $gpus servers READY"
   exit 0

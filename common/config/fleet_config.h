@@ -39,7 +39,7 @@ inline constexpr char kVllmReadinessPath[] = "/health";
 inline constexpr absl::Duration kDefaultStallTimeout = absl::Minutes(10);
 inline constexpr absl::Duration kDefaultStartupDeadline = absl::Minutes(90);
 inline constexpr int kDefaultMaxAttempts = 8;
-inline constexpr absl::Duration kDefaultBackoffInitial = absl::Seconds(5);
+inline constexpr absl::Duration kDefaultBackoffInitial = absl::Seconds(10);
 inline constexpr absl::Duration kDefaultBackoffMax = absl::Minutes(5);
 inline constexpr int kDefaultMaxFixesPerCause = 3;
 

@@ -90,7 +90,7 @@ TEST(FleetConfig, MinimalConfigGetsEveryDefault) {
   EXPECT_EQ(D(policy.stall_timeout()), absl::Minutes(10));
   EXPECT_EQ(D(policy.startup_deadline()), absl::Minutes(90));
   EXPECT_EQ(policy.max_attempts(), 8);
-  EXPECT_EQ(D(policy.backoff_initial()), absl::Seconds(5));
+  EXPECT_EQ(D(policy.backoff_initial()), absl::Seconds(10));
   EXPECT_EQ(D(policy.backoff_max()), absl::Minutes(5));
   EXPECT_EQ(policy.remediation(), Policy::AUTO);
   EXPECT_EQ(policy.max_fixes_per_cause(), 3);

@@ -1,0 +1,362 @@
+#include "cli/plan_format.h"
+
+#include <map>
+#include <optional>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "cli/status_format.h"
+#include "cli/text_table.h"
+#include "common/base/string_view.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace fleet::cli {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+
+// As a shell would need it: as is when plain, else in single quotes.
+std::string Quote(std::string_view s) {
+  if (!s.empty() && s.find_first_of(" \t\n'\"\\$`") == std::string_view::npos) {
+    return std::string(s);
+  }
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
+  return out;
+}
+
+template <typename Strings>
+std::string QuotedList(const Strings& items) {
+  std::vector<std::string> quoted;
+  for (const std::string& item : items) quoted.push_back(Quote(item));
+  return absl::StrJoin(quoted, " ");
+}
+
+std::optional<int64_t> TookMs(const v1::ActionResult& r) {
+  if (!r.has_took()) return std::nullopt;
+  return r.took().seconds() * 1000 + r.took().nanos() / 1000000;
+}
+
+void TimeOrNull(const google::protobuf::Timestamp& t, JsonWriter* json) {
+  if (std::optional<absl::Time> time = FromProtoTime(t)) {
+    json->String(FormatRfc3339(*time));
+  } else {
+    json->Null();
+  }
+}
+
+void StringArray(const google::protobuf::RepeatedPtrField<std::string>& items, JsonWriter* json) {
+  json->BeginArray();
+  for (const std::string& s : items) json->String(s);
+  json->EndArray();
+}
+
+// kind, description, then the result's fields (shared by `remediation_action` and
+// `action_result`).
+void WriteResultFields(const v1::ActionResult* r, JsonWriter* json) {
+  json->Key("ok");
+  if (r != nullptr) {
+    json->Bool(r->ok());
+  } else {
+    json->Null();
+  }
+  json->Key("message");
+  json->String(r != nullptr ? r->message() : "");
+  json->Key("output_tail");
+  json->String(r != nullptr ? r->output_tail() : "");
+  json->Key("took_ms");
+  std::optional<int64_t> ms = r != nullptr ? TookMs(*r) : std::nullopt;
+  if (ms) {
+    json->Int(*ms);
+  } else {
+    json->Null();
+  }
+}
+
+// The lines of `text` without a trailing empty one.
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+}  // namespace
+
+std::string ActionKindName(const v1::Action& action) {
+  switch (action.kind_case()) {
+    case v1::Action::kSetEnv:
+      return "set_env";
+    case v1::Action::kPrependPath:
+      return "prepend_path";
+    case v1::Action::kPipInstall:
+      return "pip_install";
+    case v1::Action::kPipUninstall:
+      return "pip_uninstall";
+    case v1::Action::kAptInstall:
+      return "apt_install";
+    case v1::Action::kAddServerArgs:
+      return "add_server_args";
+    case v1::Action::kRemoveServerArgs:
+      return "remove_server_args";
+    case v1::Action::kClearJitCache:
+      return "clear_jit_cache";
+    case v1::Action::kSymlink:
+      return "symlink";
+    case v1::Action::KIND_NOT_SET:
+      break;
+  }
+  return "none";
+}
+
+std::string DescribeAction(const v1::Action& action) {
+  const std::string kind = ActionKindName(action);
+  switch (action.kind_case()) {
+    case v1::Action::kSetEnv:
+      return absl::StrCat(kind, " ", action.set_env().name(), "=", Quote(action.set_env().value()));
+    case v1::Action::kPrependPath:
+      return absl::StrCat(kind, " ", action.prepend_path().variable(), " ",
+                          Quote(action.prepend_path().directory()));
+    case v1::Action::kPipInstall: {
+      std::vector<std::string> reqs;
+      for (const v1::Requirement& r : action.pip_install().requirements()) {
+        reqs.push_back(
+            Quote(r.version().empty() ? r.name() : absl::StrCat(r.name(), "==", r.version())));
+      }
+      return absl::StrCat(kind, " ", absl::StrJoin(reqs, " "));
+    }
+    case v1::Action::kPipUninstall:
+      return absl::StrCat(kind, " ", QuotedList(action.pip_uninstall().packages()));
+    case v1::Action::kAptInstall:
+      return absl::StrCat(kind, " ", QuotedList(action.apt_install().packages()));
+    case v1::Action::kAddServerArgs:
+      return absl::StrCat(kind, " ", QuotedList(action.add_server_args().args()));
+    case v1::Action::kRemoveServerArgs:
+      return absl::StrCat(kind, " ", QuotedList(action.remove_server_args().args()));
+    case v1::Action::kClearJitCache:
+      return absl::StrCat(kind, " ", Quote(action.clear_jit_cache().directory()));
+    case v1::Action::kSymlink:
+      return absl::StrCat(kind, " ", Quote(action.symlink().link()), " -> ",
+                          Quote(action.symlink().target()));
+    case v1::Action::KIND_NOT_SET:
+      break;
+  }
+  return "(no action)";
+}
+
+MatchedResults MatchResults(const v1::Plan& plan) {
+  MatchedResults m;
+  m.per_action.assign(plan.actions_size(), nullptr);
+  int next = 0;  // the next planned action a result may belong to
+  bool matching = true;
+  for (const v1::ActionResult& r : plan.results()) {
+    if (matching && next < plan.actions_size() &&
+        MessageDifferencer::Equals(r.action(), plan.actions(next).action())) {
+      m.per_action[next++] = &r;
+    } else {
+      matching = false;
+      m.rollback.push_back(&r);
+    }
+  }
+  return m;
+}
+
+std::string FormatTook(const google::protobuf::Duration& took) {
+  if (took.seconds() == 0 && took.nanos() == 0) return "-";
+  const absl::Duration d = absl::Trunc(
+      absl::Seconds(took.seconds()) + absl::Nanoseconds(took.nanos()), absl::Milliseconds(1));
+  return absl::FormatDuration(d);
+}
+
+std::string FormatPlan(const v1::Plan& plan) {
+  std::string out = plan.id().empty() ? "plan" : absl::StrCat("plan ", plan.id());
+  absl::StrAppend(&out, ": ", plan.status().empty() ? "-" : plan.status());
+  if (!plan.trigger().empty()) absl::StrAppend(&out, ", trigger ", plan.trigger());
+  absl::StrAppend(&out, ", server ", plan.server().empty() ? "-" : plan.server());
+  absl::StrAppend(&out, ", container ", plan.container().empty() ? "-" : plan.container());
+  absl::StrAppend(&out, ", class ", plan.diagnosis_class().empty() ? "-" : plan.diagnosis_class(),
+                  "\n");
+  if (!plan.summary().empty()) absl::StrAppend(&out, "summary: ", plan.summary(), "\n");
+  if (!plan.report_only().empty()) {
+    absl::StrAppend(&out, "nothing would be changed: ", plan.report_only(), "\n");
+  }
+  std::vector<std::string> traits;
+  if (!plan.cuda_release().empty()) traits.push_back(absl::StrCat("CUDA ", plan.cuda_release()));
+  if (plan.affects_jit_build()) traits.push_back("affects the JIT build");
+  if (plan.degraded()) traits.push_back("runs degraded (a fallback)");
+  if (plan.save_package_set()) traits.push_back("saves the package set for a rollback");
+  if (!traits.empty()) absl::StrAppend(&out, absl::StrJoin(traits, "; "), "\n");
+  if (!plan.env_changes().empty()) {
+    std::map<std::string, std::string> env(plan.env_changes().begin(), plan.env_changes().end());
+    std::vector<std::string> pairs;
+    for (const auto& [k, v] : env) pairs.push_back(absl::StrCat(k, "=", Quote(v)));
+    absl::StrAppend(&out, "env: ", absl::StrJoin(pairs, " "), "\n");
+  }
+  if (!plan.actions().empty()) {
+    absl::StrAppend(&out, "actions:\n");
+    for (int i = 0; i < plan.actions_size(); ++i) {
+      const v1::PlannedAction& a = plan.actions(i);
+      absl::StrAppend(&out, "  ", i + 1, ". ", DescribeAction(a.action()), "\n");
+      if (!a.reason().empty()) absl::StrAppend(&out, "     ", a.reason(), "\n");
+    }
+  }
+  if (!plan.constraints().empty()) {
+    absl::StrAppend(&out, "constraints:\n");
+    for (const std::string& c : plan.constraints()) absl::StrAppend(&out, "  - ", c, "\n");
+  }
+  if (!plan.unresolved().empty()) {
+    absl::StrAppend(&out, "unresolved:\n");
+    for (const std::string& u : plan.unresolved()) absl::StrAppend(&out, "  - ", u, "\n");
+  }
+  if (!plan.outcome_reason().empty()) {
+    absl::StrAppend(&out, "outcome: ", plan.outcome_reason(), "\n");
+  }
+  if (plan.status() == "proposed" && !plan.id().empty()) {
+    absl::StrAppend(&out, "run: fleetctl apply ", plan.id(), "\n");
+  }
+  return out;
+}
+
+std::string FormatApplyResults(const v1::Plan& plan, bool color) {
+  const MatchedResults m = MatchResults(plan);
+  TextTable table({"#", "RESULT", "TOOK", "ACTION", "MESSAGE"});
+  struct Failed {
+    std::string label;
+    const v1::ActionResult* result;
+  };
+  std::vector<Failed> failed;
+  auto row = [&](const std::string& label, const v1::Action& action, const v1::ActionResult* r) {
+    if (r == nullptr) {
+      table.AddRow({label, "not run", "-", DescribeAction(action), "-"});
+      return;
+    }
+    table.AddRow(
+        {label,
+         TextTable::Cell(r->ok() ? "ok" : "failed", StateColor(r->ok() ? "READY" : "FAILED")),
+         FormatTook(r->took()), DescribeAction(action), r->message().empty() ? "-" : r->message()});
+    if (!r->ok() && !r->output_tail().empty()) failed.push_back({label, r});
+  };
+  for (int i = 0; i < plan.actions_size(); ++i) {
+    row(absl::StrCat(i + 1), plan.actions(i).action(), m.per_action[i]);
+  }
+  for (size_t i = 0; i < m.rollback.size(); ++i) {
+    row(absl::StrCat("undo", i + 1), m.rollback[i]->action(), m.rollback[i]);
+  }
+  std::string out = table.Render(color);
+  for (const Failed& f : failed) {
+    absl::StrAppend(&out, "output of ", f.label, " (", DescribeAction(f.result->action()),
+                    "), last lines:\n");
+    for (const std::string& line : Lines(f.result->output_tail())) {
+      absl::StrAppend(&out, "  | ", line, "\n");
+    }
+  }
+  return out;
+}
+
+void WriteRemediationJson(const v1::Plan& plan, JsonWriter* json) {
+  const MatchedResults m = MatchResults(plan);
+  json->BeginObject();
+  json->Key("id");
+  json->String(plan.id());
+  json->Key("container");
+  json->String(plan.container());
+  json->Key("server");
+  json->String(plan.server());
+  json->Key("trigger");
+  json->String(plan.trigger());
+  json->Key("diagnosis_class");
+  json->String(plan.diagnosis_class());
+  json->Key("status");
+  json->String(plan.status());
+  json->Key("summary");
+  json->String(plan.summary());
+  json->Key("report_only");
+  json->String(plan.report_only());
+  json->Key("causes");
+  StringArray(plan.causes(), json);
+  json->Key("actions");
+  json->BeginArray();
+  for (int i = 0; i < plan.actions_size(); ++i) {
+    const v1::PlannedAction& a = plan.actions(i);
+    json->BeginObject();
+    json->Key("kind");
+    json->String(ActionKindName(a.action()));
+    json->Key("description");
+    json->String(DescribeAction(a.action()));
+    json->Key("reason");
+    json->String(a.reason());
+    WriteResultFields(m.per_action[i], json);
+    json->EndObject();
+  }
+  json->EndArray();
+  json->Key("rollback");
+  json->BeginArray();
+  for (const v1::ActionResult* r : m.rollback) {
+    json->BeginObject();
+    json->Key("kind");
+    json->String(ActionKindName(r->action()));
+    json->Key("description");
+    json->String(DescribeAction(r->action()));
+    WriteResultFields(r, json);
+    json->EndObject();
+  }
+  json->EndArray();
+  json->Key("constraints");
+  StringArray(plan.constraints(), json);
+  json->Key("unresolved");
+  StringArray(plan.unresolved(), json);
+  json->Key("cuda_release");
+  json->String(plan.cuda_release());
+  json->Key("affects_jit_build");
+  json->Bool(plan.affects_jit_build());
+  json->Key("degraded");
+  json->Bool(plan.degraded());
+  json->Key("save_package_set");
+  json->Bool(plan.save_package_set());
+  json->Key("env_changes");
+  json->BeginObject();
+  // Sorted: a protobuf map has no order of its own.
+  std::map<std::string, std::string> env(plan.env_changes().begin(), plan.env_changes().end());
+  for (const auto& [k, v] : env) {
+    json->Key(k);
+    json->String(v);
+  }
+  json->EndObject();
+  json->Key("fingerprint");
+  json->String(plan.fingerprint());
+  json->Key("attempt_id");
+  json->String(plan.attempt_id());
+  json->Key("trigger_facts");
+  json->BeginObject();
+  // One key per fact, sorted (a key given twice gets the values of both).
+  std::map<std::string, std::vector<std::string>> facts;
+  for (const v1::Fact& f : plan.trigger_facts()) {
+    std::vector<std::string>& values = facts[f.key()];
+    values.insert(values.end(), f.values().begin(), f.values().end());
+  }
+  for (const auto& [key, values] : facts) {
+    json->Key(key);
+    json->BeginArray();
+    for (const std::string& v : values) json->String(v);
+    json->EndArray();
+  }
+  json->EndObject();
+  json->Key("created_at");
+  TimeOrNull(plan.created_at(), json);
+  json->Key("applied_at");
+  TimeOrNull(plan.applied_at(), json);
+  json->Key("outcome_reason");
+  json->String(plan.outcome_reason());
+  json->EndObject();
+}
+
+}  // namespace fleet::cli
