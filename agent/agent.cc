@@ -768,6 +768,7 @@ ProbeTarget TargetOf(const ServerSpec& spec) {
   t.venv = spec.tools().venv();
   t.jit_cache_roots.assign(spec.tools().jit_cache_roots().begin(),
                            spec.tools().jit_cache_roots().end());
+  t.search_path.assign(spec.tools().search_path().begin(), spec.tools().search_path().end());
   return t;
 }
 

@@ -224,6 +224,7 @@ class ProbeRun {
     ProbeLinkLayout();
     ProbeLoader();
     ProbeNinja();
+    ProbeElsewhere();
     ProbeGpus();
     ProbeJitCaches();
   }
@@ -681,6 +682,34 @@ class ProbeRun {
       } else {
         Note(absl::StrCat("ninja --version: ", Outcome(*ran), ": ", LastLine(ran->output)));
       }
+    }
+  }
+
+  // What the container's tools.search_path holds that the server's PATH does not: a ninja, and
+  // CUDA toolkits (a dir with nvcc is a toolkit's bin/, a dir with bin/nvcc its root), each with
+  // its nvcc's release. Only the configured dirs: a simulated container sees none of the host's.
+  void ProbeElsewhere() {
+    if (target_.search_path.empty()) return;
+    const std::string list = absl::StrJoin(target_.search_path, ":");
+    if (snap_->ninja().path().empty()) {
+      snap_->set_ninja_elsewhere(FindExecutable("ninja", list));
+    }
+    std::set<std::string> roots;
+    for (const std::string& dir : target_.search_path) {
+      std::string root;
+      if (IsExecutableFile(absl::StrCat(dir, "/nvcc"))) {
+        root = Dirname(dir);
+      } else if (IsExecutableFile(absl::StrCat(dir, "/bin/nvcc"))) {
+        root = dir;
+      }
+      if (root.empty() || root == snap_->cuda_root() || !roots.insert(root).second) continue;
+      std::optional<CommandResult> ran =
+          RunTool({absl::StrCat(root, "/bin/nvcc"), "--version"}, "nvcc --version");
+      const std::string release = ran ? ParseReleaseBanner(ran->output) : "";
+      if (!ran || !ran->ok() || release.empty()) continue;
+      fleet::v1::Tool* tool = snap_->add_toolkits_elsewhere();
+      tool->set_path(root);
+      tool->set_version(release);
     }
   }
 

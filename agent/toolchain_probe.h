@@ -23,6 +23,7 @@ struct ProbeTarget {
   std::vector<std::string> nvidia_smi;       // argv prefix; empty: nvidia-smi on env's PATH
   std::string venv;                          // the venv root when configured; else from argv[0]
   std::vector<std::string> jit_cache_roots;  // empty: flashinfer's and torch's defaults
+  std::vector<std::string> search_path;      // where ninja and toolkits may be found off PATH
 };
 
 class ToolchainProbe {

@@ -615,6 +615,32 @@ TEST_F(FakeTree, CudaHomeThatIsNoDirectoryIsAFact) {
   EXPECT_THAT(s.notes(), Contains(HasSubstr("is not a directory")));
 }
 
+TEST_F(FakeTree, TheSearchPathShowsNinjaAndToolkitsOffTheServersPath) {
+  Toolkit("12.4", "8.4");  // CUDA_HOME's toolkit, at tmp/cuda
+  target_.env["CUDA_HOME"] = tmp_.Join("gone");
+  Tool("opt/bin/ninja");
+  Tool("other/cuda-12.4/bin/nvcc");
+  Tool("other/cuda-12.4/bin/ptxas");
+  // Nothing is searched unless the config says where.
+  ToolchainSnapshot s = Probe();
+  EXPECT_EQ(s.ninja_elsewhere(), "");
+  EXPECT_TRUE(s.toolkits_elsewhere().empty());
+  // A dir with nvcc is a toolkit's bin/, a dir with bin/nvcc its root.
+  target_.search_path = {tmp_.Join("opt/bin"), tmp_.Join("cuda/bin"), tmp_.Join("other/cuda-12.4"),
+                         tmp_.Join("missing")};
+  s = Probe();
+  EXPECT_EQ(s.ninja().path(), "");
+  EXPECT_EQ(s.ninja_elsewhere(), tmp_.Join("opt/bin/ninja"));
+  ASSERT_EQ(s.toolkits_elsewhere_size(), 2);
+  EXPECT_EQ(s.toolkits_elsewhere(0).path(), tmp_.Join("cuda"));
+  EXPECT_EQ(s.toolkits_elsewhere(0).version(), "12.4");
+  EXPECT_EQ(s.toolkits_elsewhere(1).path(), tmp_.Join("other/cuda-12.4"));
+  // A ninja the server finds itself is no "elsewhere".
+  Tool("path/ninja");
+  target_.env["PATH"] = tmp_.Join("path");
+  EXPECT_EQ(Probe().ninja_elsewhere(), "");
+}
+
 TEST_F(FakeTree, RunnerFailuresAreFactsNotErrors) {
   Toolkit("13.0", "9.0");
   Tool("bin/ninja");

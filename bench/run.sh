@@ -9,6 +9,14 @@
 #   JIT_PERCENT=60 bench/run.sh 256          a JIT-heavier mix (share of blocks that are JIT
 #                                            builds; default 17, see startup_log_generator.cc)
 #
+# The other benchmarks (each its own section in BENCHMARKS.md) run through here by name, or
+# directly as bench/NAME/run.sh; the arguments after the name are theirs:
+#   bench/run.sh agent                       detection latency and footprint (bench/agent/run.sh)
+#   bench/run.sh daemon                      fleetd at scale, issue 4 (bench/daemon/run.sh)
+#   bench/run.sh remediation [--speed X] [--runs N]
+#                                            time-to-ready of the seed scenario, issue 5
+#                                            (bench/remediation/run.sh)
+#
 # It prints MB/s for both, the ratio ours/grep, our peak RSS at SIZE_MIB and at 1/8 of it, the
 # matching-line counts of both tools, and one JSON summary line (also in .bench/). It exits
 # non-zero when the classifier names a class or line other than the first injected failure's, or
@@ -22,9 +30,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+case ${1:-} in
+  agent | daemon | remediation) exec bash "bench/$1/run.sh" "${@:2}" ;;
+esac
+
 size_mib=${1:-1024}
 if ! [[ $size_mib =~ ^[0-9]+$ ]] || ((size_mib < 8)); then
   echo "usage: bench/run.sh [SIZE_MIB]   (SIZE_MIB >= 8; default 1024)" >&2
+  echo "       bench/run.sh agent|daemon|remediation [ARGS]   (the other benchmarks)" >&2
   exit 1
 fi
 build=${BUILD_DIR:-build}

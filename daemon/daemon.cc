@@ -678,8 +678,11 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string
 
     if (!wanted) {
       if (alive && r.state != "STOPPING") stop();
+      // A server that never launched (waiting for the preflight or the canary) stops at once.
       if (!alive && r.state != "STOPPED" && r.state != "GAVE_UP" && r.state != "FAILED" &&
-          s.attempt.outcome != "pending") {
+          (s.attempt.id.empty() || s.attempt.outcome != "pending")) {
+        s.waiting.clear();
+        r.reason.clear();
         SetState(s, "STOPPED", now);
         persist.insert(name);
       }

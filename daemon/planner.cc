@@ -542,6 +542,7 @@ class PlanBuilder {
     auto leave_all = [&](const std::string& why) {
       for (const std::string& cause : causes) Leave(cause, why);
     };
+    if (causes.size() == 1 && causes.front() == kNvccNotFound && UseToolkitElsewhere()) return;
     std::string why_none = n.no_release;
     const std::vector<CudaVersion> fits =
         why_none.empty() ? ReleasesThatFit(n, &why_none) : std::vector<CudaVersion>{};
@@ -589,12 +590,45 @@ class PlanBuilder {
     }
   }
 
-  // The toolkit root the rest of the plan is about: the one this plan installs into, else the
-  // probe's.
+  // No nvcc for the server, but a whole toolkit elsewhere in the container (tools.search_path)
+  // that fits what is known (the Python stack's CUDA major, the PTX wanted, the driver): point
+  // CUDA_HOME and PATH at it. True when that was planned.
+  bool UseToolkitElsewhere() {
+    const std::optional<int> major = StackMajor();
+    const std::optional<CudaVersion> driver = ParseCudaVersion(snap_.driver_cuda_version());
+    for (const fleet::v1::Tool& t : snap_.toolkits_elsewhere()) {
+      const std::optional<CudaVersion> v = ParseCudaVersion(t.version());
+      if (!v) continue;
+      if (major && v->major != *major) continue;
+      if (driver && *v > *driver) continue;
+      if (ptx_wanted_) {
+        std::optional<CudaVersion> isa = table_.PtxIsaOf(*v);
+        if (!isa || *isa < *ptx_wanted_) continue;
+      }
+      Fix fix{kNvccNotFound, {}};
+      if (EnvOf(after_, "CUDA_HOME") != t.path()) {
+        fix.actions.push_back({SetEnvAction("CUDA_HOME", t.path()),
+                               absl::StrCat("the container's CUDA ", t.version(), " toolkit at ",
+                                            t.path(), " (its nvcc is found nowhere else)")});
+      }
+      if (!OnList(EnvOf(after_, "PATH"), t.path() + "/bin")) {
+        fix.actions.push_back(
+            {PrependPathAction("PATH", t.path() + "/bin"), "its nvcc on the server's PATH"});
+      }
+      if (fix.actions.empty() || !Commit(std::move(fix))) return false;
+      toolkit_root_ = t.path();
+      toolkit_is_pip_ = false;
+      return true;
+    }
+    return false;
+  }
+
+  // The toolkit root the rest of the plan is about: the one this plan installs into or points
+  // at, else the probe's.
   std::string Root() const { return toolkit_root_.empty() ? snap_.cuda_root() : toolkit_root_; }
   bool RootIsPip() const {
-    return !toolkit_root_.empty() ||
-           (!snap_.cuda_root().empty() && snap_.cuda_root() == snap_.pip_cuda_dir());
+    if (!toolkit_root_.empty()) return toolkit_is_pip_;
+    return !snap_.cuda_root().empty() && snap_.cuda_root() == snap_.pip_cuda_dir();
   }
 
   // libnvrtc/libcudart of the pip root, where sgl_kernel's import looks: on LD_LIBRARY_PATH.
@@ -634,6 +668,15 @@ class PlanBuilder {
       return;
     }
     constraints_.push_back("ninja must be on the server's PATH (the JIT build tool)");
+    if (!snap_.ninja_elsewhere().empty() && Allowed("prepend_path")) {
+      // Already in the container, only not on the server's PATH: nothing to install.
+      const std::string bin = Dirname(snap_.ninja_elsewhere());
+      Commit({kNinjaNotFound,
+              {{PrependPathAction("PATH", bin),
+                absl::StrCat("the container's ninja (", snap_.ninja_elsewhere(),
+                             ") on the server's PATH")}}});
+      return;
+    }
     const bool apt = Allowed("apt_install") && !table_.ninja_apt().empty();
     const bool pip = Allowed("pip_install") && !snap_.venv().empty();
     ninja_choice_used_ = apt && pip;
@@ -665,6 +708,8 @@ class PlanBuilder {
     // The probe's layout facts are about its root; a root this plan switches to is taken as bare
     // (a link that already exists is answered "already so" by the agent).
     const bool facts = root == snap_.cuda_root();
+    // A whole toolkit this plan points at has its own layout (only a link failure says not).
+    if (!facts && !toolkit_is_pip_ && cls_ != kLinkError) return;
     const bool lib64 = facts && snap_.cuda_lib64_present();
     const bool cudart = facts && !snap_.libcudart_unversioned().empty();
     const bool stub = facts && !snap_.libcuda_stub().empty();
@@ -833,6 +878,7 @@ class PlanBuilder {
   std::optional<CudaVersion> ptx_wanted_;
   std::string ptx_wanted_from_;
   std::string toolkit_root_;
+  bool toolkit_is_pip_ = true;  // toolkit_root_ is the venv's pip CUDA root
   std::string cuda_release_;
   std::vector<std::pair<fleet::v1::Requirement, std::string>> pip_;
   std::vector<PlannedAction> actions_;

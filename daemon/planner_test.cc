@@ -339,6 +339,61 @@ TEST(SingleBreak, Ninja) {
   EXPECT_TRUE(d.plan->affects_jit_build);
 }
 
+TEST(Elsewhere, ANinjaInTheSearchPathGoesOnThePathInsteadOfAnInstall) {
+  ToolchainSnapshot s = FixedSnapshot();
+  s.clear_ninja();
+  s.set_ninja_elsewhere("/usr/local/bin/ninja");
+  PlannerDecision d = Planner().Plan(Diag("ninja_not_found"), Input(s, FixedSpec()));
+  ASSERT_TRUE(d.plan.has_value()) << d.report->reason;
+  EXPECT_THAT(Described(*d.plan), ElementsAre("prepend_path PATH /usr/local/bin"));
+  // Without prepend_path in the policy, the install it would have made.
+  Policy policy = AutoPolicy();
+  policy.add_allowed_actions("apt_install");
+  d = Planner().Plan(Diag("ninja_not_found"), Input(s, FixedSpec(), policy));
+  ASSERT_TRUE(d.plan.has_value()) << d.report->reason;
+  EXPECT_THAT(Described(*d.plan), ElementsAre("apt_install ninja-build"));
+}
+
+TEST(Elsewhere, AWrongCudaHomeIsPointedAtTheToolkitThatFits) {
+  // A system toolkit stack (torch for CUDA 12), CUDA_HOME at a directory without nvcc.
+  ToolchainSnapshot s;
+  s.set_cuda_home("/nonexistent");
+  s.set_cuda_root("/nonexistent");
+  s.set_cuda_root_source("CUDA_HOME");
+  SetPackages(&s, {{"torch", "2.6.0+cu124"}});
+  s.set_driver_cuda_version("12.8");
+  for (const auto& [root, version] : std::vector<std::pair<std::string, std::string>>{
+           {"/usr/local/cuda-13.0", "13.0"},  // not the stack's major
+           {"/usr/local/cuda-12.9", "12.9"},  // newer than the driver
+           {"/usr/local/cuda-12.4", "12.4"}}) {
+    fleet::v1::Tool* t = s.add_toolkits_elsewhere();
+    t->set_path(root);
+    t->set_version(version);
+  }
+  s.mutable_ninja()->set_path("/usr/bin/ninja");
+  s.mutable_ninja()->set_version("1.11.1");
+  s.set_libnvrtc_loadable(true);
+  s.set_libcudart_loadable(true);
+  ServerSpec spec = SeedSpec();
+  (*spec.mutable_env())["CUDA_HOME"] = "/nonexistent";
+  PlannerDecision d = Planner().Plan(Diag("nvcc_not_found"), Input(s, spec));
+  ASSERT_TRUE(d.plan.has_value()) << d.report->reason;
+  EXPECT_THAT(Described(*d.plan), ElementsAre("set_env CUDA_HOME=/usr/local/cuda-12.4",
+                                              "prepend_path PATH /usr/local/cuda-12.4/bin"));
+  // Nothing fits the PTX a failure asked for: no pointer at a toolkit that would fail the same.
+  PlannerInput in = Input(s, spec);
+  PastRemediation past;
+  past.id = "1";
+  past.outcome = RemediationOutcome::kFailed;
+  const Diagnosis ptx = Diag("ptx_version_unsupported", {{"ptx_wanted", "9.9"}});
+  past.trigger_facts.assign(ptx.facts().begin(), ptx.facts().end());
+  in.history.push_back(past);
+  d = Planner().Plan(Diag("nvcc_not_found"), in);
+  if (d.plan) {
+    EXPECT_THAT(Described(*d.plan), Not(Contains(HasSubstr("/usr/local/cuda-12.4"))));
+  }
+}
+
 TEST(SingleBreak, Headers) {
   ToolchainSnapshot s = FixedSnapshot();
   std::map<std::string, std::string> packages = Set132();

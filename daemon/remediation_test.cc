@@ -266,6 +266,21 @@ TEST_F(RemediationTest, TheCanaryStartsAloneAndTheRestFollowWhenItIsReady) {
   EXPECT_EQ(agent_.launches.size(), 3u);
 }
 
+TEST_F(RemediationTest, StoppingServersThatWaitForTheCanaryStopsThemAtOnce) {
+  Deploy(Config(3, Policy(/*canary=*/true)));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  fleet::v1::ServersRequest stop;
+  stop.set_all(true);
+  ASSERT_TRUE(daemon_->Stop(stop).ok());
+  Turns(1);
+  const auto rows = Rows();
+  EXPECT_EQ(rows.at("local/200/gpu1").state(), "STOPPED");
+  EXPECT_EQ(rows.at("local/200/gpu2").state(), "STOPPED");
+  EXPECT_EQ(rows.at("local/200/gpu2").reason(), "");
+  EXPECT_EQ(agent_.launches.size(), 1u);
+}
+
 TEST_F(RemediationTest, WhenTheCanaryGivesUpOnTheToolchainTheOthersGiveUpWithItsReason) {
   fleet::v1::Policy policy = Policy(/*canary=*/true);
   policy.set_remediation(fleet::v1::Policy::OFF);

@@ -479,7 +479,8 @@ class Checker {
     for (const auto& [field, roots] :
          {std::pair<std::string_view, const google::protobuf::RepeatedPtrField<std::string>*>{
               "jit_cache_roots", &tools.jit_cache_roots()},
-          {"toolkit_roots", &tools.toolkit_roots()}}) {
+          {"toolkit_roots", &tools.toolkit_roots()},
+          {"search_path", &tools.search_path()}}) {
       for (int i = 0; i < roots->size(); ++i) {
         const std::string& root = roots->Get(i);
         const std::string root_path = IndexPath(FieldPath(path, field), i);
