@@ -13,12 +13,17 @@
 #include "common/base/string_view.h"
 #include "common/diagnosis/diagnosis_class.h"
 #include "daemon/daemon.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace fleet::daemon {
 namespace {
 
 using google::protobuf::util::TimeUtil;
+
+bool MessageDifferencerEquals(const fleet::v1::ServerSpec& a, const fleet::v1::ServerSpec& b) {
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
 
 std::string ContainerOf(const ServerRecord& r) { return absl::StrCat(r.host, "/", r.container); }
 
@@ -405,8 +410,14 @@ void Daemon::Execute(AgentClient& client, const FixJob& job,
 
   // Worse? Problems the probe shows after it that it did not show before (the plan's own causes
   // still there is a fix that did not work, found at the next start; this is a new breakage).
+  // The agent probed with the spec it was given; the servers will start with the plan's env
+  // changes, so the toolchain they will see is probed again with those.
   fleet::v1::ServerSpec after_spec = job.spec;
   ApplyActionsToSpec(plan->actions(), &after_spec);
+  if (!MessageDifferencerEquals(after_spec, job.spec)) {
+    absl::StatusOr<fleet::v1::ToolchainSnapshot> seen = client.Probe(after_spec);
+    if (seen.ok()) *plan->mutable_after() = *std::move(seen);
+  }
   const std::vector<PastRemediation> history = History(job.history);
   const std::set<std::string> was =
       Problems(planner_.Preflight(PlannerInput{before, job.spec, job.policy, history}));

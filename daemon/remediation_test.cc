@@ -6,6 +6,7 @@
 // simulated world are in tests/e2e/fleet_e2e_test.cc.
 #include <deque>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
 #include "daemon/planner_testing.h"
@@ -34,6 +35,8 @@ class ScriptedAgent {
   std::deque<fleet::v1::ToolchainSnapshot> after;
   std::vector<fleet::v1::Package> saved;  // the venv's package set Apply reports saved
   int probes = 0;
+  // Adjusts what a probe with this spec sees (a PATH that now holds ninja, ...).
+  std::function<void(const fleet::v1::ServerSpec&, fleet::v1::ToolchainSnapshot*)> on_probe;
   EventSink* sink = nullptr;
 
   void Say(AgentEvent e) {
@@ -58,9 +61,11 @@ class Client : public AgentClient {
     return fleet::v1::StopResponse();
   }
   absl::StatusOr<fleet::v1::StatusResponse> Status() override { return a_->snapshot; }
-  absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec&) override {
+  absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec& spec) override {
     ++a_->probes;
-    return a_->toolchain;
+    fleet::v1::ToolchainSnapshot seen = a_->toolchain;
+    if (a_->on_probe) a_->on_probe(spec, &seen);
+    return seen;
   }
   absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest& r) override {
     a_->applies.push_back(r);
@@ -218,6 +223,28 @@ TEST_F(RemediationTest, ThePreflightFixesWhatTheProbeSeesBeforeAnyLaunch) {
   // Then both launch, once each.
   ASSERT_EQ(agent_.launches.size(), 2u);
   EXPECT_EQ(agent_.probes, 1);
+}
+
+TEST_F(RemediationTest, AnEnvironmentFixIsJudgedByTheToolchainTheServersWillSee) {
+  // ninja and a whole toolkit exist in the container, off the servers' PATH and CUDA_HOME: the
+  // fix is environment only, which the agent's own after-probe (old env) cannot show.
+  agent_.toolchain.clear_ninja();
+  agent_.toolchain.set_ninja_elsewhere("/opt/bin/ninja");
+  agent_.on_probe = [](const fleet::v1::ServerSpec& spec, fleet::v1::ToolchainSnapshot* s) {
+    if (absl::StrContains(spec.env().at("PATH"), "/opt/bin")) {
+      s->mutable_ninja()->set_path("/opt/bin/ninja");
+      s->mutable_ninja()->set_version("1.11.1");
+      s->clear_ninja_elsewhere();
+    }
+  };
+  Deploy(Config(1, Policy()));
+  Turns();
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "applied") << plans[0].outcome_reason();
+  EXPECT_EQ(plans[0].after().ninja().path(), "/opt/bin/ninja");
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(agent_.launches[0].spec().env().at("PATH"), "/opt/bin:"));
 }
 
 TEST_F(RemediationTest, OneCauseOneRemediationThenEveryWaitingServerRestartsAtOnce) {
