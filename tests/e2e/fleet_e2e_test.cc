@@ -1169,7 +1169,8 @@ TEST(FleetE2e, AFixThatCannotBeInstalledIsRecordedFailedAndTheGiveUpSaysWhy) {
   // The package index has no CUDA 13.2 runtime: the plan's pip install cannot succeed.
   const std::string index_path = fleet.world().Path("sim/pip-index.txt");
   std::string index;
-  for (std::string_view view : testing::SplitLines(testing::ReadFile(index_path))) {
+  const std::string original = testing::ReadFile(index_path);  // the lines point into it
+  for (std::string_view view : testing::SplitLines(original)) {
     const std::string line(view);
     if (absl::StartsWith(line, "nvidia-cuda-runtime") && absl::StrContains(line, "13.2")) continue;
     absl::StrAppend(&index, line, "\n");
