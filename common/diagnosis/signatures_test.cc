@@ -108,6 +108,14 @@ std::vector<Case> Cases() {
        1,
        true,
        {{"link_library", "-lcudart"}}},
+      {"link_cannot_find_the_stub_file_is_a_link_error_not_the_driver",
+       "FAILED: [code=1] fleet_ops.so \n"
+       "/usr/bin/ld: cannot find /opt/cuda/lib64/stubs/libcuda.so: No such file or directory\n"
+       "collect2: error: ld returned 1 exit status\n",
+       "link_error",
+       2,
+       true,
+       {{"library", "/opt/cuda/lib64/stubs/libcuda.so"}}},
       {"collect2_alone_is_link_error",
        "collect2: error: ld returned 1 exit status\nninja: build stopped: subcommand failed.\n",
        "link_error",
