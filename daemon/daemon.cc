@@ -160,6 +160,12 @@ absl::Status Daemon::Recover() {
       auto a = store_->Attempt(s.record.name, s.record.attempt_number);
       if (!a.ok()) return a.status();
       if (a->has_value()) s.attempt = **a;
+      // The budget counts from the last attempt a deploy made.
+      auto all = store_->Attempts(s.record.name);
+      if (!all.ok()) return all.status();
+      for (const AttemptRecord& past : *all) {
+        if (past.trigger == "initial" || past.trigger == "deploy") s.budget_base = past.number - 1;
+      }
     }
     servers_[s.record.name] = std::move(s);
   }
@@ -719,7 +725,7 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string
       s.stop_sent = false;
       s.stalled = false;
       const int32_t max_attempts = r.policy.max_attempts() > 0 ? r.policy.max_attempts() : 8;
-      if (r.attempt_number < max_attempts && Remediate(s, now, jobs, changed)) {
+      if (s.AttemptsThisDeploy() < max_attempts && Remediate(s, now, jobs, changed)) {
         // A change may fix it: planned (once for the container), then restarted at once.
         persist.insert(name);
       } else if (!RetryMayHelp(s.attempt.diagnosis_class)) {
@@ -731,7 +737,7 @@ std::vector<Daemon::Call> Daemon::Reconcile(absl::Time now, std::set<std::string
                              : "; no change in the container fixes it)");
         SetState(s, "GAVE_UP", now);
         persist.insert(name);
-      } else if (r.attempt_number >= max_attempts) {
+      } else if (s.AttemptsThisDeploy() >= max_attempts) {
         r.reason = absl::StrCat("attempt budget spent (", max_attempts,
                                 "); last: ", s.attempt.diagnosis_class, ": ", s.attempt.summary);
         SetState(s, "GAVE_UP", now);
@@ -950,6 +956,7 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
     s.record.desired_running = true;
     s.record.removed = false;
     s.next_trigger = is_new ? "initial" : "deploy";
+    s.budget_base = s.record.attempt_number;  // a deploy gives it the policy's whole budget
     if (is_new || s.record.state == "GAVE_UP" || s.record.state == "STOPPED") {
       s.restart_requested = false;
       SetState(s, "PENDING", now);

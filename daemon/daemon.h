@@ -138,6 +138,9 @@ class Daemon : public EventSink {
     std::string waiting;
     std::string fix_class;  // the class it failed with, while waiting on a fix
     int failures = 0;       // failed attempts since it was last READY for options_.backoff_reset
+    // Attempts made before the last deploy of it: the policy's max_attempts counts those after.
+    int64_t budget_base = 0;
+    int64_t AttemptsThisDeploy() const { return record.attempt_number - budget_base; }
   };
   // A container's remediation state: its toolchain is shared by its servers, so one job at a
   // time for it, and one canary after a change that affects the JIT build.

@@ -126,7 +126,7 @@ void Daemon::Wait(Server& s, const std::string& why, const std::string& reason,
 void Daemon::Backoff(Server& s, absl::Time now) {
   ServerRecord& r = s.record;
   const int32_t max_attempts = r.policy.max_attempts() > 0 ? r.policy.max_attempts() : 8;
-  if (r.attempt_number >= max_attempts) {
+  if (s.AttemptsThisDeploy() >= max_attempts) {
     r.reason = absl::StrCat("attempt budget spent (", max_attempts,
                             "); last: ", s.attempt.diagnosis_class, ": ", s.attempt.summary);
     SetState(s, "GAVE_UP", now);

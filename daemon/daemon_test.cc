@@ -320,6 +320,23 @@ TEST_F(DaemonTest, ATransientFailureRestartsAfterBackoffUntilTheBudgetIsSpent) {
   auto row = Rows()["local/200/gpu0"];
   EXPECT_EQ(row.state(), "GAVE_UP");
   EXPECT_THAT(row.reason(), HasSubstr("attempt budget spent (2)"));
+
+  // A new deploy gives it the whole budget again (max_attempts is per deploy), a daemon restart
+  // does not.
+  Deploy(TwoGpuConfig(/*max_attempts=*/2));
+  daemon_->Step();
+  ASSERT_EQ(gpu0().size(), 3u);
+  EXPECT_EQ(gpu0()[2].attempt_number(), 3);
+  Open();
+  agent_.snapshot.set_sequence(agent_.sequence);
+  daemon_->Step();
+  fail(gpu0()[2]);
+  EXPECT_EQ(Rows()["local/200/gpu0"].state(), "RESTARTING");  // 1 of 2 since the deploy
+  clock_.Advance(absl::Seconds(13));
+  daemon_->Step();
+  ASSERT_EQ(gpu0().size(), 4u);
+  fail(gpu0()[3]);
+  EXPECT_THAT(Rows()["local/200/gpu0"].reason(), HasSubstr("attempt budget spent (2)"));
 }
 
 TEST_F(DaemonTest, AStalledServerIsStoppedAndCountsAsAFailure) {
