@@ -80,6 +80,45 @@ std::set<std::string> Problems(const PlannerDecision& d) {
   return std::set<std::string>(d.problems.begin(), d.problems.end());
 }
 
+// The planner's decision for `job` as the record keeps it (fleet.proto Plan): a plan with its
+// actions and what the planner knew, or (no plan) a report.
+fleet::v1::Plan PlanRecord(const PlannerDecision& decision, const std::string& container,
+                           const std::string& server, const std::string& attempt_id,
+                           const fleet::v1::Diagnosis& diagnosis,
+                           const fleet::v1::ToolchainSnapshot& before) {
+  fleet::v1::Plan plan;
+  plan.set_container(container);
+  plan.set_server(server);
+  plan.set_diagnosis_class(diagnosis.diagnosis_class());
+  for (const std::string& c : decision.constraints) plan.add_constraints(c);
+  *plan.mutable_before() = before;
+  if (!decision.plan) {
+    if (decision.report) plan.set_report_only(decision.report->reason);
+    plan.set_status("report");
+    return plan;
+  }
+  const RemediationPlan& rp = *decision.plan;
+  plan.set_trigger(rp.trigger);
+  for (const PlannedAction& a : rp.actions) {
+    fleet::v1::PlannedAction* out = plan.add_actions();
+    *out->mutable_action() = a.action;
+    out->set_reason(a.reason);
+  }
+  for (const std::string& c : rp.causes) plan.add_causes(c);
+  plan.set_fingerprint(rp.fingerprint);
+  plan.set_summary(rp.summary);
+  for (const std::string& u : rp.unresolved) plan.add_unresolved(u);
+  plan.set_cuda_release(rp.cuda_release);
+  plan.set_affects_jit_build(rp.affects_jit_build);
+  plan.set_degraded(rp.degraded);
+  plan.set_save_package_set(rp.save_package_set);
+  for (const auto& [k, v] : rp.env_changes) (*plan.mutable_env_changes())[k] = v;
+  plan.set_attempt_id(attempt_id);
+  *plan.mutable_trigger_facts() = diagnosis.facts();
+  plan.set_status("proposed");
+  return plan;
+}
+
 std::string CanonicalPipName(std::string name) {
   absl::AsciiStrToLower(&name);
   std::replace(name.begin(), name.end(), '_', '-');
@@ -336,30 +375,8 @@ Daemon::FixDone Daemon::RunJob(FixJob job) {
     done.job = std::move(job);
     return done;
   }
-  const RemediationPlan& rp = *decision.plan;
-  fleet::v1::Plan plan;
-  plan.set_container(job.container);
-  plan.set_server(job.server);
-  plan.set_diagnosis_class(job.kind == FixJob::kDiagnosis ? job.diagnosis.diagnosis_class() : "");
-  plan.set_trigger(rp.trigger);
-  for (const PlannedAction& a : rp.actions) {
-    fleet::v1::PlannedAction* out = plan.add_actions();
-    *out->mutable_action() = a.action;
-    out->set_reason(a.reason);
-  }
-  for (const std::string& c : rp.causes) plan.add_causes(c);
-  plan.set_fingerprint(rp.fingerprint);
-  plan.set_summary(rp.summary);
-  for (const std::string& c : decision.constraints) plan.add_constraints(c);
-  for (const std::string& u : rp.unresolved) plan.add_unresolved(u);
-  plan.set_cuda_release(rp.cuda_release);
-  plan.set_affects_jit_build(rp.affects_jit_build);
-  plan.set_degraded(rp.degraded);
-  plan.set_save_package_set(rp.save_package_set);
-  for (const auto& [k, v] : rp.env_changes) (*plan.mutable_env_changes())[k] = v;
-  plan.set_attempt_id(job.attempt_id);
-  *plan.mutable_trigger_facts() = job.diagnosis.facts();
-  *plan.mutable_before() = *snapshot;
+  fleet::v1::Plan plan =
+      PlanRecord(decision, job.container, job.server, job.attempt_id, job.diagnosis, *snapshot);
   const bool ask = job.policy.remediation() == fleet::v1::Policy::ASK;
   plan.set_status(ask ? "proposed" : "applying");
   if (absl::Status s = Record(&plan, true); !s.ok()) {
@@ -647,35 +664,9 @@ absl::StatusOr<fleet::v1::PlanResponse> Daemon::Plan(const fleet::v1::PlanReques
                                                             : planner_.Plan(job.diagnosis, input);
   fleet::v1::PlanResponse response;
   fleet::v1::Plan& plan = *response.mutable_plan();
-  plan.set_container(job.container);
-  plan.set_server(job.server);
-  plan.set_diagnosis_class(job.diagnosis.diagnosis_class());
-  for (const std::string& c : decision.constraints) plan.add_constraints(c);
-  *plan.mutable_before() = *snapshot;
-  if (decision.report) {
-    plan.set_report_only(decision.report->reason);
-    plan.set_status("report");
-    return response;
-  }
-  const RemediationPlan& rp = *decision.plan;
+  plan = PlanRecord(decision, job.container, job.server, job.attempt_id, job.diagnosis, *snapshot);
+  if (!decision.plan) return response;
   plan.set_trigger("manual");
-  for (const PlannedAction& a : rp.actions) {
-    fleet::v1::PlannedAction* out = plan.add_actions();
-    *out->mutable_action() = a.action;
-    out->set_reason(a.reason);
-  }
-  for (const std::string& c : rp.causes) plan.add_causes(c);
-  plan.set_fingerprint(rp.fingerprint);
-  plan.set_summary(rp.summary);
-  for (const std::string& u : rp.unresolved) plan.add_unresolved(u);
-  plan.set_cuda_release(rp.cuda_release);
-  plan.set_affects_jit_build(rp.affects_jit_build);
-  plan.set_degraded(rp.degraded);
-  plan.set_save_package_set(rp.save_package_set);
-  for (const auto& [k, v] : rp.env_changes) (*plan.mutable_env_changes())[k] = v;
-  plan.set_attempt_id(job.attempt_id);
-  *plan.mutable_trigger_facts() = job.diagnosis.facts();
-  plan.set_status("proposed");
   if (absl::Status s = Record(&plan, true); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);

@@ -97,6 +97,18 @@ class Client : public AgentClient {
   ScriptedAgent* a_;
 };
 
+// The fixed world's layout with CUDA 13.0 throughout: its ptxas accepts PTX 9.0 at most.
+fleet::v1::ToolchainSnapshot Cuda130() {
+  fleet::v1::ToolchainSnapshot old = pt::FixedSnapshot();
+  pt::SetPackages(&old, pt::kSet130);
+  old.mutable_nvcc()->set_version("13.0");
+  old.mutable_ptxas()->set_version("13.0");
+  old.set_ptx_isa_max("9.0");
+  old.set_cudart_header_version("13.0");
+  old.set_nvvm_version("13.0");
+  return old;
+}
+
 class RemediationTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -252,13 +264,7 @@ TEST_F(RemediationTest, OneCauseOneRemediationThenEveryWaitingServerRestartsAtOn
   Turns();
   ASSERT_EQ(agent_.launches.size(), 2u);  // nothing to fix before: both start
   // CUDA 13.0's ptxas in the container; both fail on the PTX 9.2 flashinfer emits.
-  fleet::v1::ToolchainSnapshot old = pt::FixedSnapshot();
-  pt::SetPackages(&old, pt::kSet130);
-  old.mutable_nvcc()->set_version("13.0");
-  old.mutable_ptxas()->set_version("13.0");
-  old.set_ptx_isa_max("9.0");
-  old.set_cudart_header_version("13.0");
-  old.set_nvvm_version("13.0");
+  const fleet::v1::ToolchainSnapshot old = Cuda130();
   agent_.toolchain = old;
   agent_.after.push_back(pt::FixedSnapshot());
   const auto first = agent_.launches;
@@ -396,13 +402,7 @@ TEST_F(RemediationTest, PolicyAskProposesAndWaitsForApplyPlan) {
 }
 
 TEST_F(RemediationTest, TheSameCauseAfterItsFixIsAFailedFixAndTheCapEndsIt) {
-  fleet::v1::ToolchainSnapshot old = pt::FixedSnapshot();
-  pt::SetPackages(&old, pt::kSet130);
-  old.mutable_nvcc()->set_version("13.0");
-  old.mutable_ptxas()->set_version("13.0");
-  old.set_ptx_isa_max("9.0");
-  old.set_cudart_header_version("13.0");
-  old.set_nvvm_version("13.0");
+  const fleet::v1::ToolchainSnapshot old = Cuda130();
   agent_.toolchain = old;
   Deploy(Config(1, Policy()));
   Turns();

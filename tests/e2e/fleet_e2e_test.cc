@@ -360,6 +360,17 @@ class Fleet {
     }
   }
 
+  // The agent, fleetd, `fleetctl deploy`, and `fleetctl status --watch --until-ready` to its end.
+  CtlResult StartDeployAndWatch() {
+    StartAgent();
+    if (::testing::Test::HasFatalFailure()) return {};
+    StartFleetd();
+    if (::testing::Test::HasFatalFailure()) return {};
+    Deploy();
+    if (::testing::Test::HasFatalFailure()) return {};
+    return Ctl({"status", "--watch", "--until-ready"});
+  }
+
   // `fleetctl status -o json`, its rows by server name.
   std::map<std::string, Struct> Status() {
     const CtlResult r = Ctl({"status", "-o", "json"});
@@ -1014,10 +1025,8 @@ TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
                .canary = true,
                .policy_yaml = "    max_attempts: 3\n"});
   ASSERT_TRUE(fleet.ok());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
-  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
-  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  CtlResult watch;
+  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
   ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
 
   auto db = OpenDb(fleet.db_path());
@@ -1106,10 +1115,8 @@ TEST_P(SingleProblemTest, IsFixedByOneRemediationAndTheServerStarts) {
   const SingleProblem& p = GetParam();
   Fleet fleet({.gpus = 1, .state = "fixed", .breaks = {p.broken}, .remediation = "auto"});
   ASSERT_TRUE(fleet.ok());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
-  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
-  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  CtlResult watch;
+  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
   ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
   auto db = OpenDb(fleet.db_path());
   ASSERT_NE(db, nullptr);
@@ -1140,10 +1147,8 @@ TEST(FleetE2e, AnOutOfMemoryGetsNoToolchainActionOnlyRetriesThenGivesUp) {
                .policy_yaml = "    max_attempts: 2\n",
                .env = {{"FLEET_SIM_FAULT", "oom"}}});
   ASSERT_TRUE(fleet.ok());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
-  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
-  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  CtlResult watch;
+  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
   EXPECT_EQ(watch.code(), 2) << watch.output << fleet.Diagnostics();
   ASSERT_TRUE(fleet.StatusEventually([](const auto& rows) {
     return AllInState(rows, 1, "GAVE_UP");
@@ -1179,10 +1184,8 @@ TEST(FleetE2e, AFixThatCannotBeInstalledIsRecordedFailedAndTheGiveUpSaysWhy) {
     std::ofstream out(index_path, std::ios::trunc);
     out << index;
   }
-  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
-  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
-  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  CtlResult watch;
+  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
   EXPECT_EQ(watch.code(), 2) << watch.output << fleet.Diagnostics();
   ASSERT_TRUE(fleet.StatusEventually([](const auto& rows) {
     return AllInState(rows, 1, "GAVE_UP");
@@ -1212,10 +1215,8 @@ TEST(FleetE2e, APolicyWithoutAptInstallsNinjaWithPip) {
        .remediation = "auto",
        .policy_yaml = "    allowed_actions: [set_env, prepend_path, pip_install, symlink]\n"});
   ASSERT_TRUE(fleet.ok());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
-  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
-  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  CtlResult watch;
+  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
   ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
   auto db = OpenDb(fleet.db_path());
   ASSERT_NE(db, nullptr);
