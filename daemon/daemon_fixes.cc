@@ -557,8 +557,10 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
       Server& s = entry.second;
       if (ContainerOf(s.record) != job.container) continue;
       if (applied) {
-        // The fix travels with every later Launch of every server of the container.
+        // The fix travels with every later Launch of every server of the container; a fallback
+        // (no CUDA graphs, another attention backend) shows as degraded.
         ApplyActionsToSpec(plan->actions(), &s.record.spec);
+        if (plan->degraded()) s.record.degraded = true;
         changed->insert(s.record.name);
         Touch(s);
       }

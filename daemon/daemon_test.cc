@@ -339,6 +339,45 @@ TEST_F(DaemonTest, ATransientFailureRestartsAfterBackoffUntilTheBudgetIsSpent) {
   EXPECT_THAT(Rows()["local/200/gpu0"].reason(), HasSubstr("attempt budget spent (2)"));
 }
 
+TEST_F(DaemonTest, TheBackoffStartsAgainAfterTenMinutesReady) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig(/*max_attempts=*/8));
+  daemon_->Step();
+  auto gpu0 = [&]() {
+    std::vector<fleet::v1::LaunchRequest> out;
+    for (auto& l : agent_.launches) {
+      if (l.spec().server().gpu() == 0) out.push_back(l);
+    }
+    return out;
+  };
+  auto fail = [&](const fleet::v1::LaunchRequest& l) {
+    agent_.Say(Diagnosis(l, "runtime_watchdog"));
+    agent_.Say(Phase(l, "FAILED"));
+    daemon_->Step();
+  };
+  // Two failures in a row: the second wait is twice the first (20 s +-25%: at least 15 s).
+  fail(gpu0()[0]);
+  clock_.Advance(absl::Seconds(13));
+  daemon_->Step();
+  ASSERT_EQ(gpu0().size(), 2u);
+  fail(gpu0()[1]);
+  clock_.Advance(absl::Seconds(13));
+  daemon_->Step();
+  EXPECT_EQ(gpu0().size(), 2u);
+  clock_.Advance(absl::Seconds(13));
+  daemon_->Step();
+  ASSERT_EQ(gpu0().size(), 3u);
+  // READY for ten minutes: the next failure waits the first interval again.
+  agent_.Say(Phase(gpu0()[2], "READY"));
+  daemon_->Step();
+  clock_.Advance(absl::Minutes(11));
+  daemon_->Step();
+  fail(gpu0()[2]);
+  clock_.Advance(absl::Seconds(13));
+  daemon_->Step();
+  EXPECT_EQ(gpu0().size(), 4u);
+}
+
 TEST_F(DaemonTest, AStalledServerIsStoppedAndCountsAsAFailure) {
   agent_.snapshot.set_incarnation("inc-1");
   Deploy(TwoGpuConfig());

@@ -367,6 +367,24 @@ TEST_F(RemediationTest, AFixThatMakesThingsWorseIsRolledBackToTheSavedPackageSet
   EXPECT_EQ(agent_.launches[0].spec().env().at("PATH"), pt::FixedSpec().env().at("PATH"));
 }
 
+TEST_F(RemediationTest, AFallbackTheSpeedPaysForIsShownDegraded) {
+  fleet::v1::Policy policy = Policy();
+  policy.set_allow_fallbacks(true);
+  Deploy(Config(1, policy));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  EXPECT_FALSE(Rows()["local/200/gpu0"].degraded());
+  Fail(agent_.launches[0], pt::Diag("cuda_graph_capture_failed"));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  const auto& argv = agent_.launches[1].spec().argv();
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--disable-cuda-graph"), argv.end());
+  EXPECT_TRUE(Rows()["local/200/gpu0"].degraded());
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_TRUE(plans[0].degraded());
+}
+
 TEST_F(RemediationTest, PolicyAskProposesAndWaitsForApplyPlan) {
   fleet::v1::Policy policy = Policy();
   policy.set_remediation(fleet::v1::Policy::ASK);
