@@ -47,6 +47,8 @@ _fleetctl() {
     *:-o|*:--output) COMPREPLY=($(compgen -W "table json" -- "$cur")); return ;;
     explain:--color) COMPREPLY=($(compgen -W "auto always never" -- "$cur")); return ;;
     explain:--signatures|deploy:-f|deploy:--file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    certs:--dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    certs:--agents|certs:--days) return ;;
     explain:--server|deploy:--only) COMPREPLY=($(compgen -W "$(_fleetctl_servers)" -- "$cur")); return ;;
     *:--attempt|*:--tail) return ;;
   esac
@@ -61,6 +63,7 @@ _fleetctl() {
       stop) flags+=" --all --output" ;;
       deploy) flags+=" --file --only --dry-run --output" ;;
       plan|apply|remediations) flags+=" --output" ;;
+      certs) flags+=" --dir --agents --days --force" ;;
     esac
     COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     return

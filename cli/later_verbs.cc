@@ -6,13 +6,12 @@
 
 namespace fleet::cli {
 
-bool IsLaterVerb(std::string_view verb) { return verb == "hosts" || verb == "certs"; }
+bool IsLaterVerb(std::string_view verb) { return verb == "hosts"; }
 
 int RunLaterVerb(std::string_view verb, const std::vector<std::string>& args, std::ostream& err) {
-  // `hosts trust HOST`, `certs init`: name the sub-verb the user typed.
+  // `hosts trust HOST`: name the sub-verb the user typed.
   const std::string sub = args.empty() ? "" : " " + args[0];
-  err << "fleetctl " << verb << sub << ": not yet: issue 6 ("
-      << (verb == "hosts" ? "SSH reach to Proxmox hosts" : "mutual TLS") << ")\n";
+  err << "fleetctl " << verb << sub << ": not yet: issue 6 (SSH reach to Proxmox hosts)\n";
   return kExitError;
 }
 

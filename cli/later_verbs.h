@@ -1,6 +1,5 @@
 // The verbs of DESIGN.md's CLI surface whose daemon side comes with a later issue: `hosts trust`
-// and `certs init` (SSH reach and mutual TLS, issue 6). Each says so on standard error and exits
-// 1, so scripts see a failure.
+// (SSH reach, issue 6). It says so on standard error and exits 1, so scripts see a failure.
 #pragma once
 
 #include <iosfwd>
@@ -10,7 +9,7 @@
 
 namespace fleet::cli {
 
-// True for the verbs above.
+// True for the verb above.
 bool IsLaterVerb(std::string_view verb);
 int RunLaterVerb(std::string_view verb, const std::vector<std::string>& args, std::ostream& err);
 

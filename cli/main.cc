@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/attempts_command.h"
+#include "cli/certs_command.h"
 #include "cli/completion_command.h"
 #include "cli/control_command.h"
 #include "cli/deploy_command.h"
@@ -43,7 +44,8 @@ constexpr char kUsage[] =
     "  restart SERVER|--all      restart servers\n"
     "  stop SERVER|--all         stop servers\n"
     "  hosts trust HOST          record a Proxmox host's SSH key after checking it\n"
-    "  certs init                create the fleet CA and certificates\n"
+    "  certs init [--agents NAME,...]\n"
+    "                            create the fleet CA and the mutual-TLS certificates\n"
     "  completion bash           a bash completion script\n"
     "\n"
     "SERVER is host/ctid/gpuN (pve1/200/gpu3; the local host is 'local').\n"
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
   if (verb == "plan") return fleet::cli::RunPlan(args, ctx);
   if (verb == "apply") return fleet::cli::RunApply(args, ctx);
   if (verb == "remediations") return fleet::cli::RunRemediations(args, ctx);
+  if (verb == "certs") return fleet::cli::RunCerts(args, ctx);
   if (verb == "completion") return fleet::cli::RunCompletion(args, ctx);
   if (fleet::cli::IsLaterVerb(verb)) return fleet::cli::RunLaterVerb(verb, args, std::cerr);
   std::cerr << "fleetctl: unknown verb '" << verb << "' (see fleetctl --help)\n";
