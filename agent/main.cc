@@ -1,18 +1,22 @@
 // fleet-agent: runs inside each container; one inference server per GPU. Wires the agent, serves
 // agent.proto over gRPC, and runs until SIGTERM/SIGINT. Servers outlive it (they belong to their
 // own sessions); in standalone mode it plays the daemon's part and stops them on exit.
+#include <arpa/inet.h>
 #include <malloc.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "agent/agent.h"
@@ -48,6 +52,40 @@ constexpr char kSummary[] =
 
 absl::Duration Seconds(double s) { return absl::Milliseconds(static_cast<int64_t>(s * 1000)); }
 
+// True when a --listen address can only be reached from this machine: a unix socket, localhost,
+// 127.x.x.x or ::1. Anything else (0.0.0.0, [::], a container address, no host) is reachable
+// from the network.
+bool LoopbackOnly(const std::string& listen) {
+  if (absl::StartsWith(listen, "unix:") || absl::StartsWith(listen, "unix-abstract:")) return true;
+  const size_t colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") return true;
+  unsigned char addr[16];
+  if (inet_pton(AF_INET, host.c_str(), addr) == 1) return addr[0] == 127;
+  if (inet_pton(AF_INET6, host.c_str(), addr) == 1) {
+    static const unsigned char kLoopback6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return std::equal(addr, addr + 16, kLoopback6);
+  }
+  return false;
+}
+
+// The whole of a PEM file, or an error naming the flag and the file.
+bool ReadPem(const char* flag, const std::string& path, std::string* pem) {
+  std::ifstream f(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (!f.good() && !f.eof()) text.clear();
+  if (!f.is_open() || text.empty()) {
+    std::cerr << "fleet-agent: --" << flag << " " << path
+              << ": cannot be read (no such file, no access, or empty)\n";
+    return false;
+  }
+  *pem = std::move(text);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,6 +108,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> jit_cache_roots;
   std::vector<std::string> toolkit_roots;
   std::string http_probe = fleet::agent::ProcessReadinessProber::HelperNextToExecutable();
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  bool insecure_listen = false;
   fleet::FlagSet flags("fleet-agent [flags]", kSummary);
   flags.AddBool("version", '\0', &version, "print the version and exit");
   flags.AddString("listen", '\0', &listen,
@@ -95,6 +137,15 @@ int main(int argc, char** argv) {
   flags.AddString("http-probe", '\0', &http_probe,
                   "the readiness helper (fleet-http-probe) to run for each HTTP readiness check",
                   "PATH");
+  flags.AddString("tls-cert", '\0', &tls_cert,
+                  "mutual TLS: this agent's certificate (PEM; fleetctl certs init)", "FILE");
+  flags.AddString("tls-key", '\0', &tls_key, "mutual TLS: the key of --tls-cert (PEM)", "FILE");
+  flags.AddString("tls-ca", '\0', &tls_ca,
+                  "mutual TLS: the fleet CA (PEM); a client must present a certificate it signed",
+                  "FILE");
+  flags.AddBool("insecure-listen", '\0', &insecure_listen,
+                "serve a non-loopback --listen address without TLS (anyone who can reach it can "
+                "launch processes)");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "fleet-agent: " << s.message() << "\n";
     return 1;
@@ -110,6 +161,36 @@ int main(int argc, char** argv) {
   if (!flags.positional().empty()) {
     std::cerr << "fleet-agent: unexpected argument '" << flags.positional()[0] << "'\n";
     return 1;
+  }
+
+  // Mutual TLS, or loopback only: agent.proto launches processes, so a network listener without
+  // client certificates is refused unless asked for by name.
+  const int tls_given = !tls_cert.empty() + !tls_key.empty() + !tls_ca.empty();
+  if (tls_given != 0 && tls_given != 3) {
+    std::cerr << "fleet-agent: --tls-cert, --tls-key and --tls-ca come together: give all three "
+                 "or none\n";
+    return 1;
+  }
+  const bool tls = tls_given == 3;
+  if (!listen.empty() && !tls && !insecure_listen && !LoopbackOnly(listen)) {
+    std::cerr << "fleet-agent: refusing to serve " << listen
+              << " without TLS: it is not a loopback address, and anyone who can reach it could "
+                 "launch processes here. Give --tls-cert, --tls-key and --tls-ca (fleetctl certs "
+                 "init), listen on 127.0.0.1 or a unix socket, or pass --insecure-listen\n";
+    return 1;
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    if (!ReadPem("tls-ca", tls_ca, &ssl.pem_root_certs) ||
+        !ReadPem("tls-key", tls_key, &pair.private_key) ||
+        !ReadPem("tls-cert", tls_cert, &pair.cert_chain)) {
+      return 1;
+    }
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    credentials = grpc::SslServerCredentials(ssl);
   }
 
   // Checked now rather than at a server's first probe: without it no server ever becomes READY.
@@ -167,17 +248,23 @@ int main(int argc, char** argv) {
     service = std::make_unique<fleet::agent::AgentService>(agent->get());
     grpc::ServerBuilder builder;
     int port = 0;
-    // Mutual TLS comes with the remote-fleet issue; until then, serve loopback only.
-    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort(listen, credentials, &port);
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
     if (server == nullptr || port == 0) {
-      std::cerr << "fleet-agent: cannot serve on " << listen << "\n";
+      std::cerr << "fleet-agent: cannot serve on " << listen
+                << (tls ? " (or the TLS certificate, key and CA do not fit together)" : "") << "\n";
       return 1;
     }
     if (!port_file.empty()) {
       std::ofstream(port_file + ".tmp") << port << "\n";
       std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+    }
+    if (tls) {
+      std::cerr << absl::StrCat(
+          "fleet-agent: mutual TLS: clients must present a certificate "
+          "signed by ",
+          tls_ca, "\n");
     }
     // One write: std::cerr is unbuffered, and whoever waits for this line (a test, a deploy
     // script) must never see it without its port.

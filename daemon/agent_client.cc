@@ -1,5 +1,8 @@
 #include "daemon/agent_client.h"
 
+#include <fstream>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 
 namespace fleet::daemon {
@@ -74,14 +77,66 @@ class GrpcAgentClient::Stream : public grpc::ClientReadReactor<fleet::v1::AgentE
   fleet::v1::AgentEvent event_;
 };
 
-GrpcAgentClient::GrpcAgentClient(std::string container, const std::string& target)
-    : container_(std::move(container)) {
+absl::StatusOr<AgentTls> ReadAgentTls(const std::string& container, const std::string& ca_file,
+                                      const std::string& cert_file, const std::string& key_file) {
+  AgentTls tls;
+  const std::pair<const char*, const std::string*> files[] = {
+      {"ca_file", &ca_file}, {"cert_file", &cert_file}, {"key_file", &key_file}};
+  std::string* const pems[] = {&tls.ca_pem, &tls.cert_pem, &tls.key_pem};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& [field, path] = files[i];
+    std::ifstream f(*path, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (path->empty() || !f.is_open() || f.bad() || text.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("container ", container, ": channel ", field, " '", *path,
+                       "' cannot be read (no such file, no access, or empty)"));
+    }
+    *pems[i] = std::move(text);
+  }
+  return tls;
+}
+
+namespace {
+
+grpc::ChannelArguments BaseArguments() {
   grpc::ChannelArguments args;
   // Reconnect quickly after an agent restart; the daemon's own backoff paces the streams.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
-  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return args;
+}
+
+grpc::ChannelArguments TlsArguments(const AgentTls& tls) {
+  grpc::ChannelArguments args = BaseArguments();
+  if (!tls.target_name_override.empty()) args.SetSslTargetNameOverride(tls.target_name_override);
+  return args;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TlsCredentials(const AgentTls& tls) {
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls.ca_pem;
+  ssl.pem_cert_chain = tls.cert_pem;
+  ssl.pem_private_key = tls.key_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace
+
+GrpcAgentClient::GrpcAgentClient(std::string container, const std::string& target)
+    : GrpcAgentClient(std::move(container), target, grpc::InsecureChannelCredentials(),
+                      BaseArguments()) {}
+
+GrpcAgentClient::GrpcAgentClient(std::string container, const std::string& target,
+                                 const AgentTls& tls)
+    : GrpcAgentClient(std::move(container), target, TlsCredentials(tls), TlsArguments(tls)) {}
+
+GrpcAgentClient::GrpcAgentClient(std::string container, const std::string& target,
+                                 const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                                 grpc::ChannelArguments args)
+    : container_(std::move(container)) {
+  channel_ = grpc::CreateCustomChannel(target, credentials, args);
   stub_ = fleet::v1::Agent::NewStub(channel_);
 }
 

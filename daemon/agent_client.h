@@ -63,11 +63,28 @@ class AgentClient {
   virtual void CancelFollow() = 0;
 };
 
+// Mutual TLS to an agent (channel `direct` with ca_file, cert_file, key_file): PEM text.
+struct AgentTls {
+  std::string ca_pem;    // the fleet CA: the agent's certificate must be signed by it
+  std::string cert_pem;  // fleetd's client certificate
+  std::string key_pem;   // and its key
+  // The name the agent's certificate must carry, when not the target's host; empty: the host.
+  std::string target_name_override;
+};
+
+// Reads the three PEM files (at client creation: a renewed certificate is read by the next
+// client). A missing, unreadable or empty file is an error naming the container and the file.
+absl::StatusOr<AgentTls> ReadAgentTls(const std::string& container, const std::string& ca_file,
+                                      const std::string& cert_file, const std::string& key_file);
+
 class GrpcAgentClient : public AgentClient {
  public:
   // `target` is a gRPC target: "unix:/path/agent.sock" or "127.0.0.1:50151". `container` is the
-  // "host/ctid" the events are reported under.
+  // "host/ctid" the events are reported under. Without `tls`: a plaintext channel (loopback).
   GrpcAgentClient(std::string container, const std::string& target);
+  // Mutual TLS: fleetd presents its certificate, and the agent's must be signed by the CA and
+  // carry the target's host (or `tls.target_name_override`).
+  GrpcAgentClient(std::string container, const std::string& target, const AgentTls& tls);
   ~GrpcAgentClient() override;
 
   absl::StatusOr<fleet::v1::LaunchResponse> Launch(const fleet::v1::LaunchRequest& r) override;
@@ -99,6 +116,10 @@ class GrpcAgentClient : public AgentClient {
   void CallAsync(const char* name, const Request& request,
                  std::function<void(absl::StatusOr<Response>)> done, Start start);
 
+  GrpcAgentClient(std::string container, const std::string& target,
+                  const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                  grpc::ChannelArguments args);
+
   const std::string container_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<fleet::v1::Agent::Stub> stub_;
@@ -108,6 +129,39 @@ class GrpcAgentClient : public AgentClient {
   // Async calls in flight (shared: the destructor cancels them outside the lock).
   std::map<PendingCall*, std::shared_ptr<PendingCall>> calls_ ABSL_GUARDED_BY(mu_);
   absl::CondVar calls_done_;
+};
+
+// A client that cannot talk to its agent (its TLS files could not be read, say): every call, and
+// the stream, fail with `status`. The daemon shows it as the link's error and tries again later.
+class UnavailableAgentClient : public AgentClient {
+ public:
+  explicit UnavailableAgentClient(std::string container, absl::Status status)
+      : container_(std::move(container)), status_(std::move(status)) {}
+  absl::StatusOr<fleet::v1::LaunchResponse> Launch(const fleet::v1::LaunchRequest&) override {
+    return status_;
+  }
+  absl::StatusOr<fleet::v1::StopResponse> Stop(const fleet::v1::StopRequest&) override {
+    return status_;
+  }
+  absl::StatusOr<fleet::v1::StatusResponse> Status() override { return status_; }
+  absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec&) override {
+    return status_;
+  }
+  absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest&) override {
+    return status_;
+  }
+  absl::Status Logs(const fleet::v1::LogsRequest&,
+                    const std::function<bool(const fleet::v1::LogChunk&)>&) override {
+    return status_;
+  }
+  void Follow(const std::string&, uint64_t, EventSink* sink) override {
+    sink->OnStreamEnded(container_, status_);
+  }
+  void CancelFollow() override {}
+
+ private:
+  const std::string container_;
+  const absl::Status status_;
 };
 
 // A gRPC status as an absl::Status naming the container and the call.

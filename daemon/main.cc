@@ -32,21 +32,37 @@
 
 namespace {
 
-// The gRPC target of a container's agent, from its channel. Local reach only for now; SSH hosts
-// (and mutual TLS off loopback) come with the remote-fleet issue.
+// The client of a container's agent, from its channel. Local reach only for now; SSH hosts come
+// with the remote-fleet issue. With ca_file, cert_file and key_file (required off loopback by the
+// config's validation) the channel is mutual TLS; a file that cannot be read makes a client whose
+// every call fails with the reason, which the daemon shows as the container's link error.
 std::unique_ptr<fleet::daemon::AgentClient> MakeClient(const std::string& container,
                                                        const fleet::v1::Host& host,
                                                        const fleet::v1::Container& config) {
   if (host.reach().kind() == fleet::v1::Reach::SSH) return nullptr;
   const fleet::v1::Channel& ch = config.channel();
+  if (ch.kind() == fleet::v1::Channel::SSH_TUNNEL) return nullptr;
   std::string target;
   if (absl::StartsWith(ch.address(), "unix:")) {
     target = ch.address();
   } else {
-    target = absl::StrCat(ch.address().empty() ? "127.0.0.1" : ch.address(), ":",
-                          ch.port() > 0 ? ch.port() : 50151);
+    std::string address = ch.address().empty() ? "127.0.0.1" : ch.address();
+    // An IPv6 literal needs its brackets before the port.
+    if (absl::StrContains(address, ':') && !absl::StartsWith(address, "[")) {
+      address = absl::StrCat("[", address, "]");
+    }
+    target = absl::StrCat(address, ":", ch.port() > 0 ? ch.port() : 50151);
   }
-  return std::make_unique<fleet::daemon::GrpcAgentClient>(container, target);
+  if (ch.ca_file().empty() && ch.cert_file().empty() && ch.key_file().empty()) {
+    return std::make_unique<fleet::daemon::GrpcAgentClient>(container, target);
+  }
+  absl::StatusOr<fleet::daemon::AgentTls> tls =
+      fleet::daemon::ReadAgentTls(container, ch.ca_file(), ch.cert_file(), ch.key_file());
+  if (!tls.ok()) {
+    std::cerr << "fleetd: " << tls.status().message() << "\n";
+    return std::make_unique<fleet::daemon::UnavailableAgentClient>(container, tls.status());
+  }
+  return std::make_unique<fleet::daemon::GrpcAgentClient>(container, target, *tls);
 }
 
 }  // namespace
