@@ -105,18 +105,9 @@ declare -A conf=()
 while IFS='=' read -r key value; do
   [[ -z $key || $key == \#* ]] || conf[$key]=$value
 done <"$world/sim-world.conf"
-cuda=${conf[cuda_dir]}
 note "python: ${conf[python]}   pip: ${conf[pip]}   apt-get: ${conf[apt_get]}"
 note "$("${conf[nvidia_smi]}" -L | head -1)  (and $((gpus - 1)) more; driver CUDA $(
   "${conf[nvidia_smi]}" --version | sed -n 's/^CUDA Version *: //p'))"
-
-# The servers' environment: the world's server.env, then the fixes applied to it. Kept as
-# key=value data and written into the config as YAML strings, never evaluated.
-declare -A server_env=()
-while IFS='=' read -r key value; do
-  [[ -z $key || $key == \#* ]] || server_env[$key]=$value
-done <"$world/server.env"
-server_env[FLEET_SIM_SPEED]=$speed
 
 # --- fleetd, the agent, the config ---------------------------------------------------------------
 
@@ -139,42 +130,12 @@ for _ in 1 2 3 4 5 6 7 8 9 10; do
 done
 [[ -n $base_port ]] || { printf 'demo: no %d consecutive free ports found\n' "$gpus" >&2; exit 1; }
 
-yaml_string() {  # a YAML double-quoted scalar of $1
-  local s=${1//\\/\\\\}
-  s=${s//\"/\\\"}
-  printf '"%s"' "$s"
-}
-
-# The fleet config: the SGLang template on the world's python, the servers' environment, and the
+# The fleet config: the SGLang template on the world's python, its server.env, and the
 # container's tools (its own pip, apt-get, nvidia-smi: the planner's fixes go through them).
 write_config() {
-  local key
-  {
-    printf '# gpu-fleet demo: written by deploy/demo.sh (docs/config.md)\n'
-    printf 'hosts:\n  - name: local\n    containers:\n      - ctid: "200"\n'
-    printf '        channel: {kind: loopback, address: %s}\n' "$(yaml_string "unix:$state_dir/agent.sock")"
-    printf '        gpus: [0, 1, 2, 3, 4, 5, 6, 7]\n        template: sglang\n'
-    printf '        base_port: %d\n' "$base_port"
-    printf '        tools:\n'
-    printf '          pip: [%s]\n' "$(yaml_string "${conf[pip]}")"
-    printf '          apt_get: [%s]\n' "$(yaml_string "${conf[apt_get]}")"
-    printf '          nvidia_smi: [%s]\n' "$(yaml_string "${conf[nvidia_smi]}")"
-    printf '          venv: %s\n' "$(yaml_string "${conf[venv]}")"
-    printf '          jit_cache_roots: [%s]\n' "$(yaml_string "$world/root/.cache")"
-    printf '          toolkit_roots: [%s]\n' "$(yaml_string "${conf[venv]}")"
-    printf 'templates:\n  - name: sglang\n    engine: sglang\n'
-    printf '    model: %s\n' "$(yaml_string "${conf[model]}")"
-    printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
-      "$(yaml_string "${conf[python]}")"
-    printf '    env:\n'
-    for key in $(printf '%s\n' "${!server_env[@]}" | sort); do
-      printf '      %s: %s\n' "$key" "$(yaml_string "${server_env[$key]}")"
-    done
-    printf '    workdir: %s\n' "$(yaml_string "$world")"
-    printf '    log_path: %s\n' "$(yaml_string "$logs/sglang_gpu{gpu}.log")"
-    printf '    readiness: {path: /health_generate, interval: 500ms}\n'
-    printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n'
-  } >"$state_dir/fleet.yaml"
+  bash tests/sim/sim_fleet_config.sh --world "$world" --socket "$state_dir/agent.sock" \
+    --base-port "$base_port" --logs "$logs" --speed "$speed" \
+    --comment "written by deploy/demo.sh" >"$state_dir/fleet.yaml"
 }
 
 pids=()

@@ -229,12 +229,6 @@ make_world() {
   server_env[FLEET_SIM_SPEED]=$speed
 }
 
-yaml_string() {  # a YAML double-quoted scalar of $1
-  local s=${1//\\/\\\\}
-  s=${s//\"/\\\"}
-  printf '"%s"' "$s"
-}
-
 # Eight consecutive free loopback ports for the servers (base_port + gpu), as the demo finds them.
 ports_free_from() {
   local p
@@ -255,37 +249,13 @@ find_base_port() {
   return 1
 }
 
-# write_config STATE_DIR WORLD BASE_PORT: deploy/demo.sh's fleet config (the SGLang template on
-# the world's python, its server.env, the container's own pip/apt-get/nvidia-smi), the default
-# policy (remediation on, canary on).
+# write_config STATE_DIR WORLD BASE_PORT: the demo's fleet config (tests/sim/sim_fleet_config.sh:
+# the SGLang template on the world's python, its server.env, the container's own
+# pip/apt-get/nvidia-smi), the default policy (remediation on, canary on).
 write_config() {
-  local dir=$1 world=$2 port=$3 key
-  {
-    printf '# gpu-fleet remediation benchmark: written by bench/remediation/run.sh\n'
-    printf 'hosts:\n  - name: local\n    containers:\n      - ctid: "200"\n'
-    printf '        channel: {kind: loopback, address: %s}\n' "$(yaml_string "unix:$dir/agent.sock")"
-    printf '        gpus: [0, 1, 2, 3, 4, 5, 6, 7]\n        template: sglang\n'
-    printf '        base_port: %d\n' "$port"
-    printf '        tools:\n'
-    printf '          pip: [%s]\n' "$(yaml_string "${conf[pip]}")"
-    printf '          apt_get: [%s]\n' "$(yaml_string "${conf[apt_get]}")"
-    printf '          nvidia_smi: [%s]\n' "$(yaml_string "${conf[nvidia_smi]}")"
-    printf '          venv: %s\n' "$(yaml_string "${conf[venv]}")"
-    printf '          jit_cache_roots: [%s]\n' "$(yaml_string "$world/root/.cache")"
-    printf '          toolkit_roots: [%s]\n' "$(yaml_string "${conf[venv]}")"
-    printf 'templates:\n  - name: sglang\n    engine: sglang\n'
-    printf '    model: %s\n' "$(yaml_string "${conf[model]}")"
-    printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
-      "$(yaml_string "${conf[python]}")"
-    printf '    env:\n'
-    for key in $(printf '%s\n' "${!server_env[@]}" | sort); do
-      printf '      %s: %s\n' "$key" "$(yaml_string "${server_env[$key]}")"
-    done
-    printf '    workdir: %s\n' "$(yaml_string "$world")"
-    printf '    log_path: %s\n' "$(yaml_string "$dir/logs/sglang_gpu{gpu}.log")"
-    printf '    readiness: {path: /health_generate, interval: 500ms}\n'
-    printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n'
-  } >"$dir/fleet.yaml"
+  bash tests/sim/sim_fleet_config.sh --world "$2" --socket "$1/agent.sock" --base-port "$3" \
+    --logs "$1/logs" --speed "$speed" --comment "written by bench/remediation/run.sh" \
+    >"$1/fleet.yaml"
 }
 
 # --- 1. The fleet: the seed scenario through fleetd ------------------------------------------------

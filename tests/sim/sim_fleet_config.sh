@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# sim_fleet_config.sh: the fleet config (docs/config.md) of a simulated container world made by
+# make_sim_world.sh, on standard output: one local container "200" whose agent listens on a unix
+# socket, one SGLang server per GPU on the world's python, the world's server.env as the servers'
+# environment, and the world's own pip, apt-get and nvidia-smi as the container's tools (so the
+# planner's fixes act on the world only). Used by deploy/demo.sh and bench/remediation/run.sh.
+#
+#   sim_fleet_config.sh --world DIR --socket PATH --base-port N --logs DIR [--speed X]
+#                       [--comment TEXT]
+#
+# Every value is written as a YAML double-quoted string: nothing from the world is evaluated.
+set -euo pipefail
+
+world='' socket='' base_port='' logs='' speed='' comment="written by tests/sim/sim_fleet_config.sh"
+while [[ $# -gt 0 ]]; do
+  [[ $# -ge 2 ]] || { printf 'sim_fleet_config: %s needs a value\n' "$1" >&2; exit 2; }
+  case $1 in
+    --world) world=$2 ;;
+    --socket) socket=$2 ;;
+    --base-port) base_port=$2 ;;
+    --logs) logs=$2 ;;
+    --speed) speed=$2 ;;
+    --comment) comment=$2 ;;
+    *) printf 'sim_fleet_config: unknown option %s\n' "$1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+[[ -n $world && -n $socket && $base_port =~ ^[0-9]+$ && -n $logs ]] || {
+  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# key=value files, one a line (not shell).
+declare -A conf=() server_env=()
+while IFS='=' read -r key value; do
+  [[ -z $key || $key == \#* ]] || conf[$key]=$value
+done <"$world/sim-world.conf"
+while IFS='=' read -r key value; do
+  [[ -z $key || $key == \#* ]] || server_env[$key]=$value
+done <"$world/server.env"
+[[ -z $speed ]] || server_env[FLEET_SIM_SPEED]=$speed
+
+yaml_string() {  # a YAML double-quoted scalar of $1
+  local s=${1//\\/\\\\}
+  s=${s//\"/\\\"}
+  printf '"%s"' "$s"
+}
+
+gpu_list=
+for ((g = 0; g < conf[gpus]; g++)); do gpu_list+="${gpu_list:+, }$g"; done
+
+printf '# gpu-fleet on a simulated container: %s (docs/config.md)\n' "$comment"
+printf 'hosts:\n  - name: local\n    containers:\n      - ctid: "200"\n'
+printf '        channel: {kind: loopback, address: %s}\n' "$(yaml_string "unix:$socket")"
+printf '        gpus: [%s]\n        template: sglang\n' "$gpu_list"
+printf '        base_port: %d\n' "$base_port"
+printf '        tools:\n'
+printf '          pip: [%s]\n' "$(yaml_string "${conf[pip]}")"
+printf '          apt_get: [%s]\n' "$(yaml_string "${conf[apt_get]}")"
+printf '          nvidia_smi: [%s]\n' "$(yaml_string "${conf[nvidia_smi]}")"
+printf '          venv: %s\n' "$(yaml_string "${conf[venv]}")"
+printf '          jit_cache_roots: [%s]\n' "$(yaml_string "$world/root/.cache")"
+printf '          toolkit_roots: [%s]\n' "$(yaml_string "${conf[venv]}")"
+printf 'templates:\n  - name: sglang\n    engine: sglang\n'
+printf '    model: %s\n' "$(yaml_string "${conf[model]}")"
+printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
+  "$(yaml_string "${conf[python]}")"
+printf '    env:\n'
+while IFS= read -r key; do
+  printf '      %s: %s\n' "$key" "$(yaml_string "${server_env[$key]}")"
+done < <(printf '%s\n' "${!server_env[@]}" | sort)
+printf '    workdir: %s\n' "$(yaml_string "$world")"
+printf '    log_path: %s\n' "$(yaml_string "$logs/sglang_gpu{gpu}.log")"
+printf '    readiness: {path: /health_generate, interval: 500ms}\n'
+printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n'
