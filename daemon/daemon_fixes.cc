@@ -19,6 +19,9 @@
 namespace fleet::daemon {
 namespace {
 
+// Preflight rounds per container: each one applied a fix that uncovered the next problem.
+constexpr int kMaxPreflightRounds = 3;
+
 using google::protobuf::util::TimeUtil;
 
 bool MessageDifferencerEquals(const fleet::v1::ServerSpec& a, const fleet::v1::ServerSpec& b) {
@@ -439,7 +442,7 @@ void Daemon::Execute(AgentClient& client, const FixJob& job,
   const std::set<std::string> was =
       Problems(planner_.Preflight(PlannerInput{before, job.spec, job.policy, history}));
   const std::set<std::string> is =
-      Problems(planner_.Preflight(PlannerInput{applied->after(), after_spec, job.policy, history}));
+      Problems(planner_.Preflight(PlannerInput{plan->after(), after_spec, job.policy, history}));
   std::vector<std::string> worse;
   for (const std::string& p : is) {
     if (!was.count(p) &&
@@ -447,8 +450,19 @@ void Daemon::Execute(AgentClient& client, const FixJob& job,
       worse.push_back(p);
     }
   }
-  if (worse.empty()) {
+  // A plan that only changes the servers' environment changes nothing installed: it points them
+  // at another toolchain, and what that one lacks was out of sight before (no nvcc, no headers to
+  // compare), not caused by it. Those problems are the next layer: the next preflight round (or
+  // the next start's diagnosis) takes them.
+  const bool env_only = std::all_of(
+      plan->actions().begin(), plan->actions().end(),
+      [](const auto& a) { return a.action().has_set_env() || a.action().has_prepend_path(); });
+  if (worse.empty() || env_only) {
     plan->set_status("applied");
+    if (!worse.empty()) {
+      plan->set_outcome_reason(
+          absl::StrCat("the toolchain it points at shows next: ", absl::StrJoin(worse, ", ")));
+    }
     Record(plan, false).IgnoreError();
     return;
   }
@@ -531,7 +545,13 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
       fprintf(stderr, "fleetd: remediation of %s: %s\n", job.container.c_str(), done.error.c_str());
       f.retry_at = now + absl::Seconds(5);
     }
-    if (job.kind == FixJob::kPreflight && done.error.empty()) f.preflight_done = true;
+    if (job.kind == FixJob::kPreflight && done.error.empty()) {
+      // An applied preflight that uncovered the next layer of problems gets another round, with
+      // its fix in the spec (a few at most: each round must apply something new).
+      f.preflight_done =
+          !(done.plan && done.plan->status() == "applied" && !done.plan->outcome_reason().empty() &&
+            ++f.preflight_rounds < kMaxPreflightRounds);
+    }
     const fleet::v1::Plan* plan = nullptr;
     if (done.plan) {
       auto known = std::find_if(f.history.begin(), f.history.end(), [&](const fleet::v1::Plan& p) {

@@ -84,6 +84,8 @@ class Client : public AgentClient {
       a_->after.pop_front();
     }
     *out.mutable_after() = a_->toolchain;
+    // The agent probes after applying, with the spec it was given.
+    if (a_->on_probe) a_->on_probe(r.spec(), out.mutable_after());
     return out;
   }
   absl::Status Logs(const fleet::v1::LogsRequest&,
@@ -257,6 +259,51 @@ TEST_F(RemediationTest, AnEnvironmentFixIsJudgedByTheToolchainTheServersWillSee)
   EXPECT_EQ(plans[0].after().ninja().path(), "/opt/bin/ninja");
   ASSERT_EQ(agent_.launches.size(), 1u);
   EXPECT_TRUE(absl::StartsWith(agent_.launches[0].spec().env().at("PATH"), "/opt/bin:"));
+}
+
+TEST_F(RemediationTest, AFixThatUncoversTheNextProblemIsKeptAndThePreflightGoesOn) {
+  // CUDA_HOME names no toolkit (the H200 run's bad_cuda_home): nvcc is not found, so nothing
+  // about the toolkit can be checked. The toolkit elsewhere, once pointed at, lacks the libcuda
+  // stub its link needs: hidden before, not caused by the fix. The fix stays applied, and a second
+  // preflight round (with it in the spec) adds the stub; the servers start with both.
+  fleet::v1::ToolchainSnapshot& before = agent_.toolchain;
+  before.Clear();
+  before.set_cuda_home("/nowhere");
+  before.set_cuda_root("/nowhere");
+  before.set_cuda_root_source("CUDA_HOME");
+  const fleet::v1::ToolchainSnapshot fixed = pt::FixedSnapshot();
+  for (const fleet::v1::Package& p : fixed.pip_packages()) {
+    if (p.name() == "torch") *before.add_pip_packages() = p;
+  }
+  before.set_driver_cuda_version(fixed.driver_cuda_version());
+  *before.mutable_ninja() = fixed.ninja();
+  before.set_libnvrtc_loadable(true);
+  before.set_libcudart_loadable(true);
+  fleet::v1::Tool* elsewhere = before.add_toolkits_elsewhere();
+  elsewhere->set_path(pt::Cuda(""));
+  elsewhere->set_version(fixed.nvcc().version());
+  agent_.on_probe = [this](const fleet::v1::ServerSpec& spec, fleet::v1::ToolchainSnapshot* s) {
+    auto home = spec.env().find("CUDA_HOME");
+    if (home == spec.env().end() || home->second != pt::Cuda("")) return;
+    *s = pt::FixedSnapshot();
+    bool stub = false;
+    for (const auto& apply : agent_.applies) {
+      for (const auto& a : apply.actions()) stub = stub || a.has_symlink();
+    }
+    if (!stub) s->clear_libcuda_stub();
+  };
+  fleet::v1::FleetConfig config = Config(1, Policy());
+  (*config.mutable_templates(0)->mutable_env())["CUDA_HOME"] = "/nowhere";
+  Deploy(config);
+  Turns(6);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_GE(plans.size(), 2u) << (plans.empty() ? "" : plans[0].DebugString());
+  EXPECT_EQ(plans[0].status(), "applied") << plans[0].outcome_reason();
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("shows next"));
+  EXPECT_EQ(plans[1].trigger(), "preflight");
+  EXPECT_EQ(plans[1].status(), "applied") << plans[1].outcome_reason();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  EXPECT_EQ(agent_.launches[0].spec().env().at("CUDA_HOME"), pt::Cuda(""));
 }
 
 TEST_F(RemediationTest, OneCauseOneRemediationThenEveryWaitingServerRestartsAtOnce) {

@@ -535,6 +535,32 @@ else:
             out.append(f"    - {head}" + (f"  actions: {desc[:400]}" if desc else ""))
         else:
             out.append(f"    - {json.dumps(r)[:400]}")
+# Detection latency, from fleetd's record of the agent's events: when fleetd held the first
+# (provisional) diagnosis of each failed attempt, against the server process's exit as the agent
+# saw it (negative: the cause was known before the process ended), and the agent-to-fleetd lag.
+try:
+    import sqlite3
+    db = sqlite3.connect(f"file:{os.path.join(sdir, 'state', 'fleet.db')}?mode=ro", uri=True)
+    for r in attempts:
+        if r.get("outcome") not in ("failed", "lost") or not r.get("id"):
+            continue
+        ev = {}
+        for kind, at, received in db.execute(
+                "SELECT kind, at, received_at FROM events WHERE attempt_id = ? AND kind IN "
+                "('provisional_diagnosis', 'diagnosis', 'exited') ORDER BY id", (r["id"],)):
+            ev.setdefault(kind, (when(at), when(received)))
+        first = ev.get("provisional_diagnosis") or ev.get("diagnosis")
+        exited = ev.get("exited")
+        if first is None or None in first:
+            out.append(f"  detection {r.get('server')} #{r.get('number')}: no diagnosis event")
+            continue
+        text = f"  detection {r.get('server')} #{r.get('number')}: diagnosis at fleetd"
+        if exited is not None and exited[0] is not None:
+            text += f" {(first[1] - exited[0]) * 1000:+.0f} ms from the process exit,"
+        text += f" agent-to-fleetd {(first[1] - first[0]) * 1000:.1f} ms"
+        out.append(text)
+except Exception as e:  # the record is optional for the summary
+    out.append(f"  detection: fleet.db unreadable ({e})")
 with open(os.path.join(sdir, "result.txt"), "w") as f:
     f.write("\n".join(out) + "\n")
 with open(os.path.join(sdir, "failed.tsv"), "w") as f:
