@@ -21,8 +21,20 @@ _fleetctl_servers() {
   "${COMP_WORDS[0]}" "${args[@]}" --timeout 2s status -o name 2>/dev/null
 }
 
+# Host names, from fleetd's config (`hosts -o json`), for `hosts trust`.
+_fleetctl_hosts() {
+  local args=() i
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case "${COMP_WORDS[i]}" in
+      --socket|--state-dir) args+=("${COMP_WORDS[i]}" "${COMP_WORDS[i+1]}") ;;
+    esac
+  done
+  "${COMP_WORDS[0]}" "${args[@]}" --timeout 2s hosts -o json 2>/dev/null |
+    grep -o '"name":"[^"]*"' | cut -d'"' -f4
+}
+
 _fleetctl() {
-  local cur prev verb="" i
+  local cur prev verb="" sub="" i
   cur="${COMP_WORDS[COMP_CWORD]}"
   prev="${COMP_WORDS[COMP_CWORD-1]}"
   for ((i = 1; i < COMP_CWORD; i++)); do
@@ -32,6 +44,16 @@ _fleetctl() {
       *) verb="${COMP_WORDS[i]}"; break ;;
     esac
   done
+  # The sub-verb of `hosts` (list, trust), when it is already typed.
+  if [[ $verb == hosts ]]; then
+    for ((i++; i < COMP_CWORD; i++)); do
+      case "${COMP_WORDS[i]}" in
+        -o|--output|--fingerprint) ((i++)) ;;
+        -*) ;;
+        *) sub="${COMP_WORDS[i]}"; break ;;
+      esac
+    done
+  fi
   if [[ -z $verb ]]; then
     case "$prev" in
       --socket|--state-dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -44,6 +66,8 @@ _fleetctl() {
     status:-o|status:--output) COMPREPLY=($(compgen -W "table wide json name" -- "$cur")); return ;;
     remediations:-o|remediations:--output) COMPREPLY=($(compgen -W "table wide json" -- "$cur")); return ;;
     explain:-o|explain:--output|plan:-o|plan:--output) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
+    hosts:-o|hosts:--output) [[ $sub == trust ]] && COMPREPLY=($(compgen -W "text json" -- "$cur")) || COMPREPLY=($(compgen -W "table json" -- "$cur")); return ;;
+    hosts:--fingerprint) return ;;
     *:-o|*:--output) COMPREPLY=($(compgen -W "table json" -- "$cur")); return ;;
     explain:--color) COMPREPLY=($(compgen -W "auto always never" -- "$cur")); return ;;
     explain:--signatures|deploy:-f|deploy:--file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -64,6 +88,7 @@ _fleetctl() {
       deploy) flags+=" --file --only --dry-run --output" ;;
       plan|apply|remediations) flags+=" --output" ;;
       certs) flags+=" --dir --agents --days --force" ;;
+      hosts) flags+=" --output"; [[ $sub == trust ]] && flags+=" --fingerprint" ;;
     esac
     COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     return
@@ -71,7 +96,12 @@ _fleetctl() {
   case "$verb" in
     status|logs|attempts|restart|stop|plan|remediations) COMPREPLY=($(compgen -W "$(_fleetctl_servers)" -- "$cur")) ;;
     explain) COMPREPLY=($(compgen -f -- "$cur")) ;;
-    hosts) COMPREPLY=($(compgen -W "trust" -- "$cur")) ;;
+    hosts)
+      if [[ -z $sub ]]; then
+        COMPREPLY=($(compgen -W "list trust" -- "$cur"))
+      elif [[ $sub == trust ]]; then
+        COMPREPLY=($(compgen -W "$(_fleetctl_hosts)" -- "$cur"))
+      fi ;;
     certs) COMPREPLY=($(compgen -W "init" -- "$cur")) ;;
     completion) COMPREPLY=($(compgen -W "bash" -- "$cur")) ;;
   esac

@@ -110,6 +110,14 @@ void FakeFleetService::SetRemediations(v1::ListRemediationsResponse response) {
   absl::MutexLock lock(&mu_);
   remediations_ = std::move(response);
 }
+void FakeFleetService::SetTrustHost(v1::TrustHostResponse response) {
+  absl::MutexLock lock(&mu_);
+  trust_ = std::move(response);
+}
+void FakeFleetService::SetHosts(v1::ListHostsResponse response) {
+  absl::MutexLock lock(&mu_);
+  hosts_ = std::move(response);
+}
 std::vector<v1::DeployRequest> FakeFleetService::deploy_requests() const {
   absl::MutexLock lock(&mu_);
   return deploy_requests_;
@@ -138,6 +146,8 @@ FLEET_FAKE_GETTER(v1::ServersRequest, stop_requests)
 FLEET_FAKE_GETTER(v1::PlanRequest, plan_requests)
 FLEET_FAKE_GETTER(v1::ApplyPlanRequest, apply_requests)
 FLEET_FAKE_GETTER(v1::ListRemediationsRequest, remediations_requests)
+FLEET_FAKE_GETTER(v1::TrustHostRequest, trust_requests)
+FLEET_FAKE_GETTER(v1::ListHostsRequest, hosts_requests)
 #undef FLEET_FAKE_GETTER
 
 absl::Duration FakeFleetService::plan_time_left() const {
@@ -148,6 +158,11 @@ absl::Duration FakeFleetService::plan_time_left() const {
 absl::Duration FakeFleetService::apply_time_left() const {
   absl::MutexLock lock(&mu_);
   return apply_time_left_;
+}
+
+absl::Duration FakeFleetService::trust_time_left() const {
+  absl::MutexLock lock(&mu_);
+  return trust_time_left_;
 }
 
 int FakeFleetService::watches_cancelled() const {
@@ -240,6 +255,25 @@ grpc::ServerUnaryReactor* FakeFleetService::ListRemediations(
   absl::MutexLock lock(&mu_);
   remediations_requests_.push_back(*request);
   *response = remediations_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::TrustHost(grpc::CallbackServerContext* context,
+                                                      const v1::TrustHostRequest* request,
+                                                      v1::TrustHostResponse* response) {
+  absl::MutexLock lock(&mu_);
+  trust_requests_.push_back(*request);
+  trust_time_left_ = absl::FromChrono(context->deadline()) - absl::Now();
+  *response = trust_;
+  return Answer(context, error_);
+}
+
+grpc::ServerUnaryReactor* FakeFleetService::ListHosts(grpc::CallbackServerContext* context,
+                                                      const v1::ListHostsRequest* request,
+                                                      v1::ListHostsResponse* response) {
+  absl::MutexLock lock(&mu_);
+  hosts_requests_.push_back(*request);
+  *response = hosts_;
   return Answer(context, error_);
 }
 
@@ -367,6 +401,52 @@ v1::Plan AppliedPlan(v1::Plan plan, absl::Time now) {
     ++i;
   }
   return plan;
+}
+
+v1::ListHostsResponse MakeHosts() {
+  v1::ListHostsResponse response;
+  v1::HostRow* local = response.add_hosts();
+  local->set_name("local");
+  local->set_reach("local");
+  local->set_containers(1);
+  v1::HostRow* pve1 = response.add_hosts();
+  pve1->set_name("pve1");
+  pve1->set_reach("ssh");
+  pve1->set_address("10.0.0.5");
+  pve1->set_port(22);
+  pve1->set_user("root");
+  pve1->set_known_hosts("/var/lib/gpu-fleet/known_hosts");
+  pve1->set_containers(2);
+  v1::SshHostKey* key = pve1->add_host_keys();
+  key->set_key_type("ssh-ed25519");
+  key->set_fingerprint(kPve1Fingerprint);
+  v1::HostRow* pve2 = response.add_hosts();
+  pve2->set_name("pve2");
+  pve2->set_reach("ssh");
+  pve2->set_address("pve2.lan");
+  pve2->set_port(2222);
+  pve2->set_user("admin");
+  pve2->set_identity_file("/etc/gpu-fleet/id_ed25519");
+  pve2->set_known_hosts("/etc/gpu-fleet/known_hosts");
+  pve2->set_containers(1);
+  return response;
+}
+
+v1::TrustHostResponse MakeTrustHost(const std::string& state, bool recorded) {
+  v1::TrustHostResponse response;
+  response.set_host("pve1");
+  response.set_address("10.0.0.5:22");
+  response.set_key_type("ssh-ed25519");
+  response.set_fingerprint(kPve1Fingerprint);
+  response.set_key_state(state);
+  response.set_recorded(recorded);
+  response.set_known_hosts("/var/lib/gpu-fleet/known_hosts");
+  if (state != "new") {
+    v1::SshHostKey* previous = response.add_previous_keys();
+    previous->set_key_type("ssh-ed25519");
+    previous->set_fingerprint(state == "changed" ? kPve1OldFingerprint : kPve1Fingerprint);
+  }
+  return response;
 }
 
 }  // namespace fleet::cli::testing

@@ -1,8 +1,8 @@
 // FakeFleetService: an in-process stand-in for fleetd's fleet.v1.Fleet service, for the CLI's
 // tests. It serves canned answers (status rows, attempts, explain responses, log chunks, restart
-// and stop results, plans, apply outcomes, remediations), plays a scripted Watch stream, and
-// records the requests it got. FakeFleetServer serves it on a real unix socket in a temp dir, as
-// fleetd does.
+// and stop results, plans, apply outcomes, remediations, hosts and host keys), plays a scripted
+// Watch stream, and records the requests it got. FakeFleetServer serves it on a real unix socket in
+// a temp dir, as fleetd does.
 //
 // Thread-safe: gRPC calls the handlers on its threads while the test reads the recorded requests.
 #pragma once
@@ -35,6 +35,8 @@ class FakeFleetService final : public v1::Fleet::CallbackService {
   void SetPlan(v1::PlanResponse response);
   void SetApplyPlan(v1::ApplyPlanResponse response);
   void SetRemediations(v1::ListRemediationsResponse response);
+  void SetTrustHost(v1::TrustHostResponse response);
+  void SetHosts(v1::ListHostsResponse response);
   void SetError(absl::Status status);  // every call fails with it
 
   // The Watch stream: these messages in order, then the stream ends OK (`hold_open` false) or
@@ -53,6 +55,10 @@ class FakeFleetService final : public v1::Fleet::CallbackService {
   std::vector<v1::PlanRequest> plan_requests() const;
   std::vector<v1::ApplyPlanRequest> apply_requests() const;
   std::vector<v1::ListRemediationsRequest> remediations_requests() const;
+  std::vector<v1::TrustHostRequest> trust_requests() const;
+  std::vector<v1::ListHostsRequest> hosts_requests() const;
+  // How long the last TrustHost call had left before its deadline when it arrived.
+  absl::Duration trust_time_left() const;
   // How long the last Plan / ApplyPlan call had left before its deadline when it arrived.
   absl::Duration plan_time_left() const;
   absl::Duration apply_time_left() const;
@@ -90,6 +96,12 @@ class FakeFleetService final : public v1::Fleet::CallbackService {
   grpc::ServerUnaryReactor* ListRemediations(grpc::CallbackServerContext* context,
                                              const v1::ListRemediationsRequest* request,
                                              v1::ListRemediationsResponse* response) override;
+  grpc::ServerUnaryReactor* TrustHost(grpc::CallbackServerContext* context,
+                                      const v1::TrustHostRequest* request,
+                                      v1::TrustHostResponse* response) override;
+  grpc::ServerUnaryReactor* ListHosts(grpc::CallbackServerContext* context,
+                                      const v1::ListHostsRequest* request,
+                                      v1::ListHostsResponse* response) override;
 
   // Used by the stream reactors.
   void NoteWatchCancelled();
@@ -111,6 +123,11 @@ class FakeFleetService final : public v1::Fleet::CallbackService {
   std::vector<v1::ListRemediationsRequest> remediations_requests_ ABSL_GUARDED_BY(mu_);
   absl::Duration plan_time_left_ ABSL_GUARDED_BY(mu_);
   absl::Duration apply_time_left_ ABSL_GUARDED_BY(mu_);
+  v1::TrustHostResponse trust_ ABSL_GUARDED_BY(mu_);
+  v1::ListHostsResponse hosts_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::TrustHostRequest> trust_requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ListHostsRequest> hosts_requests_ ABSL_GUARDED_BY(mu_);
+  absl::Duration trust_time_left_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::FleetStatusResponse> watch_script_ ABSL_GUARDED_BY(mu_);
   bool watch_hold_open_ ABSL_GUARDED_BY(mu_) = true;
@@ -182,5 +199,17 @@ v1::ServerRow MakeRow(const std::string& server, const std::string& state, absl:
 v1::Plan MakePlan(absl::Time now);
 // `plan` as fleetd answers an apply: status `applied` (at `now`), each action's result ok.
 v1::Plan AppliedPlan(v1::Plan plan, absl::Time now);
+
+// pve1's ed25519 host key as it is now, and the one recorded before pve1 was reinstalled.
+inline constexpr char kPve1Fingerprint[] = "SHA256:n9Hty281FMDdEs1OnD87D59fPq+EK6uzMUSsoXnpnOo";
+inline constexpr char kPve1OldFingerprint[] = "SHA256:1fsspwhzz0YaGyZ0Pyjaf63HMCP6DA1L/vmt7gLxpYY";
+// fleetd's hosts: `local` (one container); pve1 (ssh to 10.0.0.5:22 as root with the ssh-agent,
+// two containers, its key recorded); pve2 (ssh to pve2.lan:2222 as admin with a key file and its
+// own known_hosts, one container, no key recorded).
+v1::ListHostsResponse MakeHosts();
+// fleetd's answer to `hosts trust pve1`: pve1 (10.0.0.5:22) shows ssh-ed25519 kPve1Fingerprint,
+// whose `state` is "new", "trusted" (recorded before) or "changed" (kPve1OldFingerprint recorded
+// before); `recorded` when the request had the fingerprint.
+v1::TrustHostResponse MakeTrustHost(const std::string& state, bool recorded);
 
 }  // namespace fleet::cli::testing

@@ -177,6 +177,14 @@ absl::StatusOr<v1::ListRemediationsResponse> FleetClient::ListRemediations(
   return Call("ListRemediations", &v1::Fleet::Stub::ListRemediations, request);
 }
 
+absl::StatusOr<v1::TrustHostResponse> FleetClient::TrustHost(const v1::TrustHostRequest& request) {
+  return Call("TrustHost", &v1::Fleet::Stub::TrustHost, request);
+}
+
+absl::StatusOr<v1::ListHostsResponse> FleetClient::ListHosts(const v1::ListHostsRequest& request) {
+  return Call("ListHosts", &v1::Fleet::Stub::ListHosts, request);
+}
+
 absl::Status FleetClient::Watch(const v1::FleetStatusRequest& request,
                                 const WatchCallback& on_message) {
   grpc::ClientContext context;

@@ -46,6 +46,10 @@ class FleetClient {
   absl::StatusOr<v1::ApplyPlanResponse> ApplyPlan(const v1::ApplyPlanRequest& request);
   absl::StatusOr<v1::ListRemediationsResponse> ListRemediations(
       const v1::ListRemediationsRequest& request);
+  // fleetd connects to the host over ssh: give the client a timeout longer than the host's
+  // connect timeout (`fleetctl hosts trust` uses at least a minute).
+  absl::StatusOr<v1::TrustHostResponse> TrustHost(const v1::TrustHostRequest& request);
+  absl::StatusOr<v1::ListHostsResponse> ListHosts(const v1::ListHostsRequest& request);
 
   // Streams call `on_message` for each message, on this thread; when it returns false the call is
   // cancelled and the result is OK. The result is OK too when the daemon ends the stream cleanly.

@@ -2,6 +2,7 @@
 // unreachable-daemon line, socket selection, raw log bytes).
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "cli/fake_fleet_service.h"
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
@@ -13,8 +14,11 @@ namespace {
 
 using ::fleet::cli::testing::AppliedPlan;
 using ::fleet::cli::testing::FakeFleetEnv;
+using ::fleet::cli::testing::kPve1Fingerprint;
+using ::fleet::cli::testing::MakeHosts;
 using ::fleet::cli::testing::MakePlan;
 using ::fleet::cli::testing::MakeRow;
+using ::fleet::cli::testing::MakeTrustHost;
 using ::fleet::testing::BuildPath;
 using ::fleet::testing::RunResult;
 using ::testing::HasSubstr;
@@ -105,10 +109,34 @@ TEST_F(FleetctlBinaryTest, LogsAreTheDaemonsBytes) {
   EXPECT_EQ(r.output, bytes);
 }
 
-TEST_F(FleetctlBinaryTest, LaterVerbsSayNotYet) {
-  RunResult hosts = Fleetctl({"hosts", "trust", "pve1"});
-  EXPECT_EQ(hosts.exit_code, 1);
-  EXPECT_THAT(hosts.output, StartsWith("fleetctl hosts trust: not yet: issue 6"));
+TEST_F(FleetctlBinaryTest, HostsVerbsReachFleetd) {
+  env_.service().SetHosts(MakeHosts());
+  RunResult listed = Fleetctl({"--socket", env_.socket_path(), "hosts"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_THAT(listed.output, HasSubstr("\npve2   ssh    pve2.lan:2222  admin  1  "));
+  EXPECT_THAT(listed.output,
+              HasSubstr("no key recorded for pve2: run fleetctl hosts trust pve2\n"));
+
+  // Step one: shown, nothing recorded, exit 1.
+  env_.service().SetTrustHost(MakeTrustHost("new", /*recorded=*/false));
+  RunResult shown = Fleetctl({"--socket", env_.socket_path(), "hosts", "trust", "pve1"});
+  EXPECT_EQ(shown.exit_code, 1) << shown.output;
+  EXPECT_THAT(shown.output, HasSubstr(absl::StrCat("then run: fleetctl hosts trust pve1 "
+                                                   "--fingerprint ",
+                                                   kPve1Fingerprint, "\n")));
+  // Step two: recorded, exit 0.
+  env_.service().SetTrustHost(MakeTrustHost("new", /*recorded=*/true));
+  RunResult recorded = Fleetctl({"--socket", env_.socket_path(), "hosts", "trust", "pve1",
+                                 "--fingerprint", kPve1Fingerprint});
+  EXPECT_EQ(recorded.exit_code, 0) << recorded.output;
+  EXPECT_THAT(recorded.output, StartsWith("recorded ssh-ed25519 key "));
+  const auto requests = env_.service().trust_requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].fingerprint(), kPve1Fingerprint);
+
+  RunResult unknown = Fleetctl({"--socket", env_.socket_path(), "hosts", "forget", "pve1"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.output, StartsWith("fleetctl hosts: unknown sub-verb 'forget'"));
 }
 
 // What `certs init` makes is tested with openssl in tests/e2e/tls_test.cc; its usage errors here.
@@ -168,6 +196,7 @@ TEST_F(FleetctlBinaryTest, GlobalFlagErrorsAndHelp) {
   EXPECT_THAT(help.output, HasSubstr("--socket PATH"));
   EXPECT_THAT(help.output, HasSubstr("completion bash"));
   EXPECT_THAT(help.output, HasSubstr("remediations [SERVER|CONTAINER]"));
+  EXPECT_THAT(help.output, HasSubstr("hosts trust HOST [--fingerprint FP]"));
 }
 
 TEST_F(FleetctlBinaryTest, BashCompletionIsValidBash) {

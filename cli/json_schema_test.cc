@@ -24,6 +24,7 @@
 #include "cli/deploy_command.h"
 #include "cli/explain_command.h"
 #include "cli/fake_fleet_service.h"
+#include "cli/hosts_command.h"
 #include "cli/remediation_command.h"
 #include "cli/status_command.h"
 #include "cli/status_format.h"
@@ -367,9 +368,11 @@ std::set<std::string> Reachable(const Contract& contract, const std::string& roo
 }
 
 // The outputs and the object each is: status (and each line of status --watch), attempts,
-// deploy, restart and stop, explain (FILE and --server), plan and apply, remediations.
-const std::vector<std::string> kRoots = {"status",  "attempts",    "deploy",      "restart_stop",
-                                         "explain", "remediation", "remediations"};
+// deploy, restart and stop, explain (FILE and --server), plan and apply, remediations, hosts
+// and hosts trust.
+const std::vector<std::string> kRoots = {"status",       "attempts", "deploy",
+                                         "restart_stop", "explain",  "remediation",
+                                         "remediations", "hosts",    "hosts_trust"};
 
 // --- The verbs, with every field filled. ---
 
@@ -775,6 +778,33 @@ TEST_F(JsonSchemaTest, Remediations) {
   env_.service().SetRemediations({});
   const auto none = env_.Run(RunRemediations, {"-o", "json"});
   EXPECT_EQ(none.out, "{\"remediations\":[]}\n");
+}
+
+TEST_F(JsonSchemaTest, Hosts) {
+  env_.service().SetHosts(::fleet::cli::testing::MakeHosts());  // pve1 has a recorded key
+  const auto o = env_.Run(RunHosts, {"-o", "json"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  ExpectMatchesDoc(o.out, "hosts", 1);
+  env_.service().SetHosts({});
+  EXPECT_EQ(env_.Run(RunHosts, {"-o", "json"}).out, "{\"hosts\":[]}\n");
+}
+
+TEST_F(JsonSchemaTest, HostsTrust) {
+  // Shown (new, then changed: the recorded key in previous_keys), then recorded.
+  std::string out;
+  for (const auto& [state, recorded] : std::vector<std::pair<std::string, bool>>{
+           {"new", false}, {"changed", false}, {"changed", true}}) {
+    env_.service().SetTrustHost(::fleet::cli::testing::MakeTrustHost(state, recorded));
+    std::vector<std::string> args = {"trust", "pve1", "-o", "json"};
+    if (recorded) {
+      args.push_back("--fingerprint");
+      args.push_back(::fleet::cli::testing::kPve1Fingerprint);
+    }
+    const auto o = env_.Run(RunHosts, args);
+    EXPECT_EQ(o.code, recorded ? 0 : 1) << o.err;
+    out += o.out;
+  }
+  ExpectMatchesDoc(out, "hosts_trust", 3);
 }
 
 // The checker itself: what it must refuse.

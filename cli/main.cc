@@ -14,7 +14,7 @@
 #include "cli/deploy_command.h"
 #include "cli/explain_command.h"
 #include "cli/global_flags.h"
-#include "cli/later_verbs.h"
+#include "cli/hosts_command.h"
 #include "cli/logs_command.h"
 #include "cli/remediation_command.h"
 #include "cli/status_command.h"
@@ -43,7 +43,9 @@ constexpr char kUsage[] =
     "                            the recorded remediations and their outcomes\n"
     "  restart SERVER|--all      restart servers\n"
     "  stop SERVER|--all         stop servers\n"
-    "  hosts trust HOST          record a Proxmox host's SSH key after checking it\n"
+    "  hosts [list]              the configured hosts, their reach and recorded SSH keys\n"
+    "  hosts trust HOST [--fingerprint FP]\n"
+    "                            show a Proxmox host's SSH key; with FP, record it\n"
     "  certs init [--agents NAME,...]\n"
     "                            create the fleet CA and the mutual-TLS certificates\n"
     "  completion bash           a bash completion script\n"
@@ -99,9 +101,9 @@ int main(int argc, char** argv) {
   if (verb == "plan") return fleet::cli::RunPlan(args, ctx);
   if (verb == "apply") return fleet::cli::RunApply(args, ctx);
   if (verb == "remediations") return fleet::cli::RunRemediations(args, ctx);
+  if (verb == "hosts") return fleet::cli::RunHosts(args, ctx);
   if (verb == "certs") return fleet::cli::RunCerts(args, ctx);
   if (verb == "completion") return fleet::cli::RunCompletion(args, ctx);
-  if (fleet::cli::IsLaterVerb(verb)) return fleet::cli::RunLaterVerb(verb, args, std::cerr);
   std::cerr << "fleetctl: unknown verb '" << verb << "' (see fleetctl --help)\n";
   return 1;
 }

@@ -1128,6 +1128,11 @@ std::vector<fleet::v1::ServerRow> Daemon::ChangedRows(const std::set<std::string
   return rows;
 }
 
+absl::StatusOr<std::optional<fleet::v1::FleetConfig>> Daemon::CurrentConfig() {
+  absl::MutexLock lock(&store_mu_);
+  return store_->LatestConfig();
+}
+
 absl::StatusOr<fleet::v1::ListAttemptsResponse> Daemon::ListAttempts(
     const fleet::v1::ListAttemptsRequest& request) {
   {

@@ -106,6 +106,10 @@ class Daemon : public EventSink {
       const fleet::v1::ApplyPlanRequest& request);
   absl::StatusOr<fleet::v1::ListRemediationsResponse> ListRemediations(
       const fleet::v1::ListRemediationsRequest& request);
+  // The config last deployed, as stored (defaults applied); nullopt before the first deploy.
+  // Read from the record under its own lock, never the state lock.
+  absl::StatusOr<std::optional<fleet::v1::FleetConfig>> CurrentConfig()
+      ABSL_LOCKS_EXCLUDED(store_mu_);
   // Streams a server's log from its agent until `on_chunk` returns false. Blocks.
   absl::Status Logs(const fleet::v1::ServerLogsRequest& request,
                     const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk);
@@ -146,7 +150,8 @@ class Daemon : public EventSink {
   // time for it, and one canary after a change that affects the JIT build.
   struct Fixes {
     bool preflight_done = false;
-    bool busy = false;  // a job runs for it
+    int preflight_rounds = 0;  // preflights applied that uncovered more to fix
+    bool busy = false;         // a job runs for it
     std::string busy_class;
     absl::Time retry_at = absl::InfinitePast();  // after a job could not reach the agent
     std::vector<fleet::v1::Plan> history;        // oldest first

@@ -1,8 +1,12 @@
 #include "daemon/fleet_service.h"
 
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "daemon/ssh_reach.h"
 
 namespace fleet::daemon {
 namespace {
@@ -18,6 +22,12 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* c, absl::StatusOr<
   auto* reactor = c->DefaultReactor();
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpc(result.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* Fail(grpc::CallbackServerContext* c, const absl::Status& status) {
+  auto* reactor = c->DefaultReactor();
+  reactor->Finish(ToGrpc(status));
   return reactor;
 }
 
@@ -136,10 +146,11 @@ class LogRelay : public grpc::ServerWriteReactor<fleet::v1::LogChunk> {
   std::thread thread_;
 };
 
-grpc::ServerUnaryReactor* NotYet(grpc::CallbackServerContext* c, const char* what) {
-  auto* reactor = c->DefaultReactor();
-  reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, what));
-  return reactor;
+// The stored config, or an empty one before the first deploy (no hosts).
+absl::StatusOr<fleet::v1::FleetConfig> ConfigOrEmpty(Daemon* daemon) {
+  absl::StatusOr<std::optional<fleet::v1::FleetConfig>> config = daemon->CurrentConfig();
+  if (!config.ok()) return config.status();
+  return config->has_value() ? **std::move(config) : fleet::v1::FleetConfig();
 }
 
 }  // namespace
@@ -190,8 +201,10 @@ class FleetService::StatusAllocator
   };
 };
 
-FleetService::FleetService(Daemon* daemon)
-    : daemon_(daemon), status_allocator_(std::make_unique<StatusAllocator>()) {
+FleetService::FleetService(Daemon* daemon, std::string state_dir)
+    : daemon_(daemon),
+      state_dir_(std::move(state_dir)),
+      status_allocator_(std::make_unique<StatusAllocator>()) {
   SetMessageAllocatorFor_Status(status_allocator_.get());
 }
 
@@ -255,7 +268,21 @@ grpc::ServerUnaryReactor* FleetService::Stop(grpc::CallbackServerContext* c,
 grpc::ServerUnaryReactor* FleetService::TrustHost(grpc::CallbackServerContext* c,
                                                   const fleet::v1::TrustHostRequest* request,
                                                   fleet::v1::TrustHostResponse* response) {
-  return NotYet(c, "not yet: SSH hosts come with issue 6");
+  // Connects to the host (blocks up to its connect timeout, per round trip): a CLI request, on no
+  // hot path. The config comes from the record, so the daemon's state lock is never held.
+  absl::StatusOr<fleet::v1::FleetConfig> config = ConfigOrEmpty(daemon_);
+  if (!config.ok()) return Fail(c, config.status());
+  return Answer(c, TrustConfiguredHost(*config, state_dir_, *request), response);
+}
+
+grpc::ServerUnaryReactor* FleetService::ListHosts(grpc::CallbackServerContext* c,
+                                                  const fleet::v1::ListHostsRequest* request,
+                                                  fleet::v1::ListHostsResponse* response) {
+  // Reads the known_hosts files, no connection.
+  absl::StatusOr<fleet::v1::FleetConfig> config = ConfigOrEmpty(daemon_);
+  if (!config.ok()) return Fail(c, config.status());
+  return Answer<fleet::v1::ListHostsResponse>(c, ListConfiguredHosts(*config, state_dir_),
+                                              response);
 }
 
 }  // namespace fleet::daemon

@@ -1,11 +1,13 @@
 // FleetService: fleet.proto's Fleet service (what fleetctl calls) over the Daemon, with gRPC's
 // callback API: thin unary handlers; one reactor per Watch stream (subscribed to status changes)
-// and per Logs stream (a thread relaying the agent's stream). TrustHost answers "not yet" until
-// the remote-fleet issue. absl::Status becomes grpc::Status only
-// here. Thread-safe; destroy after the gRPC server has shut down.
+// and per Logs stream (a thread relaying the agent's stream). TrustHost and ListHosts work on the
+// stored config's hosts (ssh_reach.h), with known_hosts defaulting to STATE_DIR/known_hosts.
+// absl::Status becomes grpc::Status only here. Thread-safe; destroy after the gRPC server has
+// shut down.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "daemon/daemon.h"
 #include "proto/fleet.grpc.pb.h"
@@ -14,7 +16,8 @@ namespace fleet::daemon {
 
 class FleetService final : public fleet::v1::Fleet::CallbackService {
  public:
-  explicit FleetService(Daemon* daemon);
+  // `state_dir`: fleetd's --state-dir (the default place of known_hosts).
+  explicit FleetService(Daemon* daemon, std::string state_dir = "/var/lib/gpu-fleet");
   ~FleetService() override;
 
   grpc::ServerUnaryReactor* Deploy(grpc::CallbackServerContext* c,
@@ -51,11 +54,15 @@ class FleetService final : public fleet::v1::Fleet::CallbackService {
   grpc::ServerUnaryReactor* TrustHost(grpc::CallbackServerContext* c,
                                       const fleet::v1::TrustHostRequest* request,
                                       fleet::v1::TrustHostResponse* response) override;
+  grpc::ServerUnaryReactor* ListHosts(grpc::CallbackServerContext* c,
+                                      const fleet::v1::ListHostsRequest* request,
+                                      fleet::v1::ListHostsResponse* response) override;
 
  private:
   class StatusAllocator;
 
   Daemon* const daemon_;
+  const std::string state_dir_;
   std::unique_ptr<StatusAllocator> status_allocator_;
 };
 

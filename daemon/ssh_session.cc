@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -96,14 +97,11 @@ absl::Status EnableKeepalive(ssh_session session, const SshOptions& options) {
   return absl::OkStatus();
 }
 
-// "SHA256:<base64>", as `ssh-keygen -l` prints it.
-absl::StatusOr<std::string> ServerFingerprint(ssh_session session, const SshOptions& options) {
-  ssh_key key = nullptr;
-  if (ssh_get_server_publickey(session, &key) != SSH_OK) {
-    return absl::UnavailableError(
-        absl::StrCat(HostPrefix(options), "ssh host key: ", LibsshError(session)));
-  }
-  absl::Cleanup free_key = [key] { ssh_key_free(key); };
+// The key's type and its "SHA256:<base64>" fingerprint, as `ssh-keygen -l` prints it.
+absl::StatusOr<HostKey> DescribeKey(ssh_key key, const SshOptions& options) {
+  HostKey described;
+  const char* type = ssh_key_type_to_char(ssh_key_type(key));
+  described.type = type != nullptr ? type : "unknown";
   unsigned char* hash = nullptr;
   size_t hash_len = 0;
   if (ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &hash_len) != 0) {
@@ -114,9 +112,16 @@ absl::StatusOr<std::string> ServerFingerprint(ssh_session session, const SshOpti
   if (text == nullptr) {
     return absl::InternalError(HostPrefix(options) + "ssh host key: cannot format fingerprint");
   }
-  std::string fingerprint(text);
+  described.fingerprint = text;
   ssh_string_free_char(text);
-  return fingerprint;
+  return described;
+}
+
+// The name known_hosts files the host under, as libssh looks it up: the address in lower case,
+// as "[address]:port" when the port is not 22.
+std::string KnownHostsName(const SshOptions& options) {
+  const std::string host = absl::AsciiStrToLower(options.address);
+  return options.port == 22 ? host : absl::StrCat("[", host, "]:", options.port);
 }
 
 // Rewrites the known_hosts file with `entry` ("HOSTS KEYTYPE KEY") as the only key of its host:
@@ -272,6 +277,18 @@ class ExecChannel {
 
 }  // namespace
 
+std::string_view HostKeyStateName(HostKeyScan::State state) {
+  switch (state) {
+    case HostKeyScan::State::kNew:
+      return "new";
+    case HostKeyScan::State::kTrusted:
+      return "trusted";
+    case HostKeyScan::State::kChanged:
+      return "changed";
+  }
+  return "new";
+}
+
 void SshSession::SessionCloser::operator()(ssh_session_struct* session) const {
   if (ssh_is_connected(session) != 0) ssh_disconnect(session);
   ssh_free(session);
@@ -322,28 +339,53 @@ absl::StatusOr<SshSession::SessionPtr> SshSession::OpenTransport(const SshOption
   return session;
 }
 
-absl::Status SshSession::VerifyHostKey(ssh_session_struct* session, const SshOptions& options,
-                                       const std::string& fingerprint) {
+absl::StatusOr<HostKeyScan> SshSession::ReadHostKey(ssh_session_struct* session,
+                                                    const SshOptions& options) {
   const std::string prefix = HostPrefix(options);
-  const std::string trust = absl::StrCat("fleetctl hosts trust ", options.host_name);
+  ssh_key key = nullptr;
+  if (ssh_get_server_publickey(session, &key) != SSH_OK) {
+    return absl::UnavailableError(absl::StrCat(prefix, "ssh host key: ", LibsshError(session)));
+  }
+  absl::Cleanup free_key = [key] { ssh_key_free(key); };
+  HostKeyScan scan;
+  FLEET_ASSIGN_OR_RETURN(scan.key, DescribeKey(key, options));
+  FLEET_ASSIGN_OR_RETURN(scan.recorded, RecordedHostKeys(options));
+  // libssh's verdict decides, so that a scan says exactly what Connect will do.
   switch (ssh_session_is_known_server(session)) {
     case SSH_KNOWN_HOSTS_OK:
-      return absl::OkStatus();
+      scan.state = HostKeyScan::State::kTrusted;
+      return scan;
     case SSH_KNOWN_HOSTS_CHANGED:
     case SSH_KNOWN_HOSTS_OTHER:
-      return absl::FailedPreconditionError(
-          absl::StrCat(prefix, "ssh host key changed (now ", fingerprint, "); if ",
-                       options.host_name, " was reinstalled, check the key and run ", trust,
-                       ", otherwise someone may be intercepting the connection"));
+      scan.state = HostKeyScan::State::kChanged;
+      return scan;
     case SSH_KNOWN_HOSTS_NOT_FOUND:
     case SSH_KNOWN_HOSTS_UNKNOWN:
-      return absl::FailedPreconditionError(
-          absl::StrCat(prefix, "ssh host key unknown (", fingerprint, "); run ", trust));
+      scan.state = HostKeyScan::State::kNew;
+      return scan;
     case SSH_KNOWN_HOSTS_ERROR:
       break;
   }
   return absl::FailedPreconditionError(absl::StrCat(
       prefix, "ssh known_hosts ", options.known_hosts_path, ": ", LibsshError(session)));
+}
+
+absl::Status SshSession::VerifyHostKey(const HostKeyScan& scan, const SshOptions& options) {
+  const std::string prefix = HostPrefix(options);
+  const std::string trust = absl::StrCat("fleetctl hosts trust ", options.host_name);
+  switch (scan.state) {
+    case HostKeyScan::State::kTrusted:
+      return absl::OkStatus();
+    case HostKeyScan::State::kChanged:
+      return absl::FailedPreconditionError(
+          absl::StrCat(prefix, "ssh host key changed (now ", scan.key.fingerprint, "); if ",
+                       options.host_name, " was reinstalled, check the key and run ", trust,
+                       ", otherwise someone may be intercepting the connection"));
+    case HostKeyScan::State::kNew:
+      break;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(prefix, "ssh host key unknown (", scan.key.fingerprint, "); run ", trust));
 }
 
 absl::Status SshSession::Authenticate(ssh_session_struct* session, const SshOptions& options) {
@@ -399,21 +441,26 @@ absl::Status SshSession::Authenticate(ssh_session_struct* session, const SshOpti
 
 absl::StatusOr<std::unique_ptr<SshSession>> SshSession::Connect(const SshOptions& options) {
   FLEET_ASSIGN_OR_RETURN(SessionPtr session, OpenTransport(options));
-  FLEET_ASSIGN_OR_RETURN(std::string fingerprint, ServerFingerprint(session.get(), options));
-  FLEET_RETURN_IF_ERROR(VerifyHostKey(session.get(), options, fingerprint));
+  FLEET_ASSIGN_OR_RETURN(HostKeyScan scan, ReadHostKey(session.get(), options));
+  FLEET_RETURN_IF_ERROR(VerifyHostKey(scan, options));
   FLEET_RETURN_IF_ERROR(Authenticate(session.get(), options));
   return std::unique_ptr<SshSession>(
-      new SshSession(options, std::move(session), std::move(fingerprint)));
+      new SshSession(options, std::move(session), std::move(scan.key.fingerprint)));
 }
 
-absl::StatusOr<std::string> SshSession::TrustHost(const SshOptions& options,
+absl::StatusOr<HostKeyScan> SshSession::ScanHostKey(const SshOptions& options) {
+  FLEET_ASSIGN_OR_RETURN(SessionPtr session, OpenTransport(options));
+  return ReadHostKey(session.get(), options);
+}
+
+absl::StatusOr<HostKeyScan> SshSession::TrustHost(const SshOptions& options,
                                                   std::string_view expected_fingerprint) {
   FLEET_ASSIGN_OR_RETURN(SessionPtr session, OpenTransport(options));
-  FLEET_ASSIGN_OR_RETURN(std::string fingerprint, ServerFingerprint(session.get(), options));
-  if (!expected_fingerprint.empty() && fingerprint != expected_fingerprint) {
+  FLEET_ASSIGN_OR_RETURN(HostKeyScan scan, ReadHostKey(session.get(), options));
+  if (!expected_fingerprint.empty() && scan.key.fingerprint != expected_fingerprint) {
     return absl::FailedPreconditionError(
-        absl::StrCat(HostPrefix(options), "ssh host key is ", fingerprint, ", not the expected ",
-                     std::string(expected_fingerprint), "; not trusted"));
+        absl::StrCat(HostPrefix(options), "ssh host key is ", scan.key.fingerprint,
+                     ", not the expected ", std::string(expected_fingerprint), "; not trusted"));
   }
   char* entry = nullptr;
   if (ssh_session_export_known_hosts_entry(session.get(), &entry) != SSH_OK || entry == nullptr) {
@@ -424,7 +471,51 @@ absl::StatusOr<std::string> SshSession::TrustHost(const SshOptions& options,
   ssh_string_free_char(entry);
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
   FLEET_RETURN_IF_ERROR(ReplaceKnownHostsEntry(options, line));
-  return fingerprint;
+  return scan;
+}
+
+absl::StatusOr<std::vector<HostKey>> SshSession::RecordedHostKeys(const SshOptions& options) {
+  FLEET_RETURN_IF_ERROR(ValidateOptions(options));
+  const std::string prefix = HostPrefix(options);
+  const std::string& path = options.known_hosts_path;
+  std::vector<HostKey> keys;
+  std::string text;
+  {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return keys;
+    if (fd < 0) {
+      return ErrnoToStatus(errno, absl::StrCat(prefix, "ssh known_hosts ", path, ": open"));
+    }
+    absl::Cleanup close_fd = [fd] { close(fd); };
+    char buffer[8192];
+    for (;;) {
+      const ssize_t n = read(fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        return ErrnoToStatus(errno, absl::StrCat(prefix, "ssh known_hosts ", path, ": read"));
+      }
+      if (n == 0) break;
+      text.append(buffer, static_cast<size_t>(n));
+    }
+  }
+  const std::string host = KnownHostsName(options);
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t start = line.find_first_not_of(" \t");
+    // Comments, and marker lines (@revoked, @cert-authority): neither records a host's key.
+    if (start == std::string::npos || line[start] == '#' || line[start] == '@') continue;
+    // libssh's own parser, so that patterns, hashed names and ports match as Connect matches
+    // them. Lines of other hosts answer SSH_AGAIN; lines it cannot read are not keys of ours.
+    ssh_knownhosts_entry* entry = nullptr;
+    if (ssh_known_hosts_parse_line(host.c_str(), line.c_str() + start, &entry) != SSH_OK ||
+        entry == nullptr) {
+      continue;
+    }
+    absl::Cleanup free_entry = [entry] { ssh_knownhosts_entry_free(entry); };
+    FLEET_ASSIGN_OR_RETURN(HostKey key, DescribeKey(entry->publickey, options));
+    keys.push_back(std::move(key));
+  }
+  return keys;
 }
 
 bool SshSession::connected() const {

@@ -6,9 +6,10 @@
 // Host keys are checked against our own known_hosts file (options.known_hosts_path), never the
 // user's ~/.ssh nor ssh_config: an unknown or changed key is refused with FailedPrecondition
 // whose message shows the key's SHA256 fingerprint and what to do
-// (`host pve1: ssh host key unknown (SHA256:...); run fleetctl hosts trust pve1`). TrustHost is
-// what `fleetctl hosts trust HOST` does: it records the key the host presents now, replacing
-// the host's old entry.
+// (`host pve1: ssh host key unknown (SHA256:...); run fleetctl hosts trust pve1`). ScanHostKey
+// and TrustHost are the two steps of `fleetctl hosts trust HOST`: the first shows the key the
+// host presents and how it stands against known_hosts, recording nothing; the second records
+// it (only if it is the key the operator saw), replacing the host's old entry.
 //
 // Errors name the host and the step: `host pve1: ssh connect: ...` (Unavailable),
 // `host pve1: ssh auth: permission denied (publickey)` (PermissionDenied), host key
@@ -61,18 +62,50 @@ struct SshOptions {
   bool remote_deadline = true;
 };
 
+// A public host key: its type as known_hosts writes it ("ssh-ed25519", "ecdsa-sha2-nistp256")
+// and its SHA256 fingerprint as `ssh-keygen -l` prints it ("SHA256:...").
+struct HostKey {
+  std::string type;
+  std::string fingerprint;
+};
+
+// The key a host presents now, and how it stands against options.known_hosts_path.
+struct HostKeyScan {
+  enum class State {
+    kNew,      // known_hosts holds no key for the host (or does not exist yet)
+    kTrusted,  // it is the key recorded for the host: Connect accepts it
+    kChanged,  // known_hosts holds another key for the host: Connect refuses it
+  };
+  HostKey key;
+  State state = State::kNew;
+  // The host's keys in known_hosts, as they were before this call (a TrustHost replaced them).
+  std::vector<HostKey> recorded;
+};
+
+// "new", "trusted", "changed": the stable names of the states (fleet.proto, fleetctl's JSON).
+std::string_view HostKeyStateName(HostKeyScan::State state);
+
 class SshSession : public CommandRunner {
  public:
   // Connects, verifies the host key against options.known_hosts_path, and authenticates.
   static absl::StatusOr<std::unique_ptr<SshSession>> Connect(const SshOptions& options);
 
+  // Connects (without authenticating) and reports the host key it is shown, and whether
+  // known_hosts trusts it; records nothing. The first step of `fleetctl hosts trust HOST`.
+  static absl::StatusOr<HostKeyScan> ScanHostKey(const SshOptions& options);
+
   // Connects (without authenticating), and records the host key it is shown in
-  // options.known_hosts_path in place of any entry the host had there; returns its SHA256
-  // fingerprint ("SHA256:..."). With `expected_fingerprint` non-empty, records the key only when
-  // it has that fingerprint (FailedPrecondition otherwise): the operator can confirm the key
-  // they were shown in an error, out of band, without a window for a different one.
-  static absl::StatusOr<std::string> TrustHost(const SshOptions& options,
+  // options.known_hosts_path in place of any entry the host had there; returns that key, with
+  // the state and entries known_hosts had before. With `expected_fingerprint` non-empty, records
+  // the key only when it has that fingerprint (FailedPrecondition otherwise, nothing written):
+  // the operator confirms the key they were shown (by ScanHostKey or in an error), out of band,
+  // without a window for a different one.
+  static absl::StatusOr<HostKeyScan> TrustHost(const SshOptions& options,
                                                std::string_view expected_fingerprint = "");
+
+  // The keys options.known_hosts_path holds for the host (options.address and port, as
+  // Connect looks them up), without connecting. None when the file does not exist.
+  static absl::StatusOr<std::vector<HostKey>> RecordedHostKeys(const SshOptions& options);
 
   ~SshSession() override;
   SshSession(const SshSession&) = delete;
@@ -92,6 +125,7 @@ class SshSession : public CommandRunner {
   bool connected() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  friend class SshTunnel;  // drives a session of its own (ssh_tunnel.h)
   struct SessionCloser {
     void operator()(ssh_session_struct* session) const;
   };
@@ -101,8 +135,11 @@ class SshSession : public CommandRunner {
 
   // A transport-level session to the host: options set, TCP and key exchange done.
   static absl::StatusOr<SessionPtr> OpenTransport(const SshOptions& options);
-  static absl::Status VerifyHostKey(ssh_session_struct* session, const SshOptions& options,
-                                    const std::string& fingerprint);
+  // The key the session's host presented, against known_hosts: what Connect checks,
+  // ScanHostKey shows and TrustHost records.
+  static absl::StatusOr<HostKeyScan> ReadHostKey(ssh_session_struct* session,
+                                                 const SshOptions& options);
+  static absl::Status VerifyHostKey(const HostKeyScan& scan, const SshOptions& options);
   static absl::Status Authenticate(ssh_session_struct* session, const SshOptions& options);
 
   // Constant after construction.

@@ -26,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "daemon/ssh_reach.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -37,6 +38,7 @@ namespace {
 
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
 constexpr char kSshd[] = "/usr/sbin/sshd";
@@ -155,8 +157,32 @@ class SshSessionTest : public ::testing::Test {
     return options;
   }
 
+  // A fleet config with a local host and pve1, reached over ssh at the test's sshd; pve1's
+  // known_hosts is left to its default, STATE_DIR/known_hosts with StateDir() as STATE_DIR.
+  fleet::v1::FleetConfig Config() const {
+    fleet::v1::FleetConfig config;
+    fleet::v1::Host* local = config.add_hosts();
+    local->set_name("local");
+    local->mutable_reach()->set_kind(fleet::v1::Reach::LOCAL);
+    local->add_containers()->set_ctid("200");
+    fleet::v1::Host* host = config.add_hosts();
+    host->set_name("pve1");
+    fleet::v1::Reach* reach = host->mutable_reach();
+    reach->set_kind(fleet::v1::Reach::SSH);
+    reach->set_address("127.0.0.1");
+    reach->set_port(port_);
+    reach->set_user(CurrentUser());
+    reach->set_identity_file(dir_.Join("user_key"));
+    reach->mutable_connect_timeout()->set_seconds(20);
+    host->add_containers()->set_ctid("200");
+    host->add_containers()->set_ctid("201");
+    return config;
+  }
+  const std::string& StateDir() const { return dir_.path(); }
+  std::string StateKnownHosts() const { return dir_.Join("known_hosts"); }
+
   std::unique_ptr<SshSession> TrustAndConnect(const SshOptions& options) {
-    absl::StatusOr<std::string> trusted = SshSession::TrustHost(options);
+    absl::StatusOr<HostKeyScan> trusted = SshSession::TrustHost(options);
     EXPECT_TRUE(trusted.ok()) << trusted.status();
     absl::StatusOr<std::unique_ptr<SshSession>> session = SshSession::Connect(options);
     EXPECT_TRUE(session.ok()) << session.status();
@@ -302,10 +328,13 @@ TEST_F(SshSessionTest, UnknownHostKeyIsRefusedWithItsFingerprint) {
 
 TEST_F(SshSessionTest, TrustHostRecordsTheKeyThenConnectSucceeds) {
   const SshOptions options = Options();
-  absl::StatusOr<std::string> trusted = SshSession::TrustHost(options);
+  absl::StatusOr<HostKeyScan> trusted = SshSession::TrustHost(options);
   ASSERT_TRUE(trusted.ok()) << trusted.status();
-  EXPECT_EQ(*trusted, Fingerprint("host_key"));
-  EXPECT_THAT(*trusted, StartsWith("SHA256:"));
+  EXPECT_EQ(trusted->key.fingerprint, Fingerprint("host_key"));
+  EXPECT_THAT(trusted->key.fingerprint, StartsWith("SHA256:"));
+  EXPECT_EQ(trusted->key.type, "ssh-ed25519");
+  EXPECT_EQ(trusted->state, HostKeyScan::State::kNew);
+  EXPECT_TRUE(trusted->recorded.empty());
   // Trusting again leaves one entry.
   ASSERT_TRUE(SshSession::TrustHost(options).ok());
   const std::string known_hosts = fleet::testing::ReadFile(options.known_hosts_path);
@@ -314,7 +343,7 @@ TEST_F(SshSessionTest, TrustHostRecordsTheKeyThenConnectSucceeds) {
 
   absl::StatusOr<std::unique_ptr<SshSession>> session = SshSession::Connect(options);
   ASSERT_TRUE(session.ok()) << session.status();
-  EXPECT_EQ((*session)->host_key_fingerprint(), *trusted);
+  EXPECT_EQ((*session)->host_key_fingerprint(), trusted->key.fingerprint);
   absl::StatusOr<CommandResult> result = (*session)->Run({"true"}, "", absl::ZeroDuration());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->exit_status, 0);
@@ -322,7 +351,7 @@ TEST_F(SshSessionTest, TrustHostRecordsTheKeyThenConnectSucceeds) {
 
 TEST_F(SshSessionTest, TrustHostRefusesAKeyOtherThanTheExpectedOne) {
   const SshOptions options = Options();
-  absl::StatusOr<std::string> trusted =
+  absl::StatusOr<HostKeyScan> trusted =
       SshSession::TrustHost(options, Fingerprint("other_host_key"));
   ASSERT_FALSE(trusted.ok());
   EXPECT_EQ(trusted.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -348,9 +377,9 @@ TEST_F(SshSessionTest, ChangedHostKeyIsRefusedUntilTrustedAgain) {
                                       Fingerprint("other_host_key"), ")")));
   EXPECT_THAT(std::string(session.status().message()), HasSubstr("run fleetctl hosts trust pve1"));
 
-  absl::StatusOr<std::string> trusted = SshSession::TrustHost(options);
+  absl::StatusOr<HostKeyScan> trusted = SshSession::TrustHost(options);
   ASSERT_TRUE(trusted.ok()) << trusted.status();
-  EXPECT_EQ(*trusted, Fingerprint("other_host_key"));
+  EXPECT_EQ(trusted->key.fingerprint, Fingerprint("other_host_key"));
   const std::string known_hosts = fleet::testing::ReadFile(options.known_hosts_path);
   EXPECT_THAT(known_hosts, StartsWith(other_entry));
   EXPECT_EQ(std::count(known_hosts.begin(), known_hosts.end(), '\n'), 2) << known_hosts;
@@ -514,6 +543,323 @@ TEST_F(SshSessionTest, ConcurrentRunsOnOneSessionAreSerialised) {
   }
   for (std::thread& thread : threads) thread.join();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(outputs[i], absl::StrCat("thread ", i, "\n"));
+}
+
+// --- The two steps of `fleetctl hosts trust HOST`: scan, then record what was seen. ---
+
+TEST_F(SshSessionTest, ScanShowsAnUnknownKeyAndRecordsNothing) {
+  const SshOptions options = Options();
+  absl::StatusOr<HostKeyScan> scan = SshSession::ScanHostKey(options);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_EQ(scan->key.fingerprint, Fingerprint("host_key"));
+  EXPECT_EQ(scan->key.type, "ssh-ed25519");
+  EXPECT_EQ(scan->state, HostKeyScan::State::kNew);
+  EXPECT_EQ(HostKeyStateName(scan->state), "new");
+  EXPECT_THAT(scan->recorded, IsEmpty());
+  EXPECT_FALSE(Exists(options.known_hosts_path));
+  // Still refused, with the fingerprint the scan showed.
+  absl::StatusOr<std::unique_ptr<SshSession>> session = SshSession::Connect(options);
+  ASSERT_FALSE(session.ok());
+  EXPECT_THAT(std::string(session.status().message()), HasSubstr(scan->key.fingerprint));
+}
+
+TEST_F(SshSessionTest, ScanTellsTrustedFromChangedAndRecordsNothing) {
+  const SshOptions options = Options();
+  ASSERT_TRUE(SshSession::TrustHost(options, Fingerprint("host_key")).ok());
+  absl::StatusOr<HostKeyScan> trusted = SshSession::ScanHostKey(options);
+  ASSERT_TRUE(trusted.ok()) << trusted.status();
+  EXPECT_EQ(trusted->state, HostKeyScan::State::kTrusted);
+  ASSERT_EQ(trusted->recorded.size(), 1u);
+  EXPECT_EQ(trusted->recorded[0].fingerprint, Fingerprint("host_key"));
+  EXPECT_EQ(trusted->recorded[0].type, "ssh-ed25519");
+
+  UseHostKey("other_host_key");
+  const std::string before = fleet::testing::ReadFile(options.known_hosts_path);
+  absl::StatusOr<HostKeyScan> changed = SshSession::ScanHostKey(options);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(changed->state, HostKeyScan::State::kChanged);
+  EXPECT_EQ(HostKeyStateName(changed->state), "changed");
+  EXPECT_EQ(changed->key.fingerprint, Fingerprint("other_host_key"));
+  ASSERT_EQ(changed->recorded.size(), 1u);
+  EXPECT_EQ(changed->recorded[0].fingerprint, Fingerprint("host_key"));
+  EXPECT_EQ(fleet::testing::ReadFile(options.known_hosts_path), before);
+  EXPECT_FALSE(SshSession::Connect(options).ok());
+}
+
+TEST_F(SshSessionTest, RecordedHostKeysMatchTheHostAsConnectDoes) {
+  SshOptions options = Options();
+  const std::string key = fleet::testing::ReadFile(dir_.Join("host_key.pub"));
+  const std::string stranger = fleet::testing::ReadFile(dir_.Join("stranger_key.pub"));
+  dir_.WriteFile("known_hosts",
+                 absl::StrCat("# a comment\n", "127.0.0.1 ", stranger,   // port 22: another host
+                              "[127.0.0.1]:", port_ + 1, " ", stranger,  // another port
+                              "@revoked * ", stranger,                   // a marker, not a key
+                              "pve2.example,[127.0.0.1]:", port_, " ", key));
+  absl::StatusOr<std::vector<HostKey>> keys = SshSession::RecordedHostKeys(options);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  ASSERT_EQ(keys->size(), 1u);
+  EXPECT_EQ((*keys)[0].fingerprint, Fingerprint("host_key"));
+  // Hashed host names (ssh-keygen -H) match too.
+  absl::StatusOr<fleet::testing::RunResult> hash =
+      fleet::testing::Run({kSshKeygen, "-q", "-H", "-f", options.known_hosts_path});
+  ASSERT_TRUE(hash.ok() && hash->exited && hash->exit_code == 0);
+  ASSERT_THAT(fleet::testing::ReadFile(options.known_hosts_path), HasSubstr("|1|"));
+  keys = SshSession::RecordedHostKeys(options);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  ASSERT_EQ(keys->size(), 1u);
+  EXPECT_EQ((*keys)[0].fingerprint, Fingerprint("host_key"));
+  EXPECT_TRUE(SshSession::Connect(options).ok());
+  // No file: no keys.
+  options.known_hosts_path = dir_.Join("none/known_hosts");
+  keys = SshSession::RecordedHostKeys(options);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_THAT(*keys, IsEmpty());
+}
+
+// --- A configured host: its options, and fleetd's side of `fleetctl hosts [trust]`. ---
+
+TEST(SshReach, OptionsTakeTheConfigsDefaults) {
+  fleet::v1::Host host;
+  host.set_name("pve1");
+  host.mutable_reach()->set_kind(fleet::v1::Reach::SSH);
+  host.mutable_reach()->set_address("10.0.0.5");
+  SshOptions options = SshOptionsForHost(host, "/var/lib/fleet");
+  EXPECT_EQ(options.host_name, "pve1");
+  EXPECT_EQ(options.address, "10.0.0.5");
+  EXPECT_EQ(options.port, 22);
+  EXPECT_EQ(options.user, "root");
+  EXPECT_EQ(options.identity_file, "");
+  EXPECT_EQ(options.known_hosts_path, "/var/lib/fleet/known_hosts");
+  EXPECT_EQ(options.connect_timeout, absl::Seconds(10));
+
+  fleet::v1::Reach* reach = host.mutable_reach();
+  reach->set_port(2222);
+  reach->set_user("admin");
+  reach->set_identity_file("/etc/fleet/id_ed25519");
+  reach->set_known_hosts("/etc/fleet/known_hosts");
+  reach->mutable_connect_timeout()->set_nanos(500000000);
+  options = SshOptionsForHost(host, "/var/lib/fleet");
+  EXPECT_EQ(options.port, 2222);
+  EXPECT_EQ(options.user, "admin");
+  EXPECT_EQ(options.identity_file, "/etc/fleet/id_ed25519");
+  EXPECT_EQ(options.known_hosts_path, "/etc/fleet/known_hosts");
+  EXPECT_EQ(options.connect_timeout, absl::Milliseconds(500));
+
+  fleet::v1::Host local;
+  local.set_name("local");
+  local.mutable_reach()->set_kind(fleet::v1::Reach::LOCAL);
+  EXPECT_EQ(SshOptionsForHost(local, "/var/lib/fleet").address, "");
+}
+
+TEST(SshReach, RequestsForNoSshHostAreRefusedNamingTheHost) {
+  fleet::v1::FleetConfig config;
+  fleet::v1::Host* local = config.add_hosts();
+  local->set_name("local");
+  local->mutable_reach()->set_kind(fleet::v1::Reach::LOCAL);
+  fleet::v1::Host* pve1 = config.add_hosts();
+  pve1->set_name("pve1");
+  pve1->mutable_reach()->set_kind(fleet::v1::Reach::SSH);
+  pve1->mutable_reach()->set_address("127.0.0.1");
+  pve1->mutable_reach()->set_port(1);  // never connected: every request below is refused first
+
+  const auto trust = [&](const std::string& host, const std::string& fingerprint) {
+    fleet::v1::TrustHostRequest request;
+    request.set_host(host);
+    request.set_fingerprint(fingerprint);
+    return TrustConfiguredHost(config, "/nonexistent", request).status();
+  };
+  absl::Status s = trust("pve9", "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "host pve9: not in fleetd's config (its hosts: local, pve1)");
+  s = trust("local", "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "host local: reached locally (reach kind local), it has no ssh host key to trust");
+  s = trust("", "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  for (const char* bad : {"abc", "MD5:12:34", "SHA256:short",
+                          "SHA256:", "SHA256:!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"}) {
+    s = trust("pve1", bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("is not a SHA256 fingerprint")) << bad;
+  }
+  s = TrustConfiguredHost(fleet::v1::FleetConfig(), "/nonexistent",
+                          [] {
+                            fleet::v1::TrustHostRequest request;
+                            request.set_host("pve1");
+                            return request;
+                          }())
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("it has no hosts"));
+}
+
+TEST_F(SshSessionTest, TrustingAConfiguredHostTakesTwoSteps) {
+  const fleet::v1::FleetConfig config = Config();
+  fleet::v1::TrustHostRequest request;
+  request.set_host("pve1");
+
+  // Step 1: shown, not recorded.
+  absl::StatusOr<fleet::v1::TrustHostResponse> shown =
+      TrustConfiguredHost(config, StateDir(), request);
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  EXPECT_EQ(shown->host(), "pve1");
+  EXPECT_EQ(shown->address(), absl::StrCat("127.0.0.1:", port_));
+  EXPECT_EQ(shown->known_hosts(), StateKnownHosts());
+  EXPECT_EQ(shown->key_type(), "ssh-ed25519");
+  EXPECT_EQ(shown->fingerprint(), Fingerprint("host_key"));
+  EXPECT_EQ(shown->key_state(), "new");
+  EXPECT_FALSE(shown->recorded());
+  EXPECT_THAT(shown->previous_keys(), IsEmpty());
+  EXPECT_FALSE(Exists(StateKnownHosts()));
+
+  // A fingerprint the host does not show: refused, nothing written.
+  request.set_fingerprint(Fingerprint("other_host_key"));
+  absl::StatusOr<fleet::v1::TrustHostResponse> wrong =
+      TrustConfiguredHost(config, StateDir(), request);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(wrong.status().message(),
+            absl::StrCat("host pve1: ssh host key is ", Fingerprint("host_key"),
+                         ", not the expected ", Fingerprint("other_host_key"), "; not trusted"));
+  EXPECT_FALSE(Exists(StateKnownHosts()));
+
+  // Step 2: the fingerprint that was shown.
+  request.set_fingerprint(shown->fingerprint());
+  absl::StatusOr<fleet::v1::TrustHostResponse> recorded =
+      TrustConfiguredHost(config, StateDir(), request);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_TRUE(recorded->recorded());
+  EXPECT_EQ(recorded->key_state(), "new");
+  EXPECT_EQ(recorded->fingerprint(), Fingerprint("host_key"));
+  EXPECT_THAT(fleet::testing::ReadFile(StateKnownHosts()),
+              StartsWith(absl::StrCat("[127.0.0.1]:", port_, " ssh-ed25519 ")));
+
+  // The daemon's connection, with the same options, now succeeds.
+  const SshOptions options = SshOptionsForHost(config.hosts(1), StateDir());
+  absl::StatusOr<std::unique_ptr<SshSession>> session = SshSession::Connect(options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<CommandResult> result = (*session)->Run({"true"}, "", absl::ZeroDuration());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_status, 0);
+
+  // And a scan says so.
+  request.clear_fingerprint();
+  absl::StatusOr<fleet::v1::TrustHostResponse> again =
+      TrustConfiguredHost(config, StateDir(), request);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->key_state(), "trusted");
+  EXPECT_FALSE(again->recorded());
+  ASSERT_EQ(again->previous_keys_size(), 1);
+  EXPECT_EQ(again->previous_keys(0).fingerprint(), Fingerprint("host_key"));
+}
+
+TEST_F(SshSessionTest, AChangedKeyIsShownAndReplacedOnlyOnConfirm) {
+  const fleet::v1::FleetConfig config = Config();
+  fleet::v1::TrustHostRequest request;
+  request.set_host("pve1");
+  request.set_fingerprint(Fingerprint("host_key"));
+  ASSERT_TRUE(TrustConfiguredHost(config, StateDir(), request).ok());
+  UseHostKey("other_host_key");  // pve1 was reinstalled
+  const std::string before = fleet::testing::ReadFile(StateKnownHosts());
+
+  request.clear_fingerprint();
+  absl::StatusOr<fleet::v1::TrustHostResponse> shown =
+      TrustConfiguredHost(config, StateDir(), request);
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  EXPECT_EQ(shown->key_state(), "changed");
+  EXPECT_FALSE(shown->recorded());
+  EXPECT_EQ(shown->fingerprint(), Fingerprint("other_host_key"));
+  ASSERT_EQ(shown->previous_keys_size(), 1);
+  EXPECT_EQ(shown->previous_keys(0).fingerprint(), Fingerprint("host_key"));
+  EXPECT_EQ(shown->previous_keys(0).key_type(), "ssh-ed25519");
+  EXPECT_EQ(fleet::testing::ReadFile(StateKnownHosts()), before);
+
+  // The old key's fingerprint is no confirmation of the new key.
+  request.set_fingerprint(Fingerprint("host_key"));
+  absl::StatusOr<fleet::v1::TrustHostResponse> old =
+      TrustConfiguredHost(config, StateDir(), request);
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fleet::testing::ReadFile(StateKnownHosts()), before);
+
+  request.set_fingerprint(shown->fingerprint());
+  absl::StatusOr<fleet::v1::TrustHostResponse> replaced =
+      TrustConfiguredHost(config, StateDir(), request);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_TRUE(replaced->recorded());
+  EXPECT_EQ(replaced->key_state(), "changed");
+  ASSERT_EQ(replaced->previous_keys_size(), 1);
+  EXPECT_EQ(replaced->previous_keys(0).fingerprint(), Fingerprint("host_key"));
+  absl::StatusOr<std::vector<HostKey>> keys =
+      SshSession::RecordedHostKeys(SshOptionsForHost(config.hosts(1), StateDir()));
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  ASSERT_EQ(keys->size(), 1u);
+  EXPECT_EQ((*keys)[0].fingerprint, Fingerprint("other_host_key"));
+  EXPECT_TRUE(SshSession::Connect(SshOptionsForHost(config.hosts(1), StateDir())).ok());
+}
+
+TEST_F(SshSessionTest, TrustingAnUnreachableHostIsTheSshError) {
+  fleet::v1::FleetConfig config = Config();
+  // A bound socket that does not listen: connecting is refused, and the port stays taken.
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  config.mutable_hosts(1)->mutable_reach()->set_port(port);
+  fleet::v1::TrustHostRequest request;
+  request.set_host("pve1");
+  absl::StatusOr<fleet::v1::TrustHostResponse> response =
+      TrustConfiguredHost(config, StateDir(), request);
+  close(fd);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(response.status().message()),
+              StartsWith(absl::StrCat("host pve1: ssh connect: 127.0.0.1:", port, ": ")));
+}
+
+TEST_F(SshSessionTest, ListingHostsShowsTheirReachAndRecordedKeys) {
+  fleet::v1::FleetConfig config = Config();
+  fleet::v1::ListHostsResponse listed = ListConfiguredHosts(config, StateDir());
+  ASSERT_EQ(listed.hosts_size(), 2);
+  const fleet::v1::HostRow& local = listed.hosts(0);
+  EXPECT_EQ(local.name(), "local");
+  EXPECT_EQ(local.reach(), "local");
+  EXPECT_EQ(local.address(), "");
+  EXPECT_EQ(local.port(), 0);
+  EXPECT_EQ(local.known_hosts(), "");
+  EXPECT_EQ(local.containers(), 1);
+  const fleet::v1::HostRow& pve1 = listed.hosts(1);
+  EXPECT_EQ(pve1.name(), "pve1");
+  EXPECT_EQ(pve1.reach(), "ssh");
+  EXPECT_EQ(pve1.address(), "127.0.0.1");
+  EXPECT_EQ(pve1.port(), port_);
+  EXPECT_EQ(pve1.user(), CurrentUser());
+  EXPECT_EQ(pve1.identity_file(), dir_.Join("user_key"));
+  EXPECT_EQ(pve1.known_hosts(), StateKnownHosts());
+  EXPECT_EQ(pve1.containers(), 2);
+  EXPECT_THAT(pve1.host_keys(), IsEmpty());
+  EXPECT_EQ(pve1.host_keys_error(), "");
+
+  fleet::v1::TrustHostRequest request;
+  request.set_host("pve1");
+  request.set_fingerprint(Fingerprint("host_key"));
+  ASSERT_TRUE(TrustConfiguredHost(config, StateDir(), request).ok());
+  listed = ListConfiguredHosts(config, StateDir());
+  ASSERT_EQ(listed.hosts(1).host_keys_size(), 1);
+  EXPECT_EQ(listed.hosts(1).host_keys(0).fingerprint(), Fingerprint("host_key"));
+  EXPECT_EQ(listed.hosts(1).host_keys(0).key_type(), "ssh-ed25519");
+
+  // A known_hosts that cannot be read is said, row by row.
+  config.mutable_hosts(1)->mutable_reach()->set_known_hosts(dir_.path());  // a directory
+  listed = ListConfiguredHosts(config, StateDir());
+  EXPECT_THAT(listed.hosts(1).host_keys(), IsEmpty());
+  EXPECT_THAT(listed.hosts(1).host_keys_error(), StartsWith("host pve1: ssh known_hosts "));
 }
 
 }  // namespace
