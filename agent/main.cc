@@ -2,12 +2,19 @@
 // agent.proto over gRPC, and runs until SIGTERM/SIGINT. Servers outlive it (they belong to their
 // own sessions); in standalone mode it plays the daemon's part and stops them on exit.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -86,6 +93,88 @@ bool ReadPem(const char* flag, const std::string& path, std::string* pem) {
   return true;
 }
 
+// --detach: the process that was started forks before any thread exists; the child makes its own
+// session, writes its output to `log_file` and carries on; the parent waits until the child
+// serves (it writes one byte on `ready_fd`) or dies, and exits 0 or 1 with the end of the log.
+// That way `pct exec CTID -- fleet-agent --detach ...` returns once the agent is up, holding no
+// stream of the SSH channel open, in a container with no service manager.
+// Returns the write end in the child; exits in the parent.
+int Detach(const std::string& log_file) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) {
+    std::cerr << "fleet-agent: --detach: pipe: " << std::strerror(errno) << "\n";
+    std::exit(1);
+  }
+  const int log = open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  if (log < 0) {
+    std::cerr << "fleet-agent: --log-file " << log_file << ": " << std::strerror(errno) << "\n";
+    std::exit(1);
+  }
+  const off_t log_start = lseek(log, 0, SEEK_END);
+  const pid_t child = fork();
+  if (child < 0) {
+    std::cerr << "fleet-agent: --detach: fork: " << std::strerror(errno) << "\n";
+    std::exit(1);
+  }
+  if (child == 0) {
+    close(ready[0]);
+    setsid();
+    const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null >= 0) dup2(null, STDIN_FILENO);
+    dup2(log, STDOUT_FILENO);
+    dup2(log, STDERR_FILENO);
+    return ready[1];
+  }
+  close(ready[1]);
+  char byte = 0;
+  ssize_t n;
+  while ((n = read(ready[0], &byte, 1)) < 0 && errno == EINTR) {
+  }
+  if (n == 1) std::exit(0);
+  // The child died before serving: what it wrote says why.
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::string tail;
+  if (lseek(log, log_start, SEEK_SET) == log_start) {
+    char buf[4096];
+    while ((n = read(log, buf, sizeof buf)) > 0) {
+      tail.append(buf, static_cast<size_t>(n));
+      if (tail.size() > 8192) tail.erase(0, tail.size() - 8192);
+    }
+  }
+  std::cerr << tail << "fleet-agent: --detach: the agent exited before serving (log " << log_file
+            << ")\n";
+  std::exit(1);
+}
+
+// --replace: the agent named by `pid_file` (one still running whose name is fleet-agent) is
+// asked to stop (SIGTERM), and waited for up to `grace`, then killed. Its servers keep running;
+// this agent re-adopts them. Used to upgrade an agent in place.
+void ReplaceRunning(const std::string& pid_file, absl::Duration grace) {
+  std::ifstream in(pid_file);
+  long pid = 0;
+  if (!(in >> pid) || pid <= 1 || pid == getpid()) return;
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  if (!std::getline(comm, name) || name != "fleet-agent") return;  // gone, or a reused pid
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  if (fd < 0) return;
+  std::cerr << "fleet-agent: --replace: stopping the agent running as pid " << pid << "\n";
+  kill(static_cast<pid_t>(pid), SIGTERM);
+  pollfd p{fd, POLLIN, 0};
+  int rc;
+  while ((rc = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(grace)))) < 0 &&
+         errno == EINTR) {
+  }
+  if (rc == 0) {
+    std::cerr << "fleet-agent: --replace: pid " << pid << " still runs; killing it\n";
+    syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+    while (poll(&p, 1, 5000) < 0 && errno == EINTR) {
+    }
+  }
+  close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,6 +201,10 @@ int main(int argc, char** argv) {
   std::string tls_key;
   std::string tls_ca;
   bool insecure_listen = false;
+  bool detach = false;
+  bool replace = false;
+  std::string log_file;
+  std::string pid_file;
   fleet::FlagSet flags("fleet-agent [flags]", kSummary);
   flags.AddBool("version", '\0', &version, "print the version and exit");
   flags.AddString("listen", '\0', &listen,
@@ -146,6 +239,14 @@ int main(int argc, char** argv) {
   flags.AddBool("insecure-listen", '\0', &insecure_listen,
                 "serve a non-loopback --listen address without TLS (anyone who can reach it can "
                 "launch processes)");
+  flags.AddBool("detach", '\0', &detach,
+                "run in the background (own session, output to --log-file); return once serving "
+                "(0) or failed (1, with the log's end)");
+  flags.AddString("log-file", '\0', &log_file, "--detach: append the agent's output here", "FILE");
+  flags.AddString("pid-file", '\0', &pid_file, "write the agent's pid here once serving", "FILE");
+  flags.AddBool("replace", '\0', &replace,
+                "stop the agent of --pid-file first (SIGTERM, then SIGKILL after --stop-grace); "
+                "its servers keep running and are re-adopted");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "fleet-agent: " << s.message() << "\n";
     return 1;
@@ -172,6 +273,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   const bool tls = tls_given == 3;
+  if (detach && log_file.empty()) {
+    std::cerr << "fleet-agent: --detach needs --log-file (its output goes there)\n";
+    return 1;
+  }
+  if (replace && pid_file.empty()) {
+    std::cerr << "fleet-agent: --replace needs --pid-file (it names the agent to replace)\n";
+    return 1;
+  }
+  // Before any thread: gRPC's and the agent's start below.
+  const int ready_fd = detach ? Detach(log_file) : -1;
+  if (replace) ReplaceRunning(pid_file, Seconds(stop_grace) + absl::Seconds(5));
   if (!listen.empty() && !tls && !insecure_listen && !LoopbackOnly(listen)) {
     std::cerr << "fleet-agent: refusing to serve " << listen
               << " without TLS: it is not a loopback address, and anyone who can reach it could "
@@ -270,6 +382,17 @@ int main(int argc, char** argv) {
     // script) must never see it without its port.
     std::cerr << absl::StrCat("fleet-agent: serving agent.proto on port ", port, ", incarnation ",
                               (*agent)->incarnation(), "\n");
+  }
+  if (!pid_file.empty()) {
+    std::ofstream(pid_file + ".tmp") << getpid() << "\n";
+    std::rename((pid_file + ".tmp").c_str(), pid_file.c_str());
+  }
+  if (ready_fd >= 0) {
+    const char byte = 1;
+    if (write(ready_fd, &byte, 1) != 1) {
+      // The parent is gone: nobody waits for the answer.
+    }
+    close(ready_fd);
   }
 
   int exit_code = 0;

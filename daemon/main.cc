@@ -24,24 +24,50 @@
 #include "common/base/version.h"
 #include "common/config/config_duration.h"
 #include "common/config/fleet_config.h"
+#include "daemon/agent_bootstrap.h"
 #include "daemon/agent_client.h"
 #include "daemon/daemon.h"
 #include "daemon/fleet_service.h"
+#include "daemon/remote_agent_client.h"
+#include "daemon/ssh_reach.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
 
 namespace {
 
-// The client of a container's agent, from its channel. Local reach only for now; SSH hosts come
-// with the remote-fleet issue. With ca_file, cert_file and key_file (required off loopback by the
-// config's validation) the channel is mutual TLS; a file that cannot be read makes a client whose
-// every call fails with the reason, which the daemon shows as the container's link error.
-std::unique_ptr<fleet::daemon::AgentClient> MakeClient(const std::string& container,
+// What containers on SSH hosts need from fleetd itself.
+struct RemoteContext {
+  std::string state_dir;  // known_hosts default
+  absl::StatusOr<fleet::daemon::AgentPackage> package = absl::UnknownError("not looked for");
+};
+
+// The client of a container's agent, from its host's reach and its channel. A container on an
+// SSH host gets a RemoteAgentClient: it installs or upgrades fleetd's agent there and starts it
+// (over SSH and `pct`), then talks to it directly or through an SSH tunnel, with mutual TLS. A
+// local container's agent is dialled on its channel; with ca_file, cert_file and key_file
+// (required off loopback by the config's validation) the channel is mutual TLS. A client that
+// cannot work (a TLS file unreadable, no agent binary to install) fails every call with the
+// reason, which the daemon shows as the container's link error.
+std::unique_ptr<fleet::daemon::AgentClient> MakeClient(const RemoteContext& remote,
+                                                       const std::string& container,
                                                        const fleet::v1::Host& host,
                                                        const fleet::v1::Container& config) {
-  if (host.reach().kind() == fleet::v1::Reach::SSH) return nullptr;
   const fleet::v1::Channel& ch = config.channel();
-  if (ch.kind() == fleet::v1::Channel::SSH_TUNNEL) return nullptr;
+  if (host.reach().kind() == fleet::v1::Reach::SSH) {
+    if (!remote.package.ok()) {
+      std::cerr << "fleetd: " << remote.package.status().message() << "\n";
+      return std::make_unique<fleet::daemon::UnavailableAgentClient>(container,
+                                                                     remote.package.status());
+    }
+    fleet::daemon::RemoteAgentOptions options;
+    options.container = container;
+    options.ctid = config.ctid();
+    options.ssh = fleet::daemon::SshOptionsForHost(host, remote.state_dir);
+    options.channel = ch;
+    options.package = *remote.package;
+    return std::make_unique<fleet::daemon::RemoteAgentClient>(std::move(options));
+  }
   std::string target;
   if (absl::StartsWith(ch.address(), "unix:")) {
     target = ch.address();
@@ -75,6 +101,7 @@ int main(int argc, char** argv) {
   std::string socket_path;
   std::string event_retention = "30d";
   int64_t max_events = 2000000;
+  std::string agent_binary;
   fleet::FlagSet flags(
       "fleetd [flags]",
       "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
@@ -93,6 +120,10 @@ int main(int argc, char** argv) {
                   "agent events older than this are pruned from fleet.db (attempts and "
                   "remediations are kept); e.g. 30d, 72h",
                   "DURATION");
+  flags.AddString("agent-binary", '\0', &agent_binary,
+                  "the fleet-agent (with fleet-http-probe next to it) to install in containers on "
+                  "ssh hosts (default: next to fleetd, or the build tree's agent/)",
+                  "PATH");
   flags.AddInt("max-events", '\0', &max_events,
                "at most this many agent events are kept in fleet.db (the newest)", "N");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
@@ -174,6 +205,7 @@ int main(int argc, char** argv) {
   }
 
   signal(SIGPIPE, SIG_IGN);
+  grpc_init();  // ended with grpc_shutdown_blocking() at the end of main
   // Debian's Abseil is built with its mutex deadlock detection on: every lock taken while another
   // is held (gRPC's and ours) goes through one global lock-order graph. Measured at 1,000
   // agents (bench/daemon), that was 4-5% of fleetd's CPU time; the lock order is our code's job.
@@ -190,7 +222,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   fleet::RealClock clock;
-  auto daemon = fleet::daemon::Daemon::Create(*std::move(store), MakeClient, &clock, options);
+  // Containers on SSH hosts get this build's agent: found once (its version is asked of it).
+  RemoteContext remote;
+  remote.state_dir = state_dir;
+  {
+    std::error_code self_ec;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", self_ec).string();
+    remote.package = fleet::daemon::FindAgentPackage(self, agent_binary);
+  }
+  auto daemon = fleet::daemon::Daemon::Create(
+      *std::move(store),
+      [&remote](const std::string& container, const fleet::v1::Host& host,
+                const fleet::v1::Container& c) { return MakeClient(remote, container, host, c); },
+      &clock, options);
   if (!daemon.ok()) {
     std::cerr << "fleetd: " << daemon.status().message() << "\n";
     return 1;
@@ -207,7 +251,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  fleet::daemon::FleetService service(daemon->get());
+  fleet::daemon::FleetService service(daemon->get(), state_dir);
   grpc::ServerBuilder builder;
   unlink(socket_path.c_str());  // a stale socket of a previous run (the lock says none runs)
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
@@ -229,5 +273,9 @@ int main(int argc, char** argv) {
   server.reset();
   daemon->reset();
   unlink(socket_path.c_str());
+  // gRPC's last shutdown cleans up on a thread of its own; at exit that raced the callbacks
+  // still finishing (an abort in gRPC's ref counting, seen on a 16-core machine). Everything of
+  // ours that used gRPC is gone now: end it here, synchronously, before exit runs.
+  grpc_shutdown_blocking();
   return 0;
 }

@@ -397,6 +397,14 @@ class Checker {
       const std::string container_path = IndexPath(FieldPath(path, "containers"), c);
       const Container& container = host.containers(c);
       CheckName(FieldPath(container_path, "ctid"), container.ctid(), "container", &ctids);
+      if (host.reach().kind() == Reach::SSH &&
+          (container.ctid().empty() || container.ctid()[0] == '0' ||
+           !std::all_of(container.ctid().begin(), container.ctid().end(), absl::ascii_isdigit))) {
+        Add(FieldPath(container_path, "ctid"),
+            absl::StrCat("a container on an ssh host is a Proxmox container id (100, 201, ...), "
+                         "got ",
+                         Quoted(container.ctid())));
+      }
       CheckContainer(host, container, container_path, &loopback_ports);
     }
   }
@@ -450,6 +458,18 @@ class Checker {
     } else if (needs_tls.empty() && !missing.empty() && missing.size() < 3) {
       Add(path, absl::StrCat("TLS needs all of ca_file, cert_file and key_file (missing: ",
                              absl::StrJoin(missing, ", "), ")"));
+    }
+    if (ssh) {
+      // fleetd installs the agent in the container at deploy, with its certificate.
+      std::vector<std::string> agent_missing;
+      if (channel.agent_cert_file().empty()) agent_missing.push_back("agent_cert_file");
+      if (channel.agent_key_file().empty()) agent_missing.push_back("agent_key_file");
+      if (!agent_missing.empty()) {
+        Add(path, absl::StrCat("a container on an ssh host gets its agent from fleetd, with the "
+                               "agent's certificate: set agent_cert_file and agent_key_file "
+                               "(fleetctl certs init makes agent-NAME.crt/.key; missing: ",
+                               absl::StrJoin(agent_missing, ", "), ")"));
+      }
     }
     if (channel.port() < 1 || channel.port() > kMaxPort) {
       Add(FieldPath(path, "port"),

@@ -118,6 +118,9 @@ TEST(FleetConfig, ReadsEveryKindOfField) {
           ca_file: ca.crt
           cert_file: fleetd.crt
           key_file: fleetd.key
+          agent_cert_file: agent-200.crt
+          agent_key_file: agent-200.key
+          tls_name: agent-200
         gpus:
           - 2
           - 3
@@ -205,9 +208,11 @@ TEST(FleetConfig, SshHostGetsPortUserAndTunnelDefaults) {
       Parse(Edit("  - name: local\n", R"(  - name: pve1
     reach: {kind: ssh, address: pve1.lan}
 )",
-                 Edit("        base_port: 30000\n", R"(        base_port: 30000
-        channel: {ca_file: /pki/ca.crt, cert_file: /pki/d.crt, key_file: /pki/d.key}
-)")));
+                 Edit("      - ctid: sim\n", "      - ctid: 201\n",
+                      Edit("        base_port: 30000\n", R"(        base_port: 30000
+        channel: {ca_file: /pki/ca.crt, cert_file: /pki/d.crt, key_file: /pki/d.key,
+                  agent_cert_file: /pki/a.crt, agent_key_file: /pki/a.key}
+)"))));
   EXPECT_EQ(config.hosts(0).reach().port(), 22);
   EXPECT_EQ(config.hosts(0).reach().user(), "root");
   EXPECT_EQ(config.hosts(0).containers(0).channel().kind(), Channel::SSH_TUNNEL);
@@ -461,12 +466,28 @@ TEST(FleetConfigErrors, Ports) {
             "fleet.yaml:8: hosts[0].containers[0].channel.port: port 70000 is outside 1..65535");
 }
 
+TEST(FleetConfigErrors, AContainerOnAnSshHostIsAProxmoxIdWithTheAgentsCertificate) {
+  EXPECT_EQ(
+      ErrorOf(Edit("  - name: local\n", "  - name: pve1\n    reach: {kind: ssh, address: h}\n",
+                   Edit("        base_port: 30000\n",
+                        "        base_port: 30000\n        channel: {ca_file: c, cert_file: "
+                        "d, key_file: k}\n"))),
+      "fleet.yaml:5: hosts[0].containers[0].ctid: a container on an ssh host is a Proxmox "
+      "container id (100, 201, ...), got 'sim'\n"
+      "fleet.yaml:9: hosts[0].containers[0].channel: a container on an ssh host gets its "
+      "agent from fleetd, with the agent's certificate: set agent_cert_file and "
+      "agent_key_file (fleetctl certs init makes agent-NAME.crt/.key; missing: "
+      "agent_cert_file, agent_key_file)");
+}
+
 TEST(FleetConfigErrors, ReachAndChannel) {
-  EXPECT_EQ(ErrorOf(Edit("  - name: local\n", "  - name: pve1\n    reach: {kind: ssh}\n",
-                         Edit("        base_port: 30000\n",
-                              "        base_port: 30000\n        channel: {kind: direct, address: "
-                              "127.0.0.1}\n"))),
-            "fleet.yaml:3: hosts[0].reach.address: a host reached over ssh needs an address");
+  EXPECT_EQ(
+      ErrorOf(Edit("  - name: local\n", "  - name: pve1\n    reach: {kind: ssh}\n",
+                   Edit("      - ctid: sim\n", "      - ctid: 201\n",
+                        Edit("        base_port: 30000\n",
+                             "        base_port: 30000\n        channel: {kind: direct, "
+                             "address: 127.0.0.1, agent_cert_file: a, agent_key_file: k}\n")))),
+      "fleet.yaml:3: hosts[0].reach.address: a host reached over ssh needs an address");
   EXPECT_EQ(ErrorOf(Edit("  - name: local\n", "  - name: local\n    reach: {address: pve1}\n")),
             "fleet.yaml:3: hosts[0].reach.address: only used when the host is reached over ssh "
             "(this one is local)");
@@ -492,8 +513,10 @@ TEST(FleetConfigErrors, ReachAndChannel) {
             "reached over ssh (this one is local)");
   EXPECT_EQ(
       ErrorOf(Edit("  - name: local\n", "  - name: pve1\n    reach: {kind: ssh, address: h}\n",
-                   Edit("        base_port: 30000\n",
-                        "        base_port: 30000\n        channel: {kind: loopback}\n"))),
+                   Edit("      - ctid: sim\n", "      - ctid: 201\n",
+                        Edit("        base_port: 30000\n",
+                             "        base_port: 30000\n        channel: {kind: loopback, "
+                             "agent_cert_file: a, agent_key_file: k}\n")))),
       "fleet.yaml:9: hosts[0].containers[0].channel.kind: a loopback channel needs a local "
       "host (this one is reached over ssh): use direct or ssh_tunnel");
   EXPECT_EQ(ErrorOf(Edit("        base_port: 30000\n",
@@ -677,7 +700,8 @@ constexpr char kTwoHosts[] = R"(hosts:
     reach: {kind: ssh, address: pve2.lan}
     containers:
       - ctid: "300"
-        channel: {ca_file: /p/ca, cert_file: /p/c, key_file: /p/k}
+        channel: {ca_file: /p/ca, cert_file: /p/c, key_file: /p/k, agent_cert_file: /p/a,
+                  agent_key_file: /p/ak}
         gpus: [10, 2]
         template: sglang
         policy: slow

@@ -1,0 +1,336 @@
+#include "daemon/agent_bootstrap.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/base/string_view.h"
+
+extern char** environ;
+
+namespace fleet::daemon {
+namespace {
+
+// The first line of `binary --version`, run here (no shell).
+absl::StatusOr<std::string> LocalVersion(const std::string& binary) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  std::string flag = "--version";
+  char* argv[] = {const_cast<char*>(binary.c_str()), flag.data(), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  std::string text;
+  if (rc == 0) {
+    char buf[512];
+    ssize_t n;
+    while ((n = read(out[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+      if (n > 0) text.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(out[0]);
+  int status = 0;
+  if (rc != 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(binary, " --version failed", rc != 0 ? absl::StrCat(": ", strerror(rc)) : ""));
+  }
+  const size_t eol = text.find('\n');
+  return std::string(absl::StripAsciiWhitespace(text.substr(0, eol)));
+}
+
+std::string FirstLine(const std::string& text) {
+  return std::string(absl::StripAsciiWhitespace(text.substr(0, text.find('\n'))));
+}
+
+// Runs the steps of one bootstrap, each error prefixed with where and which step.
+class Steps {
+ public:
+  Steps(CommandRunner& host, const BootstrapSpec& spec, BootstrapResult* result)
+      : host_(host), spec_(spec), result_(result) {}
+
+  absl::Status Fail(std::string_view step, absl::string_view detail) const {
+    return absl::UnavailableError(absl::StrCat("host ", spec_.host, ", container ", spec_.ctid,
+                                               ": agent bootstrap, step ", AsAbsl(step), ": ",
+                                               detail));
+  }
+
+  void Enter(std::string_view step) {
+    if (result_->steps.empty() || result_->steps.back() != step) {
+      Close();
+      result_->steps.emplace_back(step);
+      started_ = absl::Now();
+    }
+  }
+
+  // The current step's time, once it ended.
+  void Close() {
+    if (result_->step_times.size() < result_->steps.size()) {
+      result_->step_times.push_back(absl::Now() - started_);
+    }
+  }
+
+  // A command on the host; a non-zero exit is the step's failure (with its stderr).
+  absl::StatusOr<CommandResult> Run(std::string_view step, const std::vector<std::string>& argv,
+                                    std::string_view stdin_data = {}, bool check = true) {
+    Enter(step);
+    absl::StatusOr<CommandResult> r = host_.Run(argv, stdin_data, absl::ZeroDuration());
+    if (!r.ok()) return Fail(step, r.status().message());
+    if (check && r->exit_status != 0) {
+      std::string err = FirstLine(r->err.empty() ? r->out : r->err);
+      return Fail(step,
+                  absl::StrCat(argv[0] == "pct" && argv.size() > 6 ? argv[6] : argv[0], " exited ",
+                               r->exit_status,
+                               r->exit_signal.empty() ? "" : " (signal " + r->exit_signal + ")",
+                               err.empty() ? "" : ": " + err));
+    }
+    return r;
+  }
+
+  // A command inside the container.
+  absl::StatusOr<CommandResult> Exec(std::string_view step, const std::vector<std::string>& argv,
+                                     bool check = true) {
+    absl::StatusOr<std::vector<std::string>> pct = PctExecArgv(spec_.ctid, argv, false);
+    if (!pct.ok()) return Fail(step, pct.status().message());
+    return Run(step, *pct, {}, check);
+  }
+
+ private:
+  CommandRunner& host_;
+  const BootstrapSpec& spec_;
+  BootstrapResult* result_;
+  absl::Time started_;
+};
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad() || data.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": cannot be read (no such file, no access, or empty)"));
+  }
+  return data;
+}
+
+std::string UnitFile(const BootstrapSpec& spec) {
+  // systemd's own quoting: each word in double quotes, `"` and `\` escaped, `%` doubled.
+  std::vector<std::string> words;
+  for (const std::string& arg : RemoteAgentArgv(spec)) {
+    std::string w = "\"";
+    for (char c : arg) {
+      if (c == '"' || c == '\\') w += '\\';
+      if (c == '%') w += '%';
+      w += c;
+    }
+    words.push_back(w + "\"");
+  }
+  return absl::StrCat(
+      "# Written by fleetd (gpu-fleet agent bootstrap); rewritten on upgrade.\n"
+      "[Unit]\nDescription=gpu-fleet agent\nAfter=network-online.target\n\n"
+      "[Service]\nExecStart=",
+      absl::StrJoin(words, " "),
+      "\n# Servers run in their own sessions and outlive the agent; only the agent stops.\n"
+      "KillMode=process\nRestart=always\nRestartSec=2\n\n"
+      "[Install]\nWantedBy=multi-user.target\n");
+}
+
+}  // namespace
+
+absl::StatusOr<AgentPackage> FindAgentPackage(const std::string& fleetd_path,
+                                              const std::string& agent_binary_flag) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  if (!agent_binary_flag.empty()) {
+    candidates.emplace_back(agent_binary_flag);
+  } else {
+    const fs::path dir = fs::path(fleetd_path).parent_path();
+    candidates = {dir / "fleet-agent", dir / ".." / "agent" / "fleet-agent",
+                  dir / ".." / "libexec" / "fleet-agent"};
+  }
+  std::vector<std::string> tried;
+  for (const fs::path& agent : candidates) {
+    const fs::path probe = agent.parent_path() / "fleet-http-probe";
+    tried.push_back(agent.string());
+    if (access(agent.c_str(), X_OK) != 0 || access(probe.c_str(), X_OK) != 0) continue;
+    AgentPackage package;
+    package.agent_binary = fs::weakly_canonical(agent).string();
+    package.probe_binary = fs::weakly_canonical(probe).string();
+    absl::StatusOr<std::string> version = LocalVersion(package.agent_binary);
+    if (!version.ok()) return version.status();
+    package.version = *std::move(version);
+    return package;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("no fleet-agent with fleet-http-probe next to it to install in containers "
+                   "(looked at ",
+                   absl::StrJoin(tried, ", "), "; fleetd --agent-binary names it)"));
+}
+
+std::vector<std::string> RemoteAgentArgv(const BootstrapSpec& spec) {
+  return {kRemoteAgent,
+          "--listen",
+          spec.listen,
+          "--state-dir",
+          kRemoteStateDir,
+          "--host",
+          spec.host,
+          "--container",
+          spec.ctid,
+          "--tls-ca",
+          absl::StrCat(kRemoteTlsDir, "/ca.crt"),
+          "--tls-cert",
+          absl::StrCat(kRemoteTlsDir, "/agent.crt"),
+          "--tls-key",
+          absl::StrCat(kRemoteTlsDir, "/agent.key"),
+          "--pid-file",
+          kRemotePidFile};
+}
+
+absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPackage& package,
+                                            const BootstrapSpec& spec,
+                                            const AgentHealthCheck& healthy) {
+  BootstrapResult result;
+  Steps steps(host, spec, &result);
+
+  // 0. The container runs (else nothing below can work, and pct's error says why).
+  absl::StatusOr<CommandResult> status =
+      steps.Run("status", {"pct", "status", spec.ctid}, {}, /*check=*/false);
+  if (!status.ok()) return status.status();
+  if (status->exit_status != 0 || !absl::StrContains(status->out, "status: running")) {
+    const std::string why = FirstLine(status->err.empty() ? status->out : status->err);
+    return steps.Fail("status", why.empty() ? "the container is not running" : why);
+  }
+
+  // 1. What runs there now.
+  absl::StatusOr<CommandResult> version = steps.Exec("version", {kRemoteAgent, "--version"},
+                                                     /*check=*/false);
+  if (!version.ok()) return version.status();
+  if (version->exit_status == 0) result.previous_version = FirstLine(version->out);
+  const bool current = result.previous_version == package.version;
+  if (current && healthy().ok()) {
+    steps.Close();
+    return result;
+  }
+
+  // 2. Its init.
+  absl::StatusOr<CommandResult> init =
+      steps.Exec("init", {"test", "-d", "/run/systemd/system"}, /*check=*/false);
+  if (!init.ok()) return init.status();
+  result.systemd = init->exit_status == 0;
+
+  // 3. Stage on the host: the binaries when they change, the TLS files and the unit always (a
+  // renewed certificate is installed by the next start).
+  struct File {
+    std::string local;  // empty: `data`
+    std::string data;
+    std::string name;
+    std::string dest;
+    const char* mode;
+  };
+  std::vector<File> files;
+  if (!current) {
+    files.push_back(
+        {package.probe_binary, "", "fleet-http-probe", absl::StrCat(kRemoteProbe, ".new"), "0755"});
+    files.push_back(
+        {package.agent_binary, "", "fleet-agent", absl::StrCat(kRemoteAgent, ".new"), "0755"});
+  }
+  files.push_back({spec.ca_file, "", "ca.crt", absl::StrCat(kRemoteTlsDir, "/ca.crt"), "0644"});
+  files.push_back(
+      {spec.agent_cert_file, "", "agent.crt", absl::StrCat(kRemoteTlsDir, "/agent.crt"), "0644"});
+  files.push_back(
+      {spec.agent_key_file, "", "agent.key", absl::StrCat(kRemoteTlsDir, "/agent.key"), "0600"});
+  if (result.systemd) files.push_back({"", UnitFile(spec), "unit", kRemoteUnit, "0644"});
+
+  absl::StatusOr<CommandResult> tmp = steps.Run("stage", {"mktemp", "-d", "/tmp/gpu-fleet.XXXXXX"});
+  if (!tmp.ok()) return tmp.status();
+  const std::string stage = FirstLine(tmp->out);
+  if (stage.empty() || stage[0] != '/') return steps.Fail("stage", "mktemp printed no directory");
+  absl::Cleanup remove_stage = [&] {
+    host.Run({"rm", "-rf", "--", stage}, {}, absl::Seconds(30)).IgnoreError();
+  };
+  for (File& f : files) {
+    if (!f.local.empty()) {
+      absl::StatusOr<std::string> data = ReadWhole(f.local);
+      if (!data.ok()) return steps.Fail("stage", data.status().message());
+      f.data = *std::move(data);
+    }
+    absl::StatusOr<CommandResult> r = steps.Run(
+        "stage", {"dd", absl::StrCat("of=", stage, "/", f.name), "bs=1M", "status=none"}, f.data);
+    if (!r.ok()) return r.status();
+  }
+
+  // 4. Into the container.
+  absl::StatusOr<CommandResult> r =
+      steps.Exec("push", {"mkdir", "-p", kRemoteAgentDir, kRemoteTlsDir, kRemoteStateDir});
+  if (!r.ok()) return r.status();
+  for (const File& f : files) {
+    absl::StatusOr<std::vector<std::string>> push =
+        PctPushArgv(spec.ctid, absl::StrCat(stage, "/", f.name), f.dest);
+    if (!push.ok()) return steps.Fail("push", push.status().message());
+    if (r = steps.Run("push", *push); !r.ok()) return r.status();
+    if (r = steps.Exec("push", {"chmod", f.mode, f.dest}); !r.ok()) return r.status();
+  }
+  if (!current) {
+    for (const char* dest : {kRemoteProbe, kRemoteAgent}) {
+      if (r = steps.Exec("push", {"mv", "-f", absl::StrCat(dest, ".new"), dest}); !r.ok()) {
+        return r.status();
+      }
+    }
+    result.pushed = true;
+  }
+
+  // 5. Start.
+  if (result.systemd) {
+    for (std::vector<std::string> argv :
+         {std::vector<std::string>{"systemctl", "daemon-reload"},
+          std::vector<std::string>{"systemctl", "enable", "gpu-fleet-agent.service"},
+          std::vector<std::string>{"systemctl", "restart", "gpu-fleet-agent.service"}}) {
+      if (r = steps.Exec("start", argv); !r.ok()) return r.status();
+    }
+  } else {
+    std::vector<std::string> argv = RemoteAgentArgv(spec);
+    for (const char* extra : {"--detach", "--replace", "--log-file", kRemoteLog}) {
+      argv.emplace_back(extra);
+    }
+    if (r = steps.Exec("start", argv); !r.ok()) return r.status();
+  }
+  result.started = true;
+
+  // 6. It answers.
+  steps.Enter("health");
+  const absl::Time deadline = absl::Now() + spec.health_timeout;
+  absl::Duration pause = absl::Milliseconds(100);
+  absl::Status health;
+  while (!(health = healthy()).ok()) {
+    if (absl::Now() + pause > deadline) {
+      return steps.Fail("health",
+                        absl::StrCat("no answer within ", absl::FormatDuration(spec.health_timeout),
+                                     ": ", health.message()));
+    }
+    // A retry interval while a process starts, not a synchronisation guess.
+    std::this_thread::sleep_for(absl::ToChronoMilliseconds(pause));
+    pause = std::min(pause * 2, absl::Seconds(1));
+  }
+  steps.Close();
+  return result;
+}
+
+}  // namespace fleet::daemon

@@ -1,0 +1,494 @@
+// Remote fleets end to end (issue 6): simulated Proxmox hosts made of real parts. Each host is a
+// network namespace with a real sshd (its own host key, root's authorized_keys) and `pct`
+// (tests/sim/pct-sim) on root's PATH; each container is a network namespace behind the host's
+// bridge with its own root directory (tests/sim/sim_proxmox_host.sh). fleetd reaches the hosts
+// with libssh, installs and starts its own fleet-agent in each container with `pct push`/`pct
+// exec`, and talks to it with mutual TLS: `direct` to the container's address (routed through the
+// host), or `ssh_tunnel` through the host's SSH connection to a container this machine cannot
+// reach at all. The servers are the simulated SGLang server of a simulated world.
+//
+// Shown here: deploy, watch and restart across two hosts (8 servers); a redeploy that changes
+// nothing reinstalls nothing; an older agent upgraded in place (its process replaced, its version
+// reported); a failed bootstrap step named with host, container and step; hostile arguments
+// reaching a program in a container verbatim through ssh and pct. Needs root (namespaces, chroot,
+// sshd); skipped with the reason otherwise. Waits are bounded polls of fleetctl or of a process,
+// never sleeps.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "daemon/agent_bootstrap.h"
+#include "daemon/agent_client.h"
+#include "daemon/remote_command.h"
+#include "daemon/ssh_session.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/sim/sim_test_support.h"
+#include "tests/testing/subprocess.h"
+
+namespace fleet {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using SteadyClock = std::chrono::steady_clock;
+using sim::testing::BackgroundProcess;
+using sim::testing::Env;
+using sim::testing::SimWorld;
+
+constexpr std::chrono::seconds kDeadline(90);
+
+std::string SkipReason() {
+  if (geteuid() != 0) return "needs root: network and mount namespaces, chroot, sshd";
+  for (const char* tool : {"/usr/sbin/sshd", "/usr/bin/ssh-keygen", "/usr/bin/openssl"}) {
+    if (access(tool, X_OK) != 0) {
+      return absl::StrCat("no ", tool, " (deploy/install-deps.sh installs it)");
+    }
+  }
+  for (const char* tool : {"ip", "unshare", "chroot", "nsenter"}) {
+    if (testing::FindOnPath(tool, "/usr/sbin:/usr/bin:/sbin:/bin").empty()) {
+      return absl::StrCat("no ", tool, " on PATH (iproute2, util-linux, coreutils)");
+    }
+  }
+  if (access("/run/netns", F_OK) != 0 && mkdir("/run/netns", 0755) != 0) {
+    return "cannot create /run/netns";
+  }
+  return "";
+}
+
+// Re-checks `holds` every 100 ms until it is true or `timeout` passed.
+bool Eventually(const std::function<bool()>& holds, std::chrono::milliseconds timeout = kDeadline) {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (!holds()) {
+    if (SteadyClock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
+// `key=value` lines.
+std::map<std::string, std::string> KeyValues(const std::string& text) {
+  std::map<std::string, std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    const size_t eq = line.find('=');
+    if (eq != absl::string_view::npos) {
+      out[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+    }
+  }
+  return out;
+}
+
+// One simulated Proxmox host with its containers; `down` when destroyed.
+class SimHost {
+ public:
+  SimHost(std::string dir, std::vector<std::string> ctids, bool route,
+          std::vector<std::string> binds)
+      : dir_(std::move(dir)) {
+    std::vector<std::string> argv = {testing::SourcePath("tests/sim/sim_proxmox_host.sh"), "up",
+                                     dir_};
+    argv.insert(argv.end(), ctids.begin(), ctids.end());
+    if (route) argv.push_back("--route");
+    for (const std::string& b : binds) {
+      argv.push_back("--bind");
+      argv.push_back(b);
+    }
+    testing::RunOptions options;
+    options.output_path = dir_ + ".up.log";
+    auto r = testing::Run(argv, options);
+    if (!r.ok() || !r->exited || r->exit_code != 0) {
+      ADD_FAILURE() << "sim_proxmox_host.sh up: " << (r.ok() ? r->output : r.status().ToString());
+      return;
+    }
+    values_ = KeyValues(r->output);
+  }
+  ~SimHost() {
+    testing::RunOptions options;
+    options.output_path = dir_ + ".down.log";
+    testing::Run({testing::SourcePath("tests/sim/sim_proxmox_host.sh"), "down", dir_}, options)
+        .IgnoreError();
+  }
+  bool ok() const { return values_.count("host_addr") > 0; }
+  std::string address() const { return values_.at("host_addr"); }
+  std::string ct_address(const std::string& ctid) const { return values_.at("ct_" + ctid); }
+  std::string rootfs(const std::string& ctid) const { return dir_ + "/ct/" + ctid + "/rootfs"; }
+  const std::string& dir() const { return dir_; }
+  // The host key as a known_hosts line.
+  std::string KnownHostsLine() const {
+    std::vector<std::string> words =
+        absl::StrSplit(testing::ReadFile(values_.at("host_key")), ' ', absl::SkipEmpty());
+    return absl::StrCat(address(), " ", words.at(0), " ", absl::StripAsciiWhitespace(words.at(1)),
+                        "\n");
+  }
+  void Authorize(const std::string& public_key_file) const {
+    std::ofstream(dir_ + "/authorized_keys", std::ios::app) << testing::ReadFile(public_key_file);
+  }
+
+ private:
+  std::string dir_;
+  std::map<std::string, std::string> values_;
+};
+
+// The test's key pair, its known_hosts and the fleet's certificates.
+struct Credentials {
+  std::string identity;
+  std::string known_hosts;
+  std::string pki;
+};
+
+Credentials MakeCredentials(const testing::TempDir& dir, const std::vector<const SimHost*>& hosts,
+                            const std::vector<std::string>& agent_names) {
+  Credentials c;
+  c.identity = dir.Join("id_ed25519");
+  c.known_hosts = dir.Join("known_hosts");
+  c.pki = dir.Join("pki");
+  auto keygen =
+      testing::Run({"/usr/bin/ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", c.identity});
+  EXPECT_TRUE(keygen.ok() && keygen->exit_code == 0);
+  std::string known;
+  for (const SimHost* h : hosts) {
+    h->Authorize(c.identity + ".pub");
+    known += h->KnownHostsLine();
+  }
+  dir.WriteFile("known_hosts", known);
+  testing::RunOptions options;
+  options.output_path = dir.Join("certs.log");
+  auto certs = testing::Run({testing::BuildPath("cli/fleetctl"), "certs", "init", "--dir", c.pki,
+                             "--agents", absl::StrJoin(agent_names, ",")},
+                            options);
+  EXPECT_TRUE(certs.ok() && certs->exit_code == 0) << (certs.ok() ? certs->output : "");
+  return c;
+}
+
+// fleet-agent and fleet-http-probe without their debug information, in `dir`: what a release
+// ships (the build's are several times larger, and every byte crosses the SSH connection).
+std::string StrippedAgent(const testing::TempDir& dir) {
+  std::filesystem::create_directories(dir.Join("agent-bin"));
+  for (const char* name : {"fleet-agent", "fleet-http-probe"}) {
+    auto r = testing::Run({"strip", "-o", dir.Join(absl::StrCat("agent-bin/", name)),
+                           testing::BuildPath(absl::StrCat("agent/", name))});
+    EXPECT_TRUE(r.ok() && r->exited && r->exit_code == 0) << name;
+  }
+  return dir.Join("agent-bin/fleet-agent");
+}
+
+daemon::SshOptions Ssh(const SimHost& host, const Credentials& c, const std::string& name) {
+  daemon::SshOptions o;
+  o.host_name = name;
+  o.address = host.address();
+  o.identity_file = c.identity;
+  o.known_hosts_path = c.known_hosts;
+  o.connect_timeout = absl::Seconds(10);
+  return o;
+}
+
+bool ConnectRefusedOrUnreachable(const std::string& address, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, address.c_str(), &a.sin_addr);
+  const int rc = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  close(fd);
+  return rc != 0;
+}
+
+// fleetctl with fleetd's socket; stdout and stderr.
+struct Ctl {
+  std::string socket;
+  std::string log;
+  std::pair<int, std::string> operator()(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {testing::BuildPath("cli/fleetctl"), "--socket", socket};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::RunOptions options;
+    options.output_path = log;
+    std::filesystem::remove(log);
+    auto r = testing::Run(argv, options);
+    if (!r.ok()) return {-1, std::string(r.status().message())};
+    return {r->exited ? r->exit_code : 128 + r->signal, r->output};
+  }
+};
+
+// Each server's state from `fleetctl status -o wide` lines "NAME STATE ...".
+std::map<std::string, std::string> States(const Ctl& ctl) {
+  std::map<std::string, std::string> out;
+  auto [code, text] = ctl({"status", "-o", "wide"});
+  if (code != 0) return out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    if (words.size() >= 2 && absl::StrContains(words[0], "/gpu")) {
+      out[std::string(words[0])] = std::string(words[1]);
+    }
+  }
+  return out;
+}
+
+bool AllReady(const std::map<std::string, std::string>& states, size_t count) {
+  if (states.size() != count) return false;
+  for (const auto& [name, state] : states) {
+    if (state != "READY") return false;
+  }
+  return true;
+}
+
+std::string Quoted(const std::string& s) { return absl::StrCat("\"", s, "\""); }
+
+TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
+  if (std::string why = SkipReason(); !why.empty()) GTEST_SKIP() << why;
+  testing::TempDir dir;
+  auto world = SimWorld::Create(dir.Join("world"), "fixed");
+  ASSERT_TRUE(world.ok()) << world.status();
+  // The containers see the world and the build at the same paths (a shared volume).
+  const std::vector<std::string> binds = {dir.path(), testing::BuildPath(""),
+                                          testing::SourcePath("")};
+  SimHost pve1(dir.Join("pve1"), {"201"}, /*route=*/true, binds);
+  SimHost pve2(dir.Join("pve2"), {"202"}, /*route=*/false, binds);
+  ASSERT_TRUE(pve1.ok() && pve2.ok());
+  const std::string ct1 = pve1.ct_address("201");
+  const std::string ct2 = pve2.ct_address("202");
+  const Credentials creds = MakeCredentials(dir, {&pve1, &pve2}, {ct1, ct2});
+  constexpr int kAgentPort = 50151;
+  // pve2's container is reachable only from its host: the tunnel is the way in.
+  EXPECT_TRUE(ConnectRefusedOrUnreachable(ct2, kAgentPort));
+
+  Env env = world->ServerEnv(0, 500);
+  env.erase("CUDA_VISIBLE_DEVICES");
+  std::string env_yaml;
+  for (const auto& [k, v] : env) absl::StrAppend(&env_yaml, "      ", k, ": ", Quoted(v), "\n");
+  auto container = [&](const SimHost& h, const std::string& ctid, const std::string& kind,
+                       const std::string& address) {
+    return absl::StrCat(
+        "    reach: {kind: ssh, address: ", h.address(),
+        ", identity_file: ", Quoted(creds.identity), ", known_hosts: ", Quoted(creds.known_hosts),
+        "}\n", "    containers:\n      - ctid: \"", ctid, "\"\n", "        channel: {kind: ", kind,
+        ", address: ", address, ", port: ", kAgentPort,
+        ", ca_file: ", Quoted(creds.pki + "/ca.crt"),
+        ", cert_file: ", Quoted(creds.pki + "/fleetd.crt"),
+        ", key_file: ", Quoted(creds.pki + "/fleetd.key"),
+        ", agent_cert_file: ", Quoted(absl::StrCat(creds.pki, "/agent-", address, ".crt")),
+        ", agent_key_file: ", Quoted(absl::StrCat(creds.pki, "/agent-", address, ".key")), "}\n",
+        "        gpus: [0, 1, 2, 3]\n        template: sim\n        base_port: 30000\n"
+        "        tools:\n          pip: [",
+        Quoted(world->Path("venv/bin/pip")), "]\n          nvidia_smi: [",
+        Quoted(world->Path("bin/nvidia-smi")), "]\n");
+  };
+  const std::string yaml = absl::StrCat(
+      "hosts:\n  - name: pve1\n", container(pve1, "201", "direct", ct1), "  - name: pve2\n",
+      container(pve2, "202", "ssh_tunnel", ct2),
+      "templates:\n  - name: sim\n    engine: sglang\n    model: ", Quoted(world->Model()),
+      "\n    argv: [", Quoted(world->Path("venv/bin/python")),
+      ", -m, sglang.launch_server, --model-path, \"{model}\", --host, 127.0.0.1, --port, "
+      "\"{port}\"]\n    log_path: /var/log/sglang_gpu{gpu}.log\n    env:\n",
+      env_yaml,
+      "policies:\n  - name: default\n    backoff_initial: 100ms\n    backoff_max: 1s\n"
+      "    remediation: off\n");
+  dir.WriteFile("fleet.yaml", yaml);
+
+  auto fleetd = BackgroundProcess::Start(
+      {testing::BuildPath("daemon/fleetd"), "--state-dir", dir.Join("state"), "--config",
+       dir.Join("fleet.yaml"), "--agent-binary", StrippedAgent(dir)},
+      {{"PATH", "/usr/bin:/bin"}}, dir.Join("fleetd.log"));
+  ASSERT_TRUE(fleetd.ok()) << fleetd.status();
+  const Ctl ctl{dir.Join("state/fleetd.sock"), dir.Join("ctl.out")};
+  const auto t0 = SteadyClock::now();
+  ASSERT_TRUE(Eventually([&] { return AllReady(States(ctl), 8); }))
+      << ctl({"status", "-o", "wide"}).second << "\nfleetd:\n"
+      << (*fleetd)->Log() << "\npve2 agent:\n"
+      << testing::ReadFile(pve2.rootfs("202") + "/var/log/gpu-fleet-agent.log");
+  std::fprintf(stderr, "8 servers on 2 hosts READY %.1f s after fleetd started\n",
+               std::chrono::duration<double>(SteadyClock::now() - t0).count());
+
+  // fleetd installed its own agent in each container and started it detached (no systemd
+  // there), with mutual TLS.
+  for (const auto& [host, ctid] : {std::pair<const SimHost*, std::string>{&pve1, "201"},
+                                   std::pair<const SimHost*, std::string>{&pve2, "202"}}) {
+    const std::string root = host->rootfs(ctid);
+    EXPECT_EQ(access((root + daemon::kRemoteAgent).c_str(), X_OK), 0) << ctid;
+    EXPECT_EQ(access((root + daemon::kRemoteProbe).c_str(), X_OK), 0) << ctid;
+    struct stat key {};
+    ASSERT_EQ(stat((root + "/etc/gpu-fleet/agent.key").c_str(), &key), 0);
+    EXPECT_EQ(key.st_mode & 0777, 0600u);
+    EXPECT_THAT(testing::ReadFile(root + daemon::kRemoteLog), HasSubstr("mutual TLS"));
+  }
+  // Still unreachable from here: pve2's servers came up through the tunnel.
+  EXPECT_TRUE(ConnectRefusedOrUnreachable(ct2, kAgentPort));
+  const std::string pid1 = testing::ReadFile(pve1.rootfs("201") + daemon::kRemotePidFile);
+  const std::string pid2 = testing::ReadFile(pve2.rootfs("202") + daemon::kRemotePidFile);
+
+  // Restart one server on each host: a new attempt each, READY again.
+  for (const char* server : {"pve1/201/gpu0", "pve2/202/gpu3"}) {
+    auto [code, out] = ctl({"restart", server});
+    EXPECT_EQ(code, 0) << out;
+  }
+  ASSERT_TRUE(Eventually([&] {
+    auto [code1, out1] = ctl({"attempts", "pve1/201/gpu0", "-o", "json"});
+    auto [code2, out2] = ctl({"attempts", "pve2/202/gpu3", "-o", "json"});
+    return code1 == 0 && code2 == 0 && absl::StrContains(out1, "restart") &&
+           absl::StrContains(out2, "restart") && AllReady(States(ctl), 8);
+  }));
+  auto [acode, attempts] = ctl({"attempts", "pve2/202/gpu3"});
+  EXPECT_EQ(acode, 0);
+  EXPECT_THAT(attempts, HasSubstr("restart"));
+
+  // A redeploy of the same config: nothing reinstalled, the same agents.
+  auto [dcode, dout] = ctl({"deploy", "-f", dir.Join("fleet.yaml")});
+  EXPECT_EQ(dcode, 0) << dout;
+  EXPECT_TRUE(AllReady(States(ctl), 8));
+  EXPECT_EQ(testing::ReadFile(pve1.rootfs("201") + daemon::kRemotePidFile), pid1);
+  EXPECT_EQ(testing::ReadFile(pve2.rootfs("202") + daemon::kRemotePidFile), pid2);
+}
+
+// The bootstrap itself, against one simulated host: an older agent upgraded in place, then a
+// run that changes nothing; a step that fails; hostile arguments through ssh and pct.
+class BootstrapTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = SkipReason(); !why.empty()) GTEST_SKIP() << why;
+    host_.emplace(dir_.Join("pve"), std::vector<std::string>{"201"}, /*route=*/true,
+                  std::vector<std::string>{testing::BuildPath(""), testing::SourcePath("")});
+    ASSERT_TRUE(host_->ok());
+    ct_ = host_->ct_address("201");
+    creds_ = MakeCredentials(dir_, {&*host_}, {ct_});
+    auto ssh = daemon::SshSession::Connect(Ssh(*host_, creds_, "pve1"));
+    ASSERT_TRUE(ssh.ok()) << ssh.status();
+    ssh_ = *std::move(ssh);
+    auto package = daemon::FindAgentPackage("", StrippedAgent(dir_));
+    ASSERT_TRUE(package.ok()) << package.status();
+    package_ = *package;
+    spec_.host = "pve1";
+    spec_.ctid = "201";
+    spec_.listen = ct_ + ":50151";
+    spec_.ca_file = creds_.pki + "/ca.crt";
+    spec_.agent_cert_file = creds_.pki + "/agent-" + ct_ + ".crt";
+    spec_.agent_key_file = creds_.pki + "/agent-" + ct_ + ".key";
+    auto tls = daemon::ReadAgentTls("pve1/201", creds_.pki + "/ca.crt", creds_.pki + "/fleetd.crt",
+                                    creds_.pki + "/fleetd.key");
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    client_ = std::make_unique<daemon::GrpcAgentClient>("pve1/201", spec_.listen, *tls);
+  }
+
+  absl::StatusOr<daemon::BootstrapResult> Ensure() {
+    return daemon::EnsureAgent(*ssh_, package_, spec_,
+                               [this] { return client_->Status().status(); });
+  }
+
+  testing::TempDir dir_;
+  std::optional<SimHost> host_;
+  std::string ct_;
+  Credentials creds_;
+  std::unique_ptr<daemon::SshSession> ssh_;
+  daemon::AgentPackage package_;
+  daemon::BootstrapSpec spec_;
+  std::unique_ptr<daemon::GrpcAgentClient> client_;
+};
+
+TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) {
+  // An "old agent": reports an old version and runs as fleet-agent with its pid file, like the
+  // real one.
+  const std::string root = host_->rootfs("201");
+  std::filesystem::create_directories(root + daemon::kRemoteAgentDir);
+  {
+    std::ofstream old(root + daemon::kRemoteAgent);
+    old << "#!/bin/sh\n"
+           "if [ \"$1\" = --version ]; then echo 'fleet-agent 0.0.1 (old)'; exit 0; fi\n"
+           "exec >/dev/null 2>&1 </dev/null\n"
+           "echo $$ > /run/gpu-fleet-agent.pid\n"
+           "while :; do sleep 1; done\n";
+  }
+  chmod((root + daemon::kRemoteAgent).c_str(), 0755);
+  auto started =
+      ssh_->Run(*daemon::PctExecArgv("201", {"setsid", "-f", daemon::kRemoteAgent, "run"}, false),
+                "", absl::Seconds(30));
+  ASSERT_TRUE(started.ok()) << started.status();
+  const std::string pid_file = root + daemon::kRemotePidFile;
+  ASSERT_TRUE(Eventually([&] { return !testing::ReadFile(pid_file).empty(); }));
+  int old_pid = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::ReadFile(pid_file)), &old_pid));
+
+  auto r = Ensure();
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (size_t i = 0; i < r->steps.size() && i < r->step_times.size(); ++i) {
+    std::fprintf(stderr, "step %s: %s\n", r->steps[i].c_str(),
+                 absl::FormatDuration(r->step_times[i]).c_str());
+  }
+  EXPECT_EQ(r->previous_version, "fleet-agent 0.0.1 (old)");
+  EXPECT_TRUE(r->pushed);
+  EXPECT_TRUE(r->started);
+  EXPECT_FALSE(r->systemd);
+  EXPECT_THAT(r->steps,
+              ElementsAre("status", "version", "init", "stage", "push", "start", "health"));
+  // The old process is gone (replaced), the new one runs and says its version.
+  EXPECT_TRUE(Eventually([&] { return kill(old_pid, 0) != 0; }));
+  auto version = ssh_->Run(*daemon::PctExecArgv("201", {daemon::kRemoteAgent, "--version"}, false),
+                           "", absl::Seconds(30));
+  ASSERT_TRUE(version.ok());
+  EXPECT_EQ(absl::StripAsciiWhitespace(version->out), package_.version);
+  EXPECT_TRUE(client_->Status().ok());
+
+  // Idempotent: one command, nothing pushed or started.
+  auto again = Ensure();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->previous_version, package_.version);
+  EXPECT_FALSE(again->pushed);
+  EXPECT_FALSE(again->started);
+  EXPECT_THAT(again->steps, ElementsAre("status", "version"));
+  // The host keeps no staging directory.
+  auto left =
+      ssh_->Run({"sh", "-c", "ls -d /tmp/gpu-fleet.* 2>/dev/null | wc -l"}, "", absl::Seconds(30));
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(absl::StripAsciiWhitespace(left->out), "0");
+}
+
+TEST_F(BootstrapTest, AFailedStepNamesTheHostTheContainerAndTheStep) {
+  spec_.ctid = "299";  // no such container on the host
+  auto r = Ensure();
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("host pve1, container 299: agent bootstrap, step status: "));
+  EXPECT_THAT(r.status().message(), HasSubstr("299.conf' does not exist"));
+  // A missing certificate is named at the stage step, before anything reaches the container.
+  spec_.ctid = "201";
+  spec_.agent_key_file = dir_.Join("missing.key");
+  r = Ensure();
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("container 201: agent bootstrap, step stage: "));
+  EXPECT_THAT(r.status().message(), HasSubstr("missing.key"));
+  EXPECT_NE(access((host_->rootfs("201") + daemon::kRemoteAgent).c_str(), F_OK), 0);
+}
+
+TEST_F(BootstrapTest, HostileArgumentsReachAProgramInTheContainerVerbatim) {
+  const std::vector<std::string> hostile = {
+      "two words", "it's", "\"double\"", "a;b",   "$(touch /tmp/pwned)", "`id`", "new\nline",
+      "*",         "-n",   "",           "$HOME", "back\\slash",         "|&<>"};
+  std::vector<std::string> argv = {"printf", "[%s]\\n"};
+  argv.insert(argv.end(), hostile.begin(), hostile.end());
+  auto r = ssh_->Run(*daemon::PctExecArgv("201", argv, false), "", absl::Seconds(30));
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::string want;
+  for (const std::string& h : hostile) want += "[" + h + "]\n";
+  EXPECT_EQ(r->out, want);
+  EXPECT_NE(access((host_->rootfs("201") + "/tmp/pwned").c_str(), F_OK), 0);
+  EXPECT_NE(access("/tmp/pwned", F_OK), 0);
+}
+
+}  // namespace
+}  // namespace fleet
