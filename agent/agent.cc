@@ -83,6 +83,14 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   }
 
   int32_t gpu() const { return spec_.server().gpu(); }
+  // The server's own readiness.interval from the config when it has one, else the agent's
+  // --readiness-interval.
+  absl::Duration ReadinessInterval() const {
+    if (!spec_.readiness().has_interval()) return agent_->options_.readiness_interval;
+    const auto& d = spec_.readiness().interval();
+    const absl::Duration own = absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+    return own > absl::ZeroDuration() ? own : agent_->options_.readiness_interval;
+  }
   const ServerSpec& spec() const { return spec_; }
   const std::string& attempt_id() const { return attempt_id_; }
   int64_t attempt_number() const { return attempt_number_; }
@@ -159,7 +167,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
     alive_ = true;
     started_at_ = now;
     last_progress_at_ = now;
-    next_probe_at_ = now + agent_->options_.readiness_interval;
+    next_probe_at_ = now + ReadinessInterval();
     next_sample_at_ = now;
     state_ = kStarting;
     agent_->WatchFd(pidfd_.get(), Watch::kExit, gpu());
@@ -331,7 +339,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
     if (ready_) return next;
     if (!probe_in_flight_ && now >= next_probe_at_) {
       probe_in_flight_ = true;
-      next_probe_at_ = now + agent_->options_.readiness_interval;
+      next_probe_at_ = now + ReadinessInterval();
       ReadinessCheck check;
       check.port = spec_.port();
       check.path = spec_.readiness().path().empty() ? std::string("/health_generate")

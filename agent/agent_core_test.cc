@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
 #include "agent/agent_service.h"
-#include "agent/curl_readiness_prober.h"
+#include "agent/http_readiness_prober.h"
 #include "agent/proc.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -320,6 +320,23 @@ TEST_F(AgentTest, ReadyAfterAnHttp200) {
   ASSERT_NE(ready, nullptr);
   EXPECT_EQ(ready->ready().http_status(), 200);
   EXPECT_EQ(h.agent().Status().servers(0).state(), "READY");
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+TEST_F(AgentTest, TheServersOwnReadinessIntervalWinsOverTheAgentsDefault) {
+  // The agent's default would probe once an hour; the config's readiness.interval (in the spec)
+  // says 50 ms: the server is READY without any ready line to hint at it.
+  FakeProber prober;
+  prober.ready = true;
+  AgentHarness h(nullptr, &prober);
+  h.options().readiness_interval = absl::Hours(1);
+  h.Recreate();
+  fleet::v1::ServerSpec spec = h.ChildSpec(0, {"lines", "1"});
+  spec.mutable_readiness()->mutable_interval()->set_nanos(50 * 1000 * 1000);
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "READY"); }));
+  EXPECT_GE(prober.checks.load(), 1);
   h.Stop(0);
   ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
 }
@@ -685,11 +702,11 @@ void ExpectTheSimulatedServerGetsReady(ReadinessProber* prober) {
 }
 
 TEST_F(AgentTest, TheSimulatedServerGoesFromStartingToReadyOverRealHttp) {
-  CurlReadinessProber curl;
-  ExpectTheSimulatedServerGetsReady(&curl);
+  HttpReadinessProber http;
+  ExpectTheSimulatedServerGetsReady(&http);
 }
 
-// As fleet-agent probes: libcurl in the fleet-http-probe helper, run for each check.
+// As fleet-agent probes: the fleet-http-probe helper, run for each check.
 TEST_F(AgentTest, TheSimulatedServerGetsReadyThroughTheHttpProbeHelper) {
   PosixCommandRunner runner;
   ProcessReadinessProber prober(fleet::testing::BuildPath("agent/fleet-http-probe"), &runner);

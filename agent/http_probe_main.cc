@@ -1,7 +1,8 @@
-// fleet-http-probe: one readiness check of an inference server over HTTP, with libcurl
-// (CurlReadinessProber). fleet-agent runs it for each check (ProcessReadinessProber, readiness.h)
-// so that libcurl and the libraries it brings never live in the agent's address space. Prints one
-// line and exits:
+// fleet-http-probe: one readiness check of an inference server over HTTP (HttpReadinessProber,
+// a plain-socket HTTP/1.1 client). fleet-agent runs it for each check (ProcessReadinessProber,
+// readiness.h): a check that hangs or crashes costs a short-lived process, not the agent. Linked
+// fully static, like the agent, so it runs in the users' older containers. Prints one line and
+// exits:
 //   ready STATUS                  0
 //   not-ready STATUS DETAIL       1   (STATUS 0: no HTTP answer)
 //   a usage error on stderr       2
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "agent/curl_readiness_prober.h"
+#include "agent/http_readiness_prober.h"
 #include "common/base/flag_set.h"
 #include "common/base/version.h"
 
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
   int64_t timeout_ms = absl::ToInt64Milliseconds(check.timeout);
   bool version = false;
   fleet::FlagSet flags("fleet-http-probe --port N [flags]", kSummary);
-  flags.AddString("host", '\0', &check.host, "the server's address", "HOST");
+  flags.AddString("host", '\0', &check.host, "the server's IP address, or localhost", "HOST");
   flags.AddInt("port", '\0', &port, "the server's port (required)");
   flags.AddString("path", '\0', &check.path, "the health endpoint", "PATH");
   flags.AddBool("completion-check", '\0', &check.completion_check,
@@ -67,12 +68,12 @@ int main(int argc, char** argv) {
   check.timeout = absl::Milliseconds(timeout_ms);
 
   signal(SIGPIPE, SIG_IGN);  // a server that closes early is an answer, not a reason to die
-  fleet::agent::CurlReadinessProber prober;
+  fleet::agent::HttpReadinessProber prober;
   const fleet::agent::ReadinessResult result = prober.Check(check);
   std::string line = result.ready ? "ready " : "not-ready ";
   line += std::to_string(result.http_status);
   if (!result.ready && !result.detail.empty()) {
-    // One line, whatever libcurl's message holds.
+    // One line, whatever the detail holds.
     line += ' ';
     for (char c : result.detail) line += (c == '\n' || c == '\r') ? ' ' : c;
   }

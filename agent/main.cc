@@ -336,7 +336,8 @@ int main(int argc, char** argv) {
   fleet::agent::PosixProcessLauncher launcher;
   // Probes read long outputs (ldconfig -p is tens of KB); action results keep their own tails.
   fleet::agent::PosixCommandRunner runner(/*max_output=*/1 << 20);
-  // HTTP readiness in a short-lived helper process: libcurl stays out of the agent.
+  // HTTP readiness in a short-lived helper process (fleet-http-probe): a hung or crashing probe
+  // never takes the agent with it.
   fleet::agent::ProcessReadinessProber prober(http_probe, &runner);
   fleet::agent::AgentOptions options;
   options.state_dir = state_dir;

@@ -14,8 +14,8 @@ namespace {
 
 constexpr char kHelperName[] = "fleet-http-probe";
 
-// Time the helper gets beyond its requests' own timeouts: exec, the dynamic loader and libcurl's
-// initialisation, on a machine busy compiling kernels.
+// Time the helper gets beyond its requests' own timeouts: exec and start-up, on a machine busy
+// compiling kernels.
 constexpr absl::Duration kHelperStartAllowance = absl::Seconds(5);
 
 // At most this much of an unexpected helper output goes into a detail.
@@ -81,8 +81,8 @@ ReadinessResult ProcessReadinessProber::Check(const ReadinessCheck& check) {
                   "--timeout-ms",
                   absl::StrCat(absl::ToInt64Milliseconds(check.timeout))};
   if (check.completion_check) command.argv.push_back("--completion-check");
-  // libcurl needs nothing from the environment; leaving the agent's out keeps proxies and
-  // resolver or TLS settings meant for other programs away from a loopback request.
+  // The helper needs nothing from the environment; leaving the agent's out keeps settings meant
+  // for other programs (proxies, resolver) away from a loopback request.
   command.env = {{"PATH", "/usr/bin:/bin"}};
   const int requests = check.completion_check ? 3 : 1;  // health, models, completion
   command.timeout = requests * check.timeout + kHelperStartAllowance;

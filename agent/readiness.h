@@ -5,8 +5,8 @@
 // loop. ReadinessProber is the seam.
 //
 // The agent's prober is ProcessReadinessProber: each check runs fleet-http-probe, a small program
-// that makes the requests with libcurl (CurlReadinessProber, curl_readiness_prober.h), so that
-// libcurl, OpenSSL and the libraries libcurl brings are never mapped in the long-lived agent.
+// that makes the requests (HttpReadinessProber, http_readiness_prober.h), so that a check that
+// hangs or crashes costs a short-lived process, never the long-lived agent.
 //
 // Thread-safe.
 #pragma once

@@ -13,9 +13,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev libfmt-dev libssh-dev libsqlite3-dev libgtest-dev libgmock-dev libre2-dev
   # Tests and benchmarks: real tools whose output the tests classify, and measurement.
-  binutils grep coreutils time sqlite3 curl
-  # The agent: HTTP readiness probes (a real client library), its local state (SQLite).
-  libcurl4-openssl-dev
+  binutils grep coreutils time sqlite3 curl debootstrap
   # The daemon and the CLI: the fleet config is YAML (with line marks for errors).
   libyaml-cpp-dev
   # Remote fleets: the SSH tests run a real sshd on loopback (openssh-server, only its binary; see
