@@ -61,12 +61,20 @@ class GrpcAgentClient::Stream : public grpc::ClientReadReactor<fleet::v1::AgentE
         status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent ended the stream")
                     : status;
     sink_->OnStreamEnded(owner_->container_, FromGrpc(ended, owner_->container_, "Events"));
+    GrpcAgentClient* const owner = owner_;
     {
-      absl::MutexLock lock(&owner_->mu_);
-      if (owner_->stream_ == this) owner_->stream_ = nullptr;
-      owner_->stream_done_.SignalAll();
+      absl::MutexLock lock(&owner->mu_);
+      if (owner->stream_ == this) owner->stream_ = nullptr;
+      ++owner->finishing_;
     }
+    // Deleted (its context, which holds a reference to the channel, with it) before the owner
+    // may let its channel go: the last reference to a gRPC channel must never drop on one of
+    // gRPC's callback threads (the channel's release shuts down the callback queue whose thread
+    // this is: an abort in gRPC's ref counting at fleetd's exit).
     delete this;
+    absl::MutexLock lock(&owner->mu_);
+    --owner->finishing_;
+    owner->calls_done_.SignalAll();
   }
 
  private:
@@ -151,8 +159,7 @@ GrpcAgentClient::~GrpcAgentClient() {
   for (const auto& call : calls) call->context.TryCancel();
   calls.clear();
   absl::MutexLock lock(&mu_);
-  while (!calls_.empty()) calls_done_.Wait(&mu_);
-  while (stream_ != nullptr) stream_done_.Wait(&mu_);
+  while (!calls_.empty() || stream_ != nullptr || finishing_ > 0) calls_done_.Wait(&mu_);
 }
 
 // One asynchronous unary call: what gRPC needs alive until it completes.
@@ -181,11 +188,19 @@ void GrpcAgentClient::CallAsync(const char* name, const Request& request,
     } else {
       call->done(FromGrpc(status, container_, name));
     }
-    std::shared_ptr<PendingCall> last;  // freed after the lock is released
+    std::shared_ptr<PendingCall> last;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = calls_.find(call);
+      last = std::move(it->second);
+      calls_.erase(it);
+      ++finishing_;
+    }
+    // Freed without the lock, and before the destructor may let the channel go (Stream::OnDone
+    // says why).
+    last.reset();
     absl::MutexLock lock(&mu_);
-    auto it = calls_.find(call);
-    last = std::move(it->second);
-    calls_.erase(it);
+    --finishing_;
     calls_done_.SignalAll();
   });
 }

@@ -125,10 +125,12 @@ class GrpcAgentClient : public AgentClient {
   std::unique_ptr<fleet::v1::Agent::Stub> stub_;
   absl::Mutex mu_;
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // owned by itself; deletes itself when done
-  absl::CondVar stream_done_;
+  // Callbacks past their bookkeeping, still freeing a call or the stream: the destructor waits
+  // for them too (the channel must outlive them).
+  int finishing_ ABSL_GUARDED_BY(mu_) = 0;
   // Async calls in flight (shared: the destructor cancels them outside the lock).
   std::map<PendingCall*, std::shared_ptr<PendingCall>> calls_ ABSL_GUARDED_BY(mu_);
-  absl::CondVar calls_done_;
+  absl::CondVar calls_done_;  // a call, the stream or a finishing callback ended
 };
 
 // A client that cannot talk to its agent (its TLS files could not be read, say): every call, and
