@@ -263,6 +263,7 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
   if (!tmp.ok()) return tmp.status();
   const std::string stage = FirstLine(tmp->out);
   if (stage.empty() || stage[0] != '/') return steps.Fail("stage", "mktemp printed no directory");
+  result.stage_dir = stage;
   absl::Cleanup remove_stage = [&] {
     host.Run({"rm", "-rf", "--", stage}, {}, absl::Seconds(30)).IgnoreError();
   };
@@ -283,10 +284,9 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
   if (!r.ok()) return r.status();
   for (const File& f : files) {
     absl::StatusOr<std::vector<std::string>> push =
-        PctPushArgv(spec.ctid, absl::StrCat(stage, "/", f.name), f.dest);
+        PctPushArgv(spec.ctid, absl::StrCat(stage, "/", f.name), f.dest, f.mode);
     if (!push.ok()) return steps.Fail("push", push.status().message());
     if (r = steps.Run("push", *push); !r.ok()) return r.status();
-    if (r = steps.Exec("push", {"chmod", f.mode, f.dest}); !r.ok()) return r.status();
   }
   if (!current) {
     for (const char* dest : {kRemoteProbe, kRemoteAgent}) {

@@ -7,8 +7,8 @@
 //   2. init     systemd in the container (`test -d /run/systemd/system`)?
 //   3. stage    the binaries and the agent's TLS files to a fresh directory on the host (`mktemp
 //               -d`, `dd of=FILE` with the bytes on stdin), removed afterwards
-//   4. push     `pct push` each into the container: binaries as NAME.new, then renamed over the
-//               old ones (a running agent keeps its inode); the key 0600
+//   4. push     `pct push --perms MODE` each into the container: binaries as NAME.new, then
+//               renamed over the old ones (a running agent keeps its inode); the key 0600
 //   5. start    systemd: the unit gpu-fleet-agent.service written, enabled and restarted; no
 //               systemd: `fleet-agent --detach --replace ...`, which stops the previous agent (its
 //               servers keep running and are re-adopted) and returns once the new one serves
@@ -68,6 +68,7 @@ struct BootstrapResult {
   bool pushed = false;                     // binaries installed
   bool started = false;                    // agent (re)started
   bool systemd = false;                    // started as a systemd unit (else detached)
+  std::string stage_dir;                   // the host's staging directory (removed afterwards)
   std::vector<std::string> steps;          // the steps that ran, in order
   std::vector<absl::Duration> step_times;  // how long each took (same order)
 };

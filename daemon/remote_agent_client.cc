@@ -1,5 +1,6 @@
 #include "daemon/remote_agent_client.h"
 
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -159,6 +160,21 @@ absl::Status RemoteAgentClient::BootstrapOnce() {
   absl::StatusOr<BootstrapResult> r =
       EnsureAgent(*ssh_, options_.package, spec, [grpc] { return grpc->Status().status(); });
   if (!r.ok()) return r.status();
+  if (r->started) {
+    // What an operator wants in fleetd's log: which agent now runs there, and what it took.
+    absl::Duration total;
+    std::string steps;
+    for (size_t i = 0; i < r->steps.size() && i < r->step_times.size(); ++i) {
+      total += r->step_times[i];
+      absl::StrAppend(&steps, i == 0 ? "" : ", ", r->steps[i], " ",
+                      absl::FormatDuration(absl::Trunc(r->step_times[i], absl::Milliseconds(1))));
+    }
+    std::fprintf(
+        stderr, "fleetd: %s%s %s (%s) in %s: %s\n", prefix.c_str(),
+        options_.package.version.c_str(), r->pushed ? "installed and started" : "started",
+        r->previous_version.empty() ? "none before" : ("was " + r->previous_version).c_str(),
+        absl::FormatDuration(absl::Trunc(total, absl::Milliseconds(1))).c_str(), steps.c_str());
+  }
   absl::MutexLock lock(&mu_);
   last_ = *std::move(r);
   return absl::OkStatus();

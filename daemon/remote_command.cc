@@ -86,8 +86,14 @@ absl::StatusOr<std::vector<std::string>> PctExecArgv(std::string_view ctid,
 }
 
 absl::StatusOr<std::vector<std::string>> PctPushArgv(std::string_view ctid, std::string_view src,
-                                                     std::string_view dst) {
+                                                     std::string_view dst, std::string_view perms) {
   if (absl::Status valid = ValidateCtid(ctid); !valid.ok()) return valid;
+  if (!perms.empty() &&
+      (perms.size() > 4 || perms.find_first_not_of("01234567") != std::string_view::npos)) {
+    return absl::InvalidArgumentError(absl::StrCat("container ", std::string(ctid),
+                                                   ": pct push: mode \"", std::string(perms),
+                                                   "\" is not octal"));
+  }
   for (std::string_view path : {src, dst}) {
     if (path.empty() || path[0] != '/') {
       return absl::InvalidArgumentError(absl::StrCat("container ", std::string(ctid),
@@ -95,8 +101,13 @@ absl::StatusOr<std::vector<std::string>> PctPushArgv(std::string_view ctid, std:
                                                      "\" is not absolute"));
     }
   }
-  return std::vector<std::string>{"pct", "push", std::string(ctid), std::string(src),
-                                  std::string(dst)};
+  std::vector<std::string> argv{"pct", "push", std::string(ctid), std::string(src),
+                                std::string(dst)};
+  if (!perms.empty()) {
+    argv.push_back("--perms");
+    argv.emplace_back(perms);
+  }
+  return argv;
 }
 
 }  // namespace fleet::daemon

@@ -44,11 +44,13 @@ absl::StatusOr<std::vector<std::string>> PctExecArgv(std::string_view ctid,
                                                      const std::vector<std::string>& argv,
                                                      bool keep_env);
 
-// {"pct", "push", CTID, SRC, DST}: copies the host's file SRC to DST inside the container. Both
-// paths must be absolute (pct parses its options anywhere on the line, so a path that starts
-// with `-` could be taken for one; an absolute path never does). InvalidArgument otherwise.
+// {"pct", "push", CTID, SRC, DST[, "--perms", MODE]}: copies the host's file SRC to DST inside
+// the container, with the octal MODE when given. Both paths must be absolute (pct parses its
+// options anywhere on the line, so a path that starts with `-` could be taken for one; an
+// absolute path never does). InvalidArgument otherwise, or for a MODE that is not octal.
 absl::StatusOr<std::vector<std::string>> PctPushArgv(std::string_view ctid, std::string_view src,
-                                                     std::string_view dst);
+                                                     std::string_view dst,
+                                                     std::string_view perms = "");
 
 // What a remote command did. Output is captured up to a bound per stream: the last bytes are
 // kept (the end of a log says why it failed), and the flags say that the start was dropped.

@@ -173,6 +173,15 @@ TEST(PctPushArgv, BuildsCommand) {
       ElementsAre("pct", "push", "300", "/var/lib/fleet/agent", "/usr/local/bin/fleet-agent"));
 }
 
+TEST(PctPushArgv, PassesAnOctalModeAndRefusesAnyOther) {
+  EXPECT_THAT(*PctPushArgv("300", "/a", "/b", "0600"),
+              ElementsAre("pct", "push", "300", "/a", "/b", "--perms", "0600"));
+  EXPECT_EQ(PctPushArgv("300", "/a", "/b", "0x1").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PctPushArgv("300", "/a", "/b", "07777").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PctPushArgv, RefusesRelativePathsAndBadCtid) {
   EXPECT_EQ(PctPushArgv("300", "agent", "/x").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(PctPushArgv("300", "/x", "-rf").status().code(), absl::StatusCode::kInvalidArgument);

@@ -452,10 +452,10 @@ TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) 
   EXPECT_FALSE(again->started);
   EXPECT_THAT(again->steps, ElementsAre("status", "version"));
   // The host keeps no staging directory.
-  auto left =
-      ssh_->Run({"sh", "-c", "ls -d /tmp/gpu-fleet.* 2>/dev/null | wc -l"}, "", absl::Seconds(30));
+  ASSERT_THAT(r->stage_dir, ::testing::StartsWith("/tmp/gpu-fleet."));
+  auto left = ssh_->Run({"test", "-e", r->stage_dir}, "", absl::Seconds(30));
   ASSERT_TRUE(left.ok());
-  EXPECT_EQ(absl::StripAsciiWhitespace(left->out), "0");
+  EXPECT_EQ(left->exit_status, 1);
 }
 
 TEST_F(BootstrapTest, AFailedStepNamesTheHostTheContainerAndTheStep) {
