@@ -635,7 +635,6 @@ run_scenario() {  # NAME
   fi
   # The record and the remediations also at the top of --out, one file each per scenario: easy
   # to keep (and to copy off a machine that returns only a shallow folder).
-  cp -- "$sdir/state/fleet.db" "$out/$name.fleet.db" 2>/dev/null || true
   cp -- "$sdir/remediations.txt" "$out/$name.remediations.txt" 2>/dev/null || true
   cp -- "$sdir/explain.txt" "$out/$name.explain.txt" 2>/dev/null || true
   [[ -f $sdir/result.txt ]] && sed 's/^/    /' "$sdir/result.txt"
@@ -643,6 +642,9 @@ run_scenario() {  # NAME
   fleetctl stop --all >"$sdir/stop.txt" 2>&1 || note "stop --all failed (see $sdir/stop.txt)"
   wait_all_stopped 300 || note "servers still running after stop --all (see fleetctl status)"
   stop_daemons
+  # After fleetd stopped: its write-ahead log is in the file by then (a copy made while it runs
+  # can miss the newest rows).
+  cp -- "$sdir/state/fleet.db" "$out/$name.fleet.db" 2>/dev/null || true
   return 0
 }
 
