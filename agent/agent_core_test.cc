@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "proto/agent.grpc.pb.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/loopback_server.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::agent {
@@ -719,61 +720,24 @@ TEST_F(AgentTest, TheSimulatedServerGetsReadyThroughTheHttpProbeHelper) {
 class TinyHttpServer {
  public:
   struct Answer {
-    int status = 200;
+    int status;
     std::string body;
   };
 
-  explicit TinyHttpServer(std::map<std::string, Answer> answers) : answers_(std::move(answers)) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(listen(fd_, 16), 0);
-    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~TinyHttpServer() {
-    shutdown(fd_, SHUT_RDWR);  // wakes accept()
-    thread_.join();
-    close(fd_);
-  }
+  explicit TinyHttpServer(std::map<std::string, Answer> answers)
+      : answers_(std::move(answers)), server_([this](int conn) { return Reply(conn); }) {}
 
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
   std::vector<std::string> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
   }
 
  private:
-  void Serve() {
-    while (true) {
-      const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        return;
-      }
-      Reply(conn);
-      close(conn);
-    }
-  }
-
-  void Reply(int conn) {
-    std::string in;
-    char buffer[4096];
-    size_t header_end = std::string::npos;
-    size_t want = 0;
-    while (header_end == std::string::npos || in.size() < want) {
-      const ssize_t n = read(conn, buffer, sizeof(buffer));
-      if (n <= 0) return;
-      in.append(buffer, static_cast<size_t>(n));
-      if (header_end == std::string::npos && (header_end = in.find("\r\n\r\n")) != in.npos) {
-        const size_t cl = in.find("Content-Length: ");
-        want = header_end + 4 + (cl < header_end ? std::stoul(in.substr(cl + 16)) : 0);
-      }
-    }
+  bool Reply(int conn) {
+    const std::string in = fleet::testing::ReadHttpRequest(conn);
+    const size_t header_end = in.find("\r\n\r\n");
+    if (header_end == std::string::npos) return true;
     const size_t sp1 = in.find(' ');
     const size_t sp2 = in.find(' ', sp1 + 1);
     const std::string method = in.substr(0, sp1);
@@ -784,22 +748,17 @@ class TinyHttpServer {
     }
     auto it = answers_.find(path);
     const Answer answer = it != answers_.end() ? it->second : Answer{404, ""};
-    const std::string reply = absl::StrCat(
-        "HTTP/1.1 ", answer.status, " X\r\nContent-Type: application/json\r\n",
-        "Content-Length: ", answer.body.size(), "\r\nConnection: close\r\n\r\n", answer.body);
-    for (size_t done = 0; done < reply.size();) {
-      const ssize_t n = write(conn, reply.data() + done, reply.size() - done);
-      if (n <= 0) return;
-      done += static_cast<size_t>(n);
-    }
+    fleet::testing::WriteAll(
+        conn, absl::StrCat("HTTP/1.1 ", answer.status, " X\r\nContent-Type: application/json\r\n",
+                           "Content-Length: ", answer.body.size(), "\r\nConnection: close\r\n\r\n",
+                           answer.body));
+    return true;
   }
 
   const std::map<std::string, Answer> answers_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
   std::mutex mu_;
   std::vector<std::string> requests_;
+  fleet::testing::LoopbackServer server_;  // last: stopped first
 };
 
 class ProcessReadinessProberTest : public ::testing::Test {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/loopback_server.h"
 
 namespace fleet::agent {
 namespace {
@@ -30,72 +31,35 @@ class ScriptedServer {
  public:
   explicit ScriptedServer(std::vector<std::string> replies, bool keep_open = false,
                           size_t piece = 1 << 20)
-      : replies_(std::move(replies)), keep_open_(keep_open), piece_(piece) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(listen(fd_, 16), 0);
-    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~ScriptedServer() {
-    shutdown(fd_, SHUT_RDWR);  // wakes accept()
-    thread_.join();
-    close(fd_);
-  }
+      : replies_(std::move(replies)),
+        keep_open_(keep_open),
+        piece_(piece),
+        server_([this](int conn) { return Serve(conn); }) {}
 
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
   std::vector<std::string> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
   }
 
  private:
-  void Serve() {
-    for (const std::string& reply : replies_) {
-      const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn < 0) return;
-      std::string in = ReadRequest(conn);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        requests_.push_back(std::move(in));
-      }
-      for (size_t done = 0; done < reply.size();) {
-        const ssize_t n =
-            send(conn, reply.data() + done, std::min(piece_, reply.size() - done), MSG_NOSIGNAL);
-        if (n <= 0) break;
-        done += static_cast<size_t>(n);
-      }
-      // Until the client hangs up: a reply that never comes, or a connection kept open.
-      if (keep_open_ || reply.empty()) WaitForHangUp(conn);
-      close(conn);
+  // The next reply; false after the last (no more connections accepted).
+  bool Serve(int conn) {
+    const std::string& reply = replies_[next_++];
+    std::string in = fleet::testing::ReadHttpRequest(conn);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(std::move(in));
     }
-  }
-
-  static std::string ReadRequest(int conn) {
-    std::string in;
-    char buffer[4096];
-    size_t want = std::string::npos;
-    while (in.size() < want) {
-      const ssize_t n = read(conn, buffer, sizeof(buffer));
-      if (n <= 0) break;
-      in.append(buffer, static_cast<size_t>(n));
-      const size_t end = in.find("\r\n\r\n");
-      if (want == std::string::npos && end != std::string::npos) {
-        const size_t cl = in.find("Content-Length: ");
-        want = end + 4 + (cl < end ? std::stoul(in.substr(cl + 16)) : 0);
-      }
-    }
-    return in;
+    fleet::testing::WriteAll(conn, reply, piece_);
+    // Until the client hangs up: a reply that never comes, or a connection kept open.
+    if (keep_open_ || reply.empty()) WaitForHangUp(conn);
+    return next_ < replies_.size();
   }
 
   void WaitForHangUp(int conn) {
     // The listening socket's shutdown at destruction also ends the wait.
-    pollfd fds[2] = {{conn, POLLIN, 0}, {fd_, POLLIN, 0}};
+    pollfd fds[2] = {{conn, POLLIN, 0}, {server_.listen_fd(), POLLIN, 0}};
     char c;
     while (poll(fds, 2, -1) > 0) {
       if (fds[1].revents != 0) return;
@@ -106,11 +70,10 @@ class ScriptedServer {
   const std::vector<std::string> replies_;
   const bool keep_open_;
   const size_t piece_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
+  size_t next_ = 0;  // the server's thread only
   std::mutex mu_;
   std::vector<std::string> requests_;
+  fleet::testing::LoopbackServer server_;  // last: stopped first
 };
 
 HttpRequest Get(int port, const std::string& path) {

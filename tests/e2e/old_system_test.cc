@@ -51,6 +51,7 @@
 #include "gtest/gtest.h"
 #include "proto/agent.grpc.pb.h"
 #include "tests/sim/sim_test_support.h"
+#include "tests/testing/loopback_server.h"
 #include "tests/testing/subprocess.h"
 
 #ifndef FLEET_AGENT_FULLY_STATIC
@@ -233,65 +234,32 @@ absl::StatusOr<Linkage> ReadLinkage(const std::string& path) {
 // else, one request per connection, and records the request lines. Stopped on destruction.
 class HealthServer {
  public:
-  HealthServer() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(listen(fd_, 16), 0);
-    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~HealthServer() {
-    shutdown(fd_, SHUT_RDWR);  // wakes accept()
-    thread_.join();
-    close(fd_);
-  }
+  HealthServer() : server_([this](int conn) { return Serve(conn); }) {}
 
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
   std::vector<std::string> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
   }
 
  private:
-  void Serve() {
-    while (true) {
-      const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        return;
-      }
-      std::string in;
-      char buffer[4096];
-      while (in.find("\r\n\r\n") == std::string::npos) {
-        const ssize_t n = read(conn, buffer, sizeof(buffer));
-        if (n <= 0) break;
-        in.append(buffer, static_cast<size_t>(n));
-      }
-      const std::string line = in.substr(0, in.find("\r\n"));
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        requests_.push_back(line);
-      }
-      const std::string reply = line == "GET /health_generate HTTP/1.1"
-                                    ? "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
-                                    : "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
-      if (write(conn, reply.data(), reply.size()) < 0) {
-        // The client gave up: its own failure says why.
-      }
-      close(conn);
+  bool Serve(int conn) {
+    const std::string in = fleet::testing::ReadHttpRequest(conn);
+    const std::string line = in.substr(0, in.find("\r\n"));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(line);
     }
+    // A client that gave up meanwhile: its own failure says why.
+    fleet::testing::WriteAll(conn, line == "GET /health_generate HTTP/1.1"
+                                       ? "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+                                       : "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+    return true;
   }
 
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
   std::mutex mu_;
   std::vector<std::string> requests_;
+  fleet::testing::LoopbackServer server_;  // last: stopped first
 };
 
 class OldSystem : public ::testing::Test {
