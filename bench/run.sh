@@ -16,6 +16,10 @@
 #   bench/run.sh remediation [--speed X] [--runs N]
 #                                            time-to-ready of the seed scenario, issue 5
 #                                            (bench/remediation/run.sh)
+#   bench/run.sh remote [--speed X] [--runs N]
+#                                            agent bootstrap over SSH and time-to-ready on two
+#                                            simulated hosts against the local transport, issue 6
+#                                            (bench/remote/run.sh; needs root)
 #
 # It prints MB/s for both, the ratio ours/grep, our peak RSS at SIZE_MIB and at 1/8 of it, the
 # matching-line counts of both tools, and one JSON summary line (also in .bench/). It exits
@@ -31,13 +35,13 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 case ${1:-} in
-  agent | daemon | remediation) exec bash "bench/$1/run.sh" "${@:2}" ;;
+  agent | daemon | remediation | remote) exec bash "bench/$1/run.sh" "${@:2}" ;;
 esac
 
 size_mib=${1:-1024}
 if ! [[ $size_mib =~ ^[0-9]+$ ]] || ((size_mib < 8)); then
   echo "usage: bench/run.sh [SIZE_MIB]   (SIZE_MIB >= 8; default 1024)" >&2
-  echo "       bench/run.sh agent|daemon|remediation [ARGS]   (the other benchmarks)" >&2
+  echo "       bench/run.sh agent|daemon|remediation|remote [ARGS]   (the other benchmarks)" >&2
   exit 1
 fi
 build=${BUILD_DIR:-build}
