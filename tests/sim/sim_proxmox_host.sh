@@ -62,8 +62,12 @@ up() {
   local n
   exec 9>/run/gpu-fleet-sim-net.lock
   flock 9
-  for n in $(seq 1 250); do
-    ip -o -4 addr show | grep -q " 10\.200\.$n\.1/" || break
+  # (The addresses are read whole first: with pipefail, `ip | grep -q` can fail on SIGPIPE.)
+  local addrs
+  addrs=$(ip -o -4 addr show)
+  for n in $(seq 1 251); do
+    [[ $n -le 250 ]] || die "no free index (10.200.1-250.1 are all taken)"
+    [[ $addrs == *" 10.200.$n.1/"* || -e /run/netns/gfsim$n-h ]] || break
   done
   local host_ns=gfsim$n-h root_if=gfs$n-r host_if=gfs$n-h
   local host_addr=10.200.$n.2 bridge_addr=10.201.$n.1
