@@ -334,33 +334,13 @@ container_tail() {
 # templates_and_policy WORLDS_DIR LOG_PATH_OF_CT...: the templates sim-CTID and the policy.
 # LOG_PATH is given per container (in order of ctids), with {gpu} in it.
 templates_and_policy() {
-  local worlds_dir=$1 ct world key value i=0
+  local worlds_dir=$1 ct i=0
   shift
   local -a log_paths=("$@")
-  local -A conf=() server_env=()
   printf 'templates:\n'
   for ct in "${ctids[@]}"; do
-    world=$worlds_dir/world-$ct
-    conf=()
-    server_env=()
-    while IFS='=' read -r key value; do
-      [[ -z $key || $key == \#* ]] || conf[$key]=$value
-    done <"$world/sim-world.conf"
-    while IFS='=' read -r key value; do
-      [[ -z $key || $key == \#* ]] || server_env[$key]=$value
-    done <"$world/server.env"
-    server_env[FLEET_SIM_SPEED]=$speed
-    printf '  - name: sim-%s\n    engine: sglang\n' "$ct"
-    printf '    model: %s\n' "$(yaml_string "${conf[model]}")"
-    printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
-      "$(yaml_string "${conf[python]}")"
-    printf '    env:\n'
-    while IFS= read -r key; do
-      printf '      %s: %s\n' "$key" "$(yaml_string "${server_env[$key]}")"
-    done < <(printf '%s\n' "${!server_env[@]}" | sort)
-    printf '    workdir: %s\n' "$(yaml_string "$world")"
-    printf '    log_path: %s\n' "$(yaml_string "${log_paths[$i]}")"
-    printf '    readiness: {path: /health_generate, interval: 500ms}\n'
+    bash tests/sim/sim_fleet_config.sh --world "$worlds_dir/world-$ct" --template-only "sim-$ct" \
+      --log-path "${log_paths[$i]}" --speed "$speed"
     i=$((i + 1))
   done
   printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n    remediation: off\n'

@@ -7,11 +7,17 @@
 #
 #   sim_fleet_config.sh --world DIR --socket PATH --base-port N --logs DIR [--speed X]
 #                       [--comment TEXT]
+#   sim_fleet_config.sh --world DIR --template-only NAME --log-path PATH [--speed X]
+#
+# The second form prints only the world's server template, as one `templates:` list item named
+# NAME with PATH (with {gpu} in it) as its log path: for configs with one world per container
+# (bench/remote/run.sh).
 #
 # Every value is written as a YAML double-quoted string: nothing from the world is evaluated.
 set -euo pipefail
 
 world='' socket='' base_port='' logs='' speed='' comment="written by tests/sim/sim_fleet_config.sh"
+template_only='' log_path=
 while [[ $# -gt 0 ]]; do
   [[ $# -ge 2 ]] || { printf 'sim_fleet_config: %s needs a value\n' "$1" >&2; exit 2; }
   case $1 in
@@ -21,12 +27,18 @@ while [[ $# -gt 0 ]]; do
     --logs) logs=$2 ;;
     --speed) speed=$2 ;;
     --comment) comment=$2 ;;
+    --template-only) template_only=$2 ;;
+    --log-path) log_path=$2 ;;
     *) printf 'sim_fleet_config: unknown option %s\n' "$1" >&2; exit 2 ;;
   esac
   shift 2
 done
-[[ -n $world && -n $socket && $base_port =~ ^[0-9]+$ && -n $logs ]] || {
-  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+if [[ -n $template_only ]]; then
+  [[ -n $world && -n $log_path ]]
+else
+  [[ -n $world && -n $socket && $base_port =~ ^[0-9]+$ && -n $logs ]]
+fi || {
+  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -46,6 +58,27 @@ yaml_string() {  # a YAML double-quoted scalar of $1
   printf '"%s"' "$s"
 }
 
+# template NAME LOG_PATH: the world's server as one `templates:` list item.
+template() {
+  local key
+  printf '  - name: %s\n    engine: sglang\n' "$1"
+  printf '    model: %s\n' "$(yaml_string "${conf[model]}")"
+  printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
+    "$(yaml_string "${conf[python]}")"
+  printf '    env:\n'
+  while IFS= read -r key; do
+    printf '      %s: %s\n' "$key" "$(yaml_string "${server_env[$key]}")"
+  done < <(printf '%s\n' "${!server_env[@]}" | sort)
+  printf '    workdir: %s\n' "$(yaml_string "$world")"
+  printf '    log_path: %s\n' "$(yaml_string "$2")"
+  printf '    readiness: {path: /health_generate, interval: 500ms}\n'
+}
+
+if [[ -n $template_only ]]; then
+  template "$template_only" "$log_path"
+  exit 0
+fi
+
 gpu_list=
 for ((g = 0; g < conf[gpus]; g++)); do gpu_list+="${gpu_list:+, }$g"; done
 
@@ -61,15 +94,6 @@ printf '          nvidia_smi: [%s]\n' "$(yaml_string "${conf[nvidia_smi]}")"
 printf '          venv: %s\n' "$(yaml_string "${conf[venv]}")"
 printf '          jit_cache_roots: [%s]\n' "$(yaml_string "$world/root/.cache")"
 printf '          toolkit_roots: [%s]\n' "$(yaml_string "${conf[venv]}")"
-printf 'templates:\n  - name: sglang\n    engine: sglang\n'
-printf '    model: %s\n' "$(yaml_string "${conf[model]}")"
-printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
-  "$(yaml_string "${conf[python]}")"
-printf '    env:\n'
-while IFS= read -r key; do
-  printf '      %s: %s\n' "$key" "$(yaml_string "${server_env[$key]}")"
-done < <(printf '%s\n' "${!server_env[@]}" | sort)
-printf '    workdir: %s\n' "$(yaml_string "$world")"
-printf '    log_path: %s\n' "$(yaml_string "$logs/sglang_gpu{gpu}.log")"
-printf '    readiness: {path: /health_generate, interval: 500ms}\n'
+printf 'templates:\n'
+template sglang "$logs/sglang_gpu{gpu}.log"
 printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n'

@@ -43,7 +43,7 @@ down() {
 up() {
   local dir=$1
   shift
-  local ctids=() route=0 binds=() arg
+  local ctids=() route=0 binds=()
   while [[ $# -gt 0 ]]; do
     case $1 in
       --route) route=1 ;;
@@ -146,6 +146,7 @@ EOF
   # The host's root has a home of its own (this machine's root may have a slow shell profile:
   # bash reads ~/.bashrc for every ssh command).
   mkdir -p /run/sshd "$dir/root-home"
+  # shellcheck disable=SC2016  # the positional parameters are the inner shell's
   ip netns exec "$host_ns" unshare --mount --propagation private -- \
     sh -c 'mount --bind "$1" /usr/local/sbin && mount --bind "$2" /root &&
            exec /usr/sbin/sshd -D -e -f "$3"' sh \
