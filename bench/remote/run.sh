@@ -315,20 +315,9 @@ find_base_port() {
 
 # container_tail WORLD CTID BASE_PORT: a container's gpus, template, base_port and tools.
 container_tail() {
-  local -A conf=()
-  local key value
-  while IFS='=' read -r key value; do
-    [[ -z $key || $key == \#* ]] || conf[$key]=$value
-  done <"$1/sim-world.conf"
   printf '        gpus: [0, 1, 2, 3]\n        template: sim-%s\n' "$2"
   printf '        base_port: %d\n' "$3"
-  printf '        tools:\n'
-  printf '          pip: [%s]\n' "$(yaml_string "${conf[pip]}")"
-  printf '          apt_get: [%s]\n' "$(yaml_string "${conf[apt_get]}")"
-  printf '          nvidia_smi: [%s]\n' "$(yaml_string "${conf[nvidia_smi]}")"
-  printf '          venv: %s\n' "$(yaml_string "${conf[venv]}")"
-  printf '          jit_cache_roots: [%s]\n' "$(yaml_string "$1/root/.cache")"
-  printf '          toolkit_roots: [%s]\n' "$(yaml_string "${conf[venv]}")"
+  bash tests/sim/sim_fleet_config.sh --world "$1" --tools-only
 }
 
 # templates_and_policy WORLDS_DIR LOG_PATH_OF_CT...: the templates sim-CTID and the policy.

@@ -11,8 +11,8 @@
 // nothing reinstalls nothing; an older agent upgraded in place (its process replaced, its version
 // reported); a failed bootstrap step named with host, container and step; hostile arguments
 // reaching a program in a container verbatim through ssh and pct. Needs root (namespaces, chroot,
-// sshd); skipped with the reason otherwise. Waits are bounded polls of fleetctl or of a process,
-// never sleeps.
+// sshd); skipped with the reason otherwise. Waits are on events: fleetd's own `status --watch`,
+// a log line, a process's exit; never sleeps.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -74,16 +74,6 @@ std::string SkipReason() {
     return "cannot create /run/netns";
   }
   return "";
-}
-
-// Re-checks `holds` every 100 ms until it is true or `timeout` passed.
-bool Eventually(const std::function<bool()>& holds, std::chrono::milliseconds timeout = kDeadline) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (!holds()) {
-    if (SteadyClock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return true;
 }
 
 // `key=value` lines.
@@ -217,7 +207,8 @@ struct Ctl {
   std::string socket;
   std::string log;
   std::pair<int, std::string> operator()(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv = {testing::BuildPath("cli/fleetctl"), "--socket", socket};
+    std::vector<std::string> argv = {"timeout", std::to_string(kDeadline.count()),
+                                     testing::BuildPath("cli/fleetctl"), "--socket", socket};
     argv.insert(argv.end(), args.begin(), args.end());
     testing::RunOptions options;
     options.output_path = log;
@@ -227,6 +218,12 @@ struct Ctl {
     return {r->exited ? r->exit_code : 128 + r->signal, r->output};
   }
 };
+
+// `fleetctl status --watch --until-ready`: returns when fleetd says every server is READY (0),
+// one gave up (2), or after kDeadline (coreutils `timeout`: 124).
+int UntilReady(const Ctl& ctl) {
+  return ctl({"--timeout", "30s", "status", "--watch", "--until-ready"}).first;
+}
 
 // Each server's state from `fleetctl status -o wide` lines "NAME STATE ...".
 std::map<std::string, std::string> States(const Ctl& ctl) {
@@ -310,10 +307,10 @@ TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
   ASSERT_TRUE(fleetd.ok()) << fleetd.status();
   const Ctl ctl{dir.Join("state/fleetd.sock"), dir.Join("ctl.out")};
   const auto t0 = SteadyClock::now();
-  ASSERT_TRUE(Eventually([&] { return AllReady(States(ctl), 8); }))
-      << ctl({"status", "-o", "wide"}).second << "\nfleetd:\n"
-      << (*fleetd)->Log() << "\npve2 agent:\n"
-      << testing::ReadFile(pve2.rootfs("202") + "/var/log/gpu-fleet-agent.log");
+  ASSERT_EQ(UntilReady(ctl), 0) << ctl({"status", "-o", "wide"}).second << "\nfleetd:\n"
+                                << (*fleetd)->Log() << "\npve2 agent:\n"
+                                << testing::ReadFile(pve2.rootfs("202") +
+                                                     "/var/log/gpu-fleet-agent.log");
   std::fprintf(stderr, "8 servers on 2 hosts READY %.1f s after fleetd started\n",
                std::chrono::duration<double>(SteadyClock::now() - t0).count());
 
@@ -334,17 +331,35 @@ TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
   const std::string pid1 = testing::ReadFile(pve1.rootfs("201") + daemon::kRemotePidFile);
   const std::string pid2 = testing::ReadFile(pve2.rootfs("202") + daemon::kRemotePidFile);
 
-  // Restart one server on each host: a new attempt each, READY again.
+  // Restart one server on each host: a new attempt each, READY again (followed on fleetd's own
+  // change stream, one logfmt line per change).
+  auto watch = BackgroundProcess::Start(
+      {testing::BuildPath("cli/fleetctl"), "--socket", ctl.socket, "status", "--watch"},
+      {{"PATH", "/usr/bin:/bin"}}, dir.Join("watch.log"));
+  ASSERT_TRUE(watch.ok()) << watch.status();
   for (const char* server : {"pve1/201/gpu0", "pve2/202/gpu3"}) {
     auto [code, out] = ctl({"restart", server});
     EXPECT_EQ(code, 0) << out;
   }
-  ASSERT_TRUE(Eventually([&] {
-    auto [code1, out1] = ctl({"attempts", "pve1/201/gpu0", "-o", "json"});
-    auto [code2, out2] = ctl({"attempts", "pve2/202/gpu3", "-o", "json"});
-    return code1 == 0 && code2 == 0 && absl::StrContains(out1, "restart") &&
-           absl::StrContains(out2, "restart") && AllReady(States(ctl), 8);
-  }));
+  auto ready_again = [](const std::string& log, const std::string& server) {
+    for (absl::string_view line : absl::StrSplit(log, '\n')) {
+      if (absl::StrContains(line, " " + server + " READY") &&
+          absl::StrContains(line, "attempt=2")) {
+        return true;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE((*watch)
+                  ->WaitForLog(
+                      [&](const std::string& log) {
+                        return ready_again(log, "pve1/201/gpu0") &&
+                               ready_again(log, "pve2/202/gpu3");
+                      },
+                      kDeadline)
+                  .ok())
+      << (*watch)->Log();
+  EXPECT_TRUE(AllReady(States(ctl), 8));
   auto [acode, attempts] = ctl({"attempts", "pve2/202/gpu3"});
   EXPECT_EQ(acode, 0);
   EXPECT_THAT(attempts, HasSubstr("restart"));
@@ -410,19 +425,28 @@ TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) 
     std::ofstream old(root + daemon::kRemoteAgent);
     old << "#!/bin/sh\n"
            "if [ \"$1\" = --version ]; then echo 'fleet-agent 0.0.1 (old)'; exit 0; fi\n"
-           "exec >/dev/null 2>&1 </dev/null\n"
            "echo $$ > /run/gpu-fleet-agent.pid\n"
+           "echo old agent running\n"
            "while :; do sleep 1; done\n";
   }
   chmod((root + daemon::kRemoteAgent).c_str(), 0755);
-  auto started =
-      ssh_->Run(*daemon::PctExecArgv("201", {"setsid", "-f", daemon::kRemoteAgent, "run"}, false),
-                "", absl::Seconds(30));
-  ASSERT_TRUE(started.ok()) << started.status();
+  // Started in the container by the host's pct, run here (every step of it execs the next: the
+  // process is the old agent itself).
+  auto old_agent = BackgroundProcess::Start(
+      {testing::SourcePath("tests/sim/pct-sim"), "--root", host_->dir() + "/ct", "exec", "201",
+       "--", daemon::kRemoteAgent, "run"},
+      {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}}, dir_.Join("old-agent.log"));
+  ASSERT_TRUE(old_agent.ok()) << old_agent.status();
+  ASSERT_TRUE(
+      (*old_agent)
+          ->WaitForLog(
+              [](const std::string& log) { return absl::StrContains(log, "old agent running\n"); },
+              kDeadline)
+          .ok())
+      << (*old_agent)->Log();
   const std::string pid_file = root + daemon::kRemotePidFile;
-  ASSERT_TRUE(Eventually([&] { return !testing::ReadFile(pid_file).empty(); }));
-  int old_pid = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::ReadFile(pid_file)), &old_pid));
+  EXPECT_EQ(absl::StripAsciiWhitespace(testing::ReadFile(pid_file)),
+            std::to_string((*old_agent)->pid()));
 
   auto r = Ensure();
   ASSERT_TRUE(r.ok()) << r.status();
@@ -436,8 +460,10 @@ TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) 
   EXPECT_FALSE(r->systemd);
   EXPECT_THAT(r->steps,
               ElementsAre("status", "version", "init", "stage", "push", "start", "health"));
-  // The old process is gone (replaced), the new one runs and says its version.
-  EXPECT_TRUE(Eventually([&] { return kill(old_pid, 0) != 0; }));
+  // The old process is gone (asked to stop: replaced), the new one runs and says its version.
+  auto old_exit = (*old_agent)->Wait(kDeadline);
+  ASSERT_TRUE(old_exit.ok()) << old_exit.status();
+  EXPECT_EQ(old_exit->signal, SIGTERM);
   auto version = ssh_->Run(*daemon::PctExecArgv("201", {daemon::kRemoteAgent, "--version"}, false),
                            "", absl::Seconds(30));
   ASSERT_TRUE(version.ok());

@@ -8,17 +8,23 @@
 #   sim_fleet_config.sh --world DIR --socket PATH --base-port N --logs DIR [--speed X]
 #                       [--comment TEXT]
 #   sim_fleet_config.sh --world DIR --template-only NAME --log-path PATH [--speed X]
+#   sim_fleet_config.sh --world DIR --tools-only
 #
 # The second form prints only the world's server template, as one `templates:` list item named
-# NAME with PATH (with {gpu} in it) as its log path: for configs with one world per container
-# (bench/remote/run.sh).
+# NAME with PATH (with {gpu} in it) as its log path; the third only the container's `tools:`
+# block: for configs with one world per container (bench/remote/run.sh).
 #
 # Every value is written as a YAML double-quoted string: nothing from the world is evaluated.
 set -euo pipefail
 
 world='' socket='' base_port='' logs='' speed='' comment="written by tests/sim/sim_fleet_config.sh"
-template_only='' log_path=
+template_only='' log_path='' tools_only=false
 while [[ $# -gt 0 ]]; do
+  if [[ $1 == --tools-only ]]; then
+    tools_only=true
+    shift
+    continue
+  fi
   [[ $# -ge 2 ]] || { printf 'sim_fleet_config: %s needs a value\n' "$1" >&2; exit 2; }
   case $1 in
     --world) world=$2 ;;
@@ -33,12 +39,14 @@ while [[ $# -gt 0 ]]; do
   esac
   shift 2
 done
-if [[ -n $template_only ]]; then
+if [[ $tools_only == true ]]; then
+  [[ -n $world ]]
+elif [[ -n $template_only ]]; then
   [[ -n $world && -n $log_path ]]
 else
   [[ -n $world && -n $socket && $base_port =~ ^[0-9]+$ && -n $logs ]]
 fi || {
-  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -74,8 +82,23 @@ template() {
   printf '    readiness: {path: /health_generate, interval: 500ms}\n'
 }
 
+# tools: the container's `tools:` block (the world's own pip, apt-get, nvidia-smi, venv).
+tools() {
+  printf '        tools:\n'
+  printf '          pip: [%s]\n' "$(yaml_string "${conf[pip]}")"
+  printf '          apt_get: [%s]\n' "$(yaml_string "${conf[apt_get]}")"
+  printf '          nvidia_smi: [%s]\n' "$(yaml_string "${conf[nvidia_smi]}")"
+  printf '          venv: %s\n' "$(yaml_string "${conf[venv]}")"
+  printf '          jit_cache_roots: [%s]\n' "$(yaml_string "$world/root/.cache")"
+  printf '          toolkit_roots: [%s]\n' "$(yaml_string "${conf[venv]}")"
+}
+
 if [[ -n $template_only ]]; then
   template "$template_only" "$log_path"
+  exit 0
+fi
+if [[ $tools_only == true ]]; then
+  tools
   exit 0
 fi
 
@@ -87,13 +110,7 @@ printf 'hosts:\n  - name: local\n    containers:\n      - ctid: "200"\n'
 printf '        channel: {kind: loopback, address: %s}\n' "$(yaml_string "unix:$socket")"
 printf '        gpus: [%s]\n        template: sglang\n' "$gpu_list"
 printf '        base_port: %d\n' "$base_port"
-printf '        tools:\n'
-printf '          pip: [%s]\n' "$(yaml_string "${conf[pip]}")"
-printf '          apt_get: [%s]\n' "$(yaml_string "${conf[apt_get]}")"
-printf '          nvidia_smi: [%s]\n' "$(yaml_string "${conf[nvidia_smi]}")"
-printf '          venv: %s\n' "$(yaml_string "${conf[venv]}")"
-printf '          jit_cache_roots: [%s]\n' "$(yaml_string "$world/root/.cache")"
-printf '          toolkit_roots: [%s]\n' "$(yaml_string "${conf[venv]}")"
+tools
 printf 'templates:\n'
 template sglang "$logs/sglang_gpu{gpu}.log"
 printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n'
