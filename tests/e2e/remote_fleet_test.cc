@@ -305,6 +305,16 @@ TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
        dir.Join("fleet.yaml"), "--agent-binary", StrippedAgent(dir)},
       {{"PATH", "/usr/bin:/bin"}}, dir.Join("fleetd.log"));
   ASSERT_TRUE(fleetd.ok()) << fleetd.status();
+  // fleetd serves once it says so (its socket exists from then on).
+  ASSERT_TRUE((*fleetd)
+                  ->WaitForLog(
+                      [](const std::string& log) {
+                        const size_t at = log.find(": serving on ");
+                        return at != std::string::npos && log.find('\n', at) != std::string::npos;
+                      },
+                      kDeadline)
+                  .ok())
+      << (*fleetd)->Log();
   const Ctl ctl{dir.Join("state/fleetd.sock"), dir.Join("ctl.out")};
   const auto t0 = SteadyClock::now();
   ASSERT_EQ(UntilReady(ctl), 0) << ctl({"status", "-o", "wide"}).second << "\nfleetd:\n"
