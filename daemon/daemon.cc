@@ -920,6 +920,18 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
                                  std::vector<fleet::v1::Change>* changes, bool dry_run) {
   auto desired = config::ExpandServers(config);
   if (!desired.ok()) return desired.status();
+  // `--only` names servers of this config, or ones it removes; any other name is a mistake,
+  // refused before anything changes (nothing applied, no config version saved).
+  for (const std::string& name : only) {
+    const bool in_config =
+        std::any_of(desired->begin(), desired->end(),
+                    [&](const config::DesiredServer& d) { return d.name == name; });
+    auto known = servers_.find(name);
+    if (!in_config && (known == servers_.end() || known->second.record.removed)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "deploy --only: no server ", name, " in the config or the fleet: nothing deployed"));
+    }
+  }
   const absl::Time now = clock_->Now();
   std::set<std::string> seen;
   std::set<std::string> persist;

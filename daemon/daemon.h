@@ -64,6 +64,26 @@ struct DaemonOptions {
 using AgentClientFactory = std::function<std::unique_ptr<AgentClient>(
     const std::string& container, const fleet::v1::Host& host, const fleet::v1::Container& config)>;
 
+// What `fleetd --config FILE` does with FILE when it starts. The stored desired state wins (the
+// habit of kubectl and Nomad): FILE seeds an empty record, and is applied again only when its
+// text changed since it was last applied from that path; a `fleetctl deploy -f` made after it
+// stays.
+enum class StartupConfigAction {
+  kSeeded,   // the record held no config: FILE is the first
+  kApplied,  // FILE's text differs from what was last applied from it (or it never was)
+  kIgnored,  // FILE is what was last applied from it: the record's config stays
+};
+// The decision alone: `last_digest_from_file` is the digest stored with the newest config
+// applied from FILE's path (nullopt: none was).
+StartupConfigAction DecideStartupConfig(bool record_has_config,
+                                        const std::optional<std::string>& last_digest_from_file,
+                                        const std::string& file_digest);
+struct StartupConfigOutcome {
+  StartupConfigAction action = StartupConfigAction::kIgnored;
+  int64_t version = 0;  // the config version the record holds after it
+  std::string message;  // one line for fleetd's log: which of the three, and why
+};
+
 // Told (without the daemon's lock) that server rows changed.
 class StatusSubscriber {
  public:
@@ -84,6 +104,11 @@ class Daemon : public EventSink {
 
   // fleet.proto, for the service.
   absl::StatusOr<fleet::v1::DeployResponse> Deploy(const fleet::v1::DeployRequest& request);
+  // `fleetd --config FILE` at a start, before serving: `yaml` is FILE's text, `source` its path.
+  // Seeds, applies (through Deploy) or ignores it, as DecideStartupConfig says.
+  absl::StatusOr<StartupConfigOutcome> ApplyStartupConfig(const std::string& source,
+                                                          const std::string& yaml)
+      ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   fleet::v1::FleetStatusResponse Status(const fleet::v1::FleetStatusRequest& request);
   // The same, into `response` (the service's, on its arena).
   void Status(const fleet::v1::FleetStatusRequest& request,
@@ -155,11 +180,17 @@ class Daemon : public EventSink {
     std::string busy_class;
     absl::Time retry_at = absl::InfinitePast();  // after a job could not reach the agent
     std::vector<fleet::v1::Plan> history;        // oldest first
+    // Preflight probes that failed in a row, and what the servers waiting on it are told.
+    int probe_failures = 0;
+    std::string preflight_reason;
+    // Plans a fleetd that stopped left "applying" (ids, oldest first): each is resolved by a
+    // probe (kResolve) before anything else of the container is planned or launched.
+    std::deque<std::string> unresolved;
     bool jit_warm = false;  // a server passed the JIT phase since the last JIT-affecting change
     std::string canary;     // the server that starts alone while the cache is cold
   };
   struct FixJob {
-    enum Kind { kPreflight, kDiagnosis, kManual } kind = kPreflight;
+    enum Kind { kPreflight, kDiagnosis, kManual, kResolve } kind = kPreflight;
     std::string container;
     fleet::v1::Host host;
     fleet::v1::Container config;
@@ -169,7 +200,7 @@ class Daemon : public EventSink {
     fleet::v1::ServerSpec spec;
     fleet::v1::Policy policy;
     std::vector<fleet::v1::Plan> history;
-    fleet::v1::Plan manual;  // kManual: the recorded plan to run
+    fleet::v1::Plan manual;  // kManual: the recorded plan to run; kResolve: the one to resolve
   };
   struct FixDone {
     FixJob job;
@@ -271,6 +302,13 @@ class Daemon : public EventSink {
   bool Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
                  std::set<std::string>* changed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FixJob MakeJob(FixJob::Kind kind, const Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // While the container has a plan left "applying" by a fleetd that stopped: queues the job that
+  // resolves it (when the agent can be asked) and keeps `s` waiting (`why`). False when none.
+  bool Resolve(Server& s, const std::string& why, absl::Time now, std::vector<FixJob>* jobs,
+               std::set<std::string>* changed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failed preflight probe: backoff, then launch without it or give up, as the policy says.
+  void PreflightFailed(const FixJob& job, const std::string& error, absl::Time now,
+                       std::set<std::string>* changed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wait(Server& s, const std::string& why, const std::string& reason,
             std::set<std::string>* changed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Backoff (policy initial doubling to max, +-25% jitter), or GAVE_UP when the budget is spent.

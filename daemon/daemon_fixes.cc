@@ -21,6 +21,11 @@ namespace {
 
 // Preflight rounds per container: each one applied a fix that uncovered the next problem.
 constexpr int kMaxPreflightRounds = 3;
+// Failed preflight probes before the policy's preflight_failure decides (policy
+// preflight_attempts, when not set).
+constexpr int kDefaultPreflightAttempts = 5;
+constexpr char kPreflightWaiting[] =
+    "preflight: the container's toolchain is probed before the first launch";
 
 using google::protobuf::util::TimeUtil;
 
@@ -59,8 +64,8 @@ PastRemediation Past(const fleet::v1::Plan& p) {
   r.causes.assign(p.causes().begin(), p.causes().end());
   r.fingerprint = p.fingerprint();
   for (const fleet::v1::PlannedAction& a : p.actions()) r.actions.push_back(a.action());
-  // A plan whose outcome was never recorded (the daemon died while it ran) counts as failed:
-  // its fixes are not in the specs, and it is not proposed again as if new.
+  // A plan still "applying" runs now (or is resolved, at a start, before anything is planned):
+  // counted failed so that it is not proposed twice at once.
   r.outcome = p.status() == "rolled_back" ? RemediationOutcome::kRolledBack
               : p.status() == "applied"   ? RemediationOutcome::kApplied
                                           : RemediationOutcome::kFailed;
@@ -72,7 +77,11 @@ PastRemediation Past(const fleet::v1::Plan& p) {
 std::vector<PastRemediation> History(const std::vector<fleet::v1::Plan>& plans) {
   std::vector<PastRemediation> out;
   for (const fleet::v1::Plan& p : plans) {
-    if (p.status() == "proposed" || p.status() == "superseded") continue;
+    // An interrupted plan (fleetd stopped while it ran, and the probe did not show it in effect)
+    // neither worked nor failed: it may be planned again.
+    if (p.status() == "proposed" || p.status() == "superseded" || p.status() == "interrupted") {
+      continue;
+    }
     out.push_back(Past(p));
   }
   return out;
@@ -129,6 +138,50 @@ std::string CanonicalPipName(std::string name) {
   return name;
 }
 
+// What of `plan` the probe `seen` (taken with the plan's env changes) does not show in effect,
+// one phrase each; empty when all of it is. Env and argv changes are the daemon's (they travel
+// in the spec); pip packages show in the probe; apt packages, cleared caches and symlinks
+// cannot be told from it, so a plan with them is run again (they are idempotent).
+std::vector<std::string> NotInEffect(const fleet::v1::Plan& plan,
+                                     const fleet::v1::ToolchainSnapshot& seen) {
+  std::map<std::string, std::string> installed;
+  for (const fleet::v1::Package& p : seen.pip_packages()) {
+    installed[CanonicalPipName(p.name())] = p.version();
+  }
+  std::vector<std::string> missing;
+  for (const fleet::v1::PlannedAction& planned : plan.actions()) {
+    const fleet::v1::Action& a = planned.action();
+    if (a.has_set_env() || a.has_prepend_path() || a.has_add_server_args() ||
+        a.has_remove_server_args()) {
+      continue;
+    }
+    if (a.has_pip_install()) {
+      for (const fleet::v1::Requirement& r : a.pip_install().requirements()) {
+        auto it = installed.find(CanonicalPipName(r.name()));
+        if (it == installed.end() || it->second != r.version()) {
+          missing.push_back(absl::StrCat(r.name(), "==", r.version(), " not installed"));
+        }
+      }
+      continue;
+    }
+    if (a.has_pip_uninstall()) {
+      for (const std::string& name : a.pip_uninstall().packages()) {
+        if (installed.count(CanonicalPipName(name)) > 0) {
+          missing.push_back(absl::StrCat(name, " still installed"));
+        }
+      }
+      continue;
+    }
+    missing.push_back(absl::StrCat(AsAbsl(ActionKind(a)), " cannot be seen by a probe"));
+  }
+  return missing;
+}
+
+absl::Duration PolicyDuration(const google::protobuf::Duration& d, absl::Duration fallback) {
+  const int64_t ns = TimeUtil::DurationToNanoseconds(d);
+  return ns > 0 ? absl::Nanoseconds(ns) : fallback;
+}
+
 }  // namespace
 
 absl::Status Daemon::LoadFixes() {
@@ -136,14 +189,34 @@ absl::Status Daemon::LoadFixes() {
   if (!plans.ok()) return plans.status();
   for (fleet::v1::Plan& p : *plans) {
     Fixes& f = fixes_[p.container()];
-    if (p.trigger() == "preflight") f.preflight_done = true;
+    // A plan left "applying" when fleetd stopped is resolved (by a probe) before anything else of
+    // its container is planned or launched; until then a preflight it was is not done.
+    if (p.status() == "applying") {
+      f.unresolved.push_back(p.id());
+    } else if (p.trigger() == "preflight" && p.status() != "interrupted") {
+      f.preflight_done = true;
+    }
     f.history.push_back(std::move(p));
   }
+  const absl::Time now = clock_->Now();
   for (auto& [name, s] : servers_) {
     Fixes& f = fixes_[ContainerOf(s.record)];
     // A container that has launched before had its preflight (or ran without one).
     if (s.record.attempt_number > 0) f.preflight_done = true;
     if (s.record.state == "READY") f.jit_warm = true;
+    if (s.record.state == "REMEDIATING") {
+      // What it waited on went with the fleetd that stopped: a plan for it that waits for
+      // approval still does; else it is failed again, and planned for (once any interrupted
+      // plan of its container is resolved).
+      const bool proposed = std::any_of(
+          f.history.begin(), f.history.end(),
+          [&](const fleet::v1::Plan& p) { return p.status() == "proposed" && p.server() == name; });
+      if (proposed) {
+        s.waiting = "approval";
+      } else {
+        SetState(s, "FAILED", now);
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -210,11 +283,40 @@ Daemon::FixJob Daemon::MakeJob(FixJob::Kind kind, const Server& s) {
   return job;
 }
 
+bool Daemon::Resolve(Server& s, const std::string& why, absl::Time now, std::vector<FixJob>* jobs,
+                     std::set<std::string>* changed) {
+  const std::string container = ContainerOf(s.record);
+  Fixes& f = fixes_[container];
+  if (f.unresolved.empty()) return false;
+  const std::string id = f.unresolved.front();
+  auto link = links_.find(container);
+  const bool reachable = link != links_.end() && link->second->state == Link::kFollowing;
+  if (!f.busy && reachable && now >= f.retry_at) {
+    auto plan = std::find_if(f.history.begin(), f.history.end(),
+                             [&](const fleet::v1::Plan& p) { return p.id() == id; });
+    if (plan == f.history.end()) {
+      f.unresolved.pop_front();  // not in the history: nothing to resolve
+      return Resolve(s, why, now, jobs, changed);
+    }
+    FixJob job = MakeJob(FixJob::kResolve, s);
+    job.manual = *plan;
+    jobs->push_back(std::move(job));
+    f.busy = true;
+    f.busy_class.clear();
+  }
+  Wait(s, why,
+       absl::StrCat("waiting: remediation ", id,
+                    " was interrupted when fleetd stopped; a probe tells whether it is in effect"),
+       changed);
+  return true;
+}
+
 bool Daemon::Gate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
                   std::set<std::string>* changed) {
   const std::string container = ContainerOf(s.record);
   Fixes& f = fixes_[container];
   const bool remediate = s.record.policy.remediation() != fleet::v1::Policy::OFF;
+  if (remediate && Resolve(s, "resolve", now, jobs, changed)) return false;
   if (remediate && !f.preflight_done) {
     auto link = links_.find(container);
     const bool reachable = link != links_.end() && link->second->state == Link::kFollowing;
@@ -223,7 +325,8 @@ bool Daemon::Gate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
       f.busy = true;
       f.busy_class.clear();
     }
-    Wait(s, "preflight", "preflight: the container's toolchain is probed before the first launch",
+    // After a failed probe, its error (and when it is tried next) is the reason shown.
+    Wait(s, "preflight", f.preflight_reason.empty() ? kPreflightWaiting : f.preflight_reason,
          changed);
     return false;
   }
@@ -276,6 +379,10 @@ bool Daemon::Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
   const std::string container = ContainerOf(s.record);
   Fixes& f = fixes_[container];
   s.fix_class = s.attempt.diagnosis_class;
+  if (Resolve(s, "fix", now, jobs, changed)) {
+    if (s.record.state != "REMEDIATING") SetState(s, "REMEDIATING", now);
+    return true;
+  }
   if (f.busy) {
     Wait(s, "fix",
          absl::StrCat("waiting: the container's remediation",
@@ -347,6 +454,38 @@ Daemon::FixDone Daemon::RunJob(FixJob job) {
   std::unique_ptr<AgentClient> client = factory_(job.container, job.host, job.config);
   if (client == nullptr) {
     done.error = absl::StrCat(job.container, ": no agent client");
+    done.job = std::move(job);
+    return done;
+  }
+  if (job.kind == FixJob::kResolve) {
+    // Left "applying" by a fleetd that stopped: the probe, with the plan's env changes, tells
+    // whether it is in effect (applied) or not (interrupted: planned again, not excluded).
+    fleet::v1::Plan plan = job.manual;
+    fleet::v1::ServerSpec after_spec = job.spec;
+    ApplyActionsToSpec(plan.actions(), &after_spec);
+    absl::StatusOr<fleet::v1::ToolchainSnapshot> seen = client->Probe(after_spec);
+    // A probe that fails tells nothing: the plan is interrupted too (what comes next for the
+    // container, a preflight or a diagnosis' plan, meets the probe's error and says it).
+    const std::vector<std::string> missing =
+        seen.ok()
+            ? NotInEffect(plan, *seen)
+            : std::vector<std::string>{absl::StrCat("the probe failed: ", seen.status().message())};
+    if (seen.ok()) *plan.mutable_after() = *seen;
+    if (missing.empty()) {
+      plan.set_status("applied");
+      plan.set_outcome_reason(
+          "fleetd stopped while it ran; at the next start the probe showed it in effect");
+    } else {
+      plan.set_status("interrupted");
+      plan.set_outcome_reason(absl::StrCat(
+          "fleetd stopped while it ran; at the next start the probe did not show it in effect (",
+          absl::StrJoin(missing, ", "), "): it may be planned again"));
+    }
+    if (absl::Status s = Record(&plan, false); !s.ok()) {
+      done.error = absl::StrCat("record: ", s.message());
+    } else {
+      done.plan = std::move(plan);
+    }
     done.job = std::move(job);
     return done;
   }
@@ -519,6 +658,56 @@ void Daemon::Execute(AgentClient& client, const FixJob& job,
 
 // --- Results (a turn, under the locks) ------------------------------------------------------
 
+void Daemon::PreflightFailed(const FixJob& job, const std::string& error, absl::Time now,
+                             std::set<std::string>* changed) {
+  Fixes& f = fixes_[job.container];
+  const fleet::v1::Policy& policy = job.policy;
+  const int attempts =
+      policy.preflight_attempts() > 0 ? policy.preflight_attempts() : kDefaultPreflightAttempts;
+  const int n = ++f.probe_failures;
+  std::vector<Server*> waiting;
+  for (auto& entry : servers_) {
+    Server& s = entry.second;
+    if (ContainerOf(s.record) == job.container && s.waiting == "preflight") waiting.push_back(&s);
+  }
+  if (n < attempts) {
+    // Tried again after the policy's backoff, doubling: an agent that cannot probe is not asked
+    // every few seconds for ever.
+    const absl::Duration initial = PolicyDuration(policy.backoff_initial(), absl::Seconds(10));
+    const absl::Duration max = PolicyDuration(policy.backoff_max(), absl::Minutes(5));
+    const absl::Duration wait = std::min(max, initial * (1 << std::min(n - 1, 16)));
+    f.retry_at = now + wait;
+    f.preflight_reason =
+        absl::StrCat("preflight: the agent's probe failed (", n, " of ", attempts, "): ", error,
+                     "; tried again in ", absl::FormatDuration(wait));
+    fprintf(stderr, "fleetd: %s: %s\n", job.container.c_str(), f.preflight_reason.c_str());
+    for (Server* s : waiting) Wait(*s, "preflight", f.preflight_reason, changed);
+    return;
+  }
+  f.probe_failures = 0;
+  f.preflight_reason.clear();
+  f.retry_at = absl::InfinitePast();
+  const bool give_up = policy.preflight_failure() == fleet::v1::Policy::GIVE_UP;
+  fprintf(stderr, "fleetd: %s: the preflight probe failed %d times (last: %s): %s\n",
+          job.container.c_str(), attempts, error.c_str(),
+          give_up ? "its servers give up (policy preflight_failure: give_up)"
+                  : "launching without the preflight (a failed start is still diagnosed and "
+                    "remediated)");
+  if (!give_up) f.preflight_done = true;
+  for (Server* s : waiting) {
+    s->waiting.clear();
+    changed->insert(s->record.name);
+    if (give_up) {
+      s->record.reason =
+          absl::StrCat("preflight: the agent's probe failed ", attempts, " times: ", error);
+      SetState(*s, "GAVE_UP", now);
+    } else {
+      s->record.reason.clear();
+      Touch(*s);  // launched by the next turn
+    }
+  }
+}
+
 void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
   std::deque<FixDone> results;
   {
@@ -545,7 +734,24 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
       fprintf(stderr, "fleetd: remediation of %s: %s\n", job.container.c_str(), done.error.c_str());
       f.retry_at = now + absl::Seconds(5);
     }
+    if (job.kind == FixJob::kResolve && done.error.empty()) {
+      if (!f.unresolved.empty() && f.unresolved.front() == job.manual.id()) {
+        f.unresolved.pop_front();
+      }
+      fprintf(stderr, "fleetd: remediation %s of %s, interrupted when fleetd stopped: %s\n",
+              job.manual.id().c_str(), job.container.c_str(),
+              done.plan ? done.plan->status().c_str() : "?");
+      if (done.plan && done.plan->status() == "applied" && done.plan->trigger() == "preflight") {
+        f.preflight_done = true;
+      }
+    }
+    if (job.kind == FixJob::kPreflight && !done.error.empty()) {
+      PreflightFailed(job, done.error, now, changed);
+      continue;
+    }
     if (job.kind == FixJob::kPreflight && done.error.empty()) {
+      f.probe_failures = 0;
+      f.preflight_reason.clear();
       // An applied preflight that uncovered the next layer of problems gets another round, with
       // its fix in the spec (a few at most: each round must apply something new).
       f.preflight_done =
@@ -620,8 +826,16 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
         }
         continue;
       }
-      // A failed or rolled-back plan, an agent that could not be asked, or a report about
-      // another class: back to FAILED, planned again (a failed plan is not proposed twice).
+      if (!done.error.empty() && job.kind == FixJob::kDiagnosis) {
+        // The agent could not be asked (its probe fails): restarted without a fix after backoff,
+        // so the attempt budget bounds it, instead of asking again every few seconds.
+        s.record.reason = absl::StrCat("remediation of ", s.fix_class, " could not run (",
+                                       done.error, "): restarted without it after backoff");
+        Backoff(s, now);
+        continue;
+      }
+      // A failed or rolled-back plan, or a report about another class: back to FAILED, planned
+      // again (a failed plan is not proposed twice).
       if (plan != nullptr) {
         s.record.reason = absl::StrCat("remediation ", plan->id(), " ", plan->status(), ": ",
                                        plan->outcome_reason());

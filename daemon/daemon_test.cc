@@ -4,7 +4,16 @@
 // recovery of a daemon that died between writing an attempt and launching it.
 #include "daemon/daemon.h"
 
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
+#include "common/config/config_duration.h"
+#include "daemon/bounded_stop.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_clock.h"
@@ -582,6 +591,220 @@ TEST_F(DaemonTest, DeployParsesTheYamlItIsGivenAndReappliesTheStoredConfigWhenGi
   EXPECT_EQ(attempts->attempts(0).trigger(), "initial");
   EXPECT_EQ(attempts->attempts(1).trigger(), "deploy");
   EXPECT_EQ(attempts->attempts(0).diagnosis_class(), "ptx_version_unsupported");
+}
+
+TEST_F(DaemonTest, DeployOnlyWithAnUnknownServerFailsNamingItAndSavesNothing) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  auto configs = [this]() -> int64_t {
+    auto store = FleetStore::Open(dir_.Join("fleet.db"));
+    EXPECT_TRUE(store.ok()) << store.status();
+    auto count = (*store)->db().Prepare("SELECT count(*) FROM configs");
+    EXPECT_TRUE(count.ok() && *count->Step());
+    return count->ColumnInt(0);
+  };
+  ASSERT_EQ(configs(), 1);
+  // A changed config, aimed at one server that exists and one that does not.
+  fleet::v1::FleetConfig changed = TwoGpuConfig();
+  changed.mutable_templates(0)->add_argv("--disable-cuda-graph");
+  fleet::v1::DeployRequest r;
+  *r.mutable_config() = changed;
+  r.add_only("local/200/gpu0");
+  r.add_only("local/200/gpu7");
+  auto refused = daemon_->Deploy(r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("local/200/gpu7"));
+  // Nothing saved, nothing changed: the same config version, gpu0's spec as it was.
+  EXPECT_EQ(configs(), 1);
+  auto current = daemon_->CurrentConfig();
+  ASSERT_TRUE(current.ok() && current->has_value());
+  EXPECT_EQ((*current)->templates(0).argv_size(), TwoGpuConfig().templates(0).argv_size());
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  for (const auto& launch : agent_.launches) {
+    EXPECT_THAT(launch.spec().argv(), ::testing::Not(::testing::Contains("--disable-cuda-graph")));
+  }
+  // A dry run is refused the same way; a known name alone is deployed.
+  r.set_dry_run(true);
+  EXPECT_EQ(daemon_->Deploy(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.set_dry_run(false);
+  r.clear_only();
+  r.add_only("local/200/gpu0");
+  auto deployed = daemon_->Deploy(r);
+  ASSERT_TRUE(deployed.ok()) << deployed.status();
+  EXPECT_EQ(configs(), 2);
+}
+
+// A fleet config as fleetctl and fleetd read it: `gpus` GPUs in local/200.
+std::string ConfigYaml(int gpus, const std::string& extra_argv = "") {
+  std::string list;
+  for (int g = 0; g < gpus; ++g) absl::StrAppend(&list, g == 0 ? "" : ", ", g);
+  return absl::StrCat(
+      "hosts:\n"
+      "  - name: local\n"
+      "    containers:\n"
+      "      - ctid: \"200\"\n"
+      "        channel: {kind: loopback, address: \"unix:/nonexistent.sock\"}\n"
+      "        gpus: [",
+      list,
+      "]\n"
+      "        template: sglang\n"
+      "        policy: p\n"
+      "        base_port: 30000\n"
+      "templates:\n"
+      "  - name: sglang\n"
+      "    engine: sglang\n"
+      "    argv: [/venv/bin/python, -m, sglang.launch_server, --port, \"{port}\"",
+      extra_argv,
+      "]\n"
+      "    log_path: /logs/gpu{gpu}.log\n"
+      "policies:\n"
+      "  - name: p\n"
+      "    remediation: \"off\"\n"
+      "    canary: false\n");
+}
+
+TEST(StartupConfig, TheFileSeedsAnEmptyRecordIsIgnoredUnchangedAndAppliedChanged) {
+  const std::string a = ConfigDigest("a");
+  const std::string b = ConfigDigest("b");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(DecideStartupConfig(false, std::nullopt, a), StartupConfigAction::kSeeded);
+  EXPECT_EQ(DecideStartupConfig(false, a, a), StartupConfigAction::kSeeded);
+  EXPECT_EQ(DecideStartupConfig(true, a, a), StartupConfigAction::kIgnored);
+  EXPECT_EQ(DecideStartupConfig(true, a, b), StartupConfigAction::kApplied);
+  EXPECT_EQ(DecideStartupConfig(true, std::nullopt, a), StartupConfigAction::kApplied);
+}
+
+TEST_F(DaemonTest, ARestartWithTheSameConfigFileKeepsWhatADeployChangedSince) {
+  agent_.snapshot.set_incarnation("inc-1");
+  const std::string file = dir_.Join("fleet.yaml");
+  auto seeded = daemon_->ApplyStartupConfig(file, ConfigYaml(1));
+  ASSERT_TRUE(seeded.ok()) << seeded.status();
+  EXPECT_EQ(seeded->action, StartupConfigAction::kSeeded);
+  EXPECT_THAT(seeded->message, HasSubstr("seeded"));
+  EXPECT_EQ(Rows().size(), 1u);
+  // `fleetctl deploy -f` adds a server.
+  fleet::v1::DeployRequest r;
+  r.set_source("/home/op/fleet-2.yaml");
+  r.set_yaml(ConfigYaml(2));
+  auto deployed = daemon_->Deploy(r);
+  ASSERT_TRUE(deployed.ok()) << deployed.status();
+  ASSERT_EQ(Rows().size(), 2u);
+  // systemd restarts fleetd with --config FILE, FILE as it was: the deployed state stays.
+  Open();
+  auto again = daemon_->ApplyStartupConfig(file, ConfigYaml(1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->action, StartupConfigAction::kIgnored);
+  EXPECT_EQ(again->version, deployed->config_version());
+  EXPECT_THAT(again->message, HasSubstr("the record's config is newer"));
+  const auto rows = Rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows.count("local/200/gpu1"), 1u);
+  auto current = daemon_->CurrentConfig();
+  ASSERT_TRUE(current.ok() && current->has_value());
+  EXPECT_EQ((*current)->hosts(0).containers(0).gpus_size(), 2);
+}
+
+TEST_F(DaemonTest, AConfigFileChangedSinceItWasAppliedIsAppliedAtStart) {
+  agent_.snapshot.set_incarnation("inc-1");
+  const std::string file = dir_.Join("fleet.yaml");
+  ASSERT_TRUE(daemon_->ApplyStartupConfig(file, ConfigYaml(2)).ok());
+  // Unchanged, the record holds it: ignored.
+  Open();
+  auto same = daemon_->ApplyStartupConfig(file, ConfigYaml(2));
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->action, StartupConfigAction::kIgnored);
+  // The operator edits FILE and restarts: applied.
+  Open();
+  auto changed = daemon_->ApplyStartupConfig(file, ConfigYaml(2, ", --disable-cuda-graph"));
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(changed->action, StartupConfigAction::kApplied);
+  EXPECT_THAT(changed->message, HasSubstr("changed since it was applied"));
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  EXPECT_THAT(agent_.launches[0].spec().argv(), ::testing::Contains("--disable-cuda-graph"));
+}
+
+TEST_F(DaemonTest, AConfigFileNeverAppliedIsAppliedOverAnotherSourcesConfig) {
+  agent_.snapshot.set_incarnation("inc-1");
+  fleet::v1::DeployRequest r;
+  r.set_source("cli.yaml");
+  r.set_yaml(ConfigYaml(1));
+  ASSERT_TRUE(daemon_->Deploy(r).ok());
+  Open();
+  auto applied = daemon_->ApplyStartupConfig(dir_.Join("fleet.yaml"), ConfigYaml(2));
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->action, StartupConfigAction::kApplied);
+  EXPECT_THAT(applied->message, HasSubstr("never applied"));
+  EXPECT_EQ(Rows().size(), 2u);
+}
+
+TEST_F(DaemonTest, ARecordOfAnOlderFleetdWithoutDigestsIsJudgedByItsStoredText) {
+  agent_.snapshot.set_incarnation("inc-1");
+  const std::string file = dir_.Join("fleet.yaml");
+  ASSERT_TRUE(daemon_->ApplyStartupConfig(file, ConfigYaml(1)).ok());
+  fleet::v1::DeployRequest r;
+  r.set_source("cli.yaml");
+  r.set_yaml(ConfigYaml(2));
+  ASSERT_TRUE(daemon_->Deploy(r).ok());
+  daemon_.reset();
+  {
+    auto store = FleetStore::Open(dir_.Join("fleet.db"));
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->db().Exec("UPDATE configs SET digest = NULL").ok());
+  }
+  Open();
+  auto again = daemon_->ApplyStartupConfig(file, ConfigYaml(1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->action, StartupConfigAction::kIgnored);
+  EXPECT_EQ(Rows().size(), 2u);
+}
+
+// --- fleetd's stop and systemd's (issue 12, defect 9) ----------------------------------------
+
+TEST(StopWithin, WaitsForAStopThatEndsAndNotLongerThanTheTimeoutForOneThatDoesNot) {
+  bool ran = false;
+  EXPECT_TRUE(StopWithin(absl::Seconds(30), [&ran] { ran = true; }));
+  EXPECT_TRUE(ran);
+  auto release = std::make_shared<absl::Notification>();
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(StopWithin(absl::Milliseconds(100), [release] { release->WaitForNotification(); }));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_GE(waited, absl::Milliseconds(100));
+  EXPECT_LT(waited, absl::Seconds(10));
+  release->Notify();  // the abandoned stop ends
+}
+
+TEST(FleetdUnit, SystemdWaitsLongerThanFleetdTakesToStop) {
+  std::ifstream in(fleet::testing::SourcePath("deploy/fleetd.service"));
+  ASSERT_TRUE(in.good());
+  absl::Duration systemd = absl::InfiniteDuration();
+  absl::Duration fleetd = kDefaultStopTimeout;
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view text(line);
+    if (absl::ConsumePrefix(&text, "TimeoutStopSec=")) {
+      absl::ConsumeSuffix(&text, "s");
+      int64_t seconds = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(text, &seconds)) << line;
+      systemd = absl::Seconds(seconds);
+    }
+    if (absl::StartsWith(line, "ExecStart=")) {
+      const size_t flag = line.find("--stop-timeout");
+      if (flag != std::string::npos) {
+        std::string value = line.substr(flag + std::string("--stop-timeout").size() + 1);
+        value = value.substr(0, value.find(' '));
+        auto d = config::ParseConfigDuration(value);
+        ASSERT_TRUE(d.ok()) << line;
+        fleetd = *d;
+      }
+    }
+  }
+  // Without TimeoutStopSec, systemd's default (90 s) applies, whatever fleetd takes.
+  ASSERT_NE(systemd, absl::InfiniteDuration()) << "deploy/fleetd.service sets no TimeoutStopSec";
+  EXPECT_GE(systemd, fleetd + absl::Seconds(10))
+      << "systemd would SIGKILL fleetd before it ends on its own";
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -72,6 +73,17 @@ struct AttemptRecord {
   int64_t time_to_ready_ms = -1;
 };
 
+// A stored config's version (its row id), where it came from and the digest of its YAML text
+// ("" when it was deployed as a message, without text).
+struct StoredConfigInfo {
+  int64_t version = 0;
+  std::string source;
+  std::string digest;
+};
+
+// "sha256:<hex>" of a config's text: what SaveConfig stores with it.
+std::string ConfigDigest(std::string_view text);
+
 struct AgentCursor {
   std::string incarnation;
   uint64_t sequence = 0;
@@ -98,10 +110,14 @@ class FleetStore {
     bool open_ = false;
   };
 
-  // Desired state: the config as given (its YAML text too), newest last.
+  // Desired state: the config as given (its YAML text too, and that text's digest), newest last.
   absl::StatusOr<int64_t> SaveConfig(const fleet::v1::FleetConfig& config, std::string_view source,
                                      std::string_view yaml, absl::Time now);
   absl::StatusOr<std::optional<fleet::v1::FleetConfig>> LatestConfig();
+  // The newest config row, and the newest one deployed with text from `source`; nullopt when
+  // there is none.
+  absl::StatusOr<std::optional<StoredConfigInfo>> LatestConfigInfo();
+  absl::StatusOr<std::optional<StoredConfigInfo>> LastConfigFrom(std::string_view source);
 
   // Servers (by name; hosts and containers rows follow).
   absl::Status PutServer(const ServerRecord& server);
@@ -159,6 +175,7 @@ class FleetStore {
   explicit FleetStore(std::unique_ptr<sqlite::Database> db);
   // A statement prepared once (by its SQL text) and reset when the handle goes.
   absl::StatusOr<Query> Prepare(const std::string& sql);
+  absl::StatusOr<std::optional<StoredConfigInfo>> ReadConfigInfo(sqlite::Statement& st);
   absl::StatusOr<int64_t> ContainerId(const std::string& host, const std::string& container);
   absl::Status PutServerRow(const ServerRecord& server);
   // Only what events change (state, phase, progress, attempt, diagnosis, reason, backoff): the

@@ -26,6 +26,7 @@
 #include "common/config/fleet_config.h"
 #include "daemon/agent_bootstrap.h"
 #include "daemon/agent_client.h"
+#include "daemon/bounded_stop.h"
 #include "daemon/daemon.h"
 #include "daemon/fleet_service.h"
 #include "daemon/remote_agent_client.h"
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
   std::string event_retention = "30d";
   int64_t max_events = 2000000;
   std::string agent_binary;
+  std::string stop_timeout_text = absl::FormatDuration(fleet::daemon::kDefaultStopTimeout);
   fleet::FlagSet flags(
       "fleetd [flags]",
       "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
@@ -111,7 +113,9 @@ int main(int argc, char** argv) {
       "fleetd.service); stopping it leaves the servers running.");
   flags.AddBool("version", '\0', &version, "print the version and exit");
   flags.AddString("config", '\0', &config_path,
-                  "fleet config (YAML) to load as desired state at start", "FILE");
+                  "fleet config (YAML): seeds an empty record, and is applied at a start only when "
+                  "it changed since it was last applied (the record's desired state wins)",
+                  "FILE");
   flags.AddString("state-dir", '\0', &state_dir, "fleet.db, the socket and the lock live here",
                   "DIR");
   flags.AddString("socket", '\0', &socket_path,
@@ -124,6 +128,11 @@ int main(int argc, char** argv) {
                   "the fleet-agent (with fleet-http-probe next to it) to install in containers on "
                   "ssh hosts (default: next to fleetd, or the build tree's agent/)",
                   "PATH");
+  flags.AddString("stop-timeout", '\0', &stop_timeout_text,
+                  "the longest fleetd takes to stop: a remediation or agent call still running "
+                  "then is abandoned (a remediation cut short is resolved at the next start); "
+                  "keep the unit's TimeoutStopSec longer",
+                  "DURATION");
   flags.AddInt("max-events", '\0', &max_events,
                "at most this many agent events are kept in fleet.db (the newest)", "N");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
@@ -167,6 +176,16 @@ int main(int argc, char** argv) {
       return 1;
     }
     options.max_events = max_events;
+  }
+
+  absl::Duration stop_timeout;
+  if (auto d = fleet::config::ParseConfigDuration(stop_timeout_text);
+      d.ok() && *d > absl::ZeroDuration()) {
+    stop_timeout = *d;
+  } else {
+    std::cerr << "fleetd: flag --stop-timeout: '" << stop_timeout_text
+              << "' is not a positive duration (30s, 2m)\n";
+    return 1;
   }
 
   // A bad config is reported before anything else happens.
@@ -240,15 +259,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (config) {
-    fleet::v1::DeployRequest deploy;
-    *deploy.mutable_config() = *config;
-    deploy.set_source(config_path);
-    deploy.set_yaml(yaml);
-    auto r = (*daemon)->Deploy(deploy);
+    // The stored desired state wins: the file seeds an empty record, and is applied again only
+    // when it changed since it was last applied (a `fleetctl deploy -f` since then stays).
+    auto r = (*daemon)->ApplyStartupConfig(config_path, yaml);
     if (!r.ok()) {
       std::cerr << "fleetd: " << r.status().message() << "\n";
       return 1;
     }
+    std::cerr << "fleetd: " << r->message << "\n";
   }
 
   fleet::daemon::FleetService service(daemon->get(), state_dir);
@@ -269,10 +287,19 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::cerr << "fleetd: stopping (the servers keep running)\n";
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server.reset();
-  daemon->reset();
+  const bool stopped = fleet::daemon::StopWithin(stop_timeout, [&] {
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server.reset();
+    daemon->reset();
+  });
   unlink(socket_path.c_str());
+  if (!stopped) {
+    // Within systemd's TimeoutStopSec, on our own terms: every commit is whole in fleet.db, and
+    // a remediation left "applying" is resolved by a probe at the next start.
+    std::cerr << "fleetd: not stopped after " << absl::FormatDuration(stop_timeout)
+              << " (a remediation or an agent call still runs): exiting without it\n";
+    _exit(0);
+  }
   // gRPC's last shutdown cleans up on a thread of its own; at exit that raced the callbacks
   // still finishing (an abort in gRPC's ref counting, seen on a 16-core machine). Everything of
   // ours that used gRPC is gone now: end it here, synchronously, before exit runs.

@@ -35,6 +35,8 @@ class ScriptedAgent {
   std::deque<fleet::v1::ToolchainSnapshot> after;
   std::vector<fleet::v1::Package> saved;  // the venv's package set Apply reports saved
   int probes = 0;
+  absl::Status probe_error;        // when not ok, every probe fails with it
+  std::function<void()> on_apply;  // called as Apply starts
   // Adjusts what a probe with this spec sees (a PATH that now holds ninja, ...).
   std::function<void(const fleet::v1::ServerSpec&, fleet::v1::ToolchainSnapshot*)> on_probe;
   EventSink* sink = nullptr;
@@ -63,12 +65,14 @@ class Client : public AgentClient {
   absl::StatusOr<fleet::v1::StatusResponse> Status() override { return a_->snapshot; }
   absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec& spec) override {
     ++a_->probes;
+    if (!a_->probe_error.ok()) return a_->probe_error;
     fleet::v1::ToolchainSnapshot seen = a_->toolchain;
     if (a_->on_probe) a_->on_probe(spec, &seen);
     return seen;
   }
   absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest& r) override {
     a_->applies.push_back(r);
+    if (a_->on_apply) a_->on_apply();
     fleet::v1::ApplyResponse out;
     for (const fleet::v1::Action& action : r.actions()) {
       fleet::v1::ActionResult* result = out.add_results();
@@ -116,7 +120,13 @@ class RemediationTest : public ::testing::Test {
   void SetUp() override {
     agent_.snapshot.set_incarnation("inc-1");
     agent_.toolchain = pt::FixedSnapshot();
-    auto store = FleetStore::Open(dir_.Join("fleet.db"));
+    Open(dir_.Join("fleet.db"));
+  }
+
+  // A daemon on the record `db` (a restart when there was one).
+  void Open(const std::string& db) {
+    daemon_.reset();
+    auto store = FleetStore::Open(db);
     ASSERT_TRUE(store.ok()) << store.status();
     DaemonOptions options;
     options.fix_threads = 0;  // a turn runs the job; the next one takes its result
@@ -490,6 +500,135 @@ TEST_F(RemediationTest, TheSameCauseAfterItsFixIsAFailedFixAndTheCapEndsIt) {
   const auto row = Rows()["local/200/gpu0"];
   EXPECT_EQ(row.state(), "GAVE_UP");
   EXPECT_THAT(row.reason(), HasSubstr("ptx_version_unsupported"));
+}
+
+// --- A failing preflight probe (issue 12, defect 13) -----------------------------------------
+
+TEST_F(RemediationTest, AFailingProbeIsShownBacksOffAndTheContainerThenLaunchesWithoutPreflight) {
+  agent_.probe_error = absl::UnavailableError("container local/200: Probe: nvidia-smi: not found");
+  fleet::v1::Policy policy = Policy();
+  policy.mutable_backoff_initial()->set_seconds(10);
+  policy.mutable_backoff_max()->set_seconds(30);
+  policy.set_preflight_attempts(4);
+  Deploy(Config(2, policy));
+  Turns(2);  // the probe fails; the next turn takes its result
+  EXPECT_EQ(agent_.probes, 1);
+  EXPECT_TRUE(agent_.launches.empty());
+  auto row = Rows()["local/200/gpu1"];
+  EXPECT_EQ(row.state(), "PENDING");
+  EXPECT_THAT(row.reason(), HasSubstr("nvidia-smi: not found"));
+  EXPECT_THAT(row.reason(), HasSubstr("1 of 4"));
+  EXPECT_THAT(row.reason(), HasSubstr("tried again in 10s"));
+  // Backoff: 10 s, then 20 s, then 30 s (the policy's max); no probe in between.
+  const std::vector<int> waits = {10, 20, 30};
+  for (size_t i = 0; i < waits.size(); ++i) {
+    clock_.Advance(absl::Seconds(waits[i] - 1));
+    Turns(3);
+    EXPECT_EQ(agent_.probes, static_cast<int>(i) + 1) << "probed before the backoff ended";
+    clock_.Advance(absl::Seconds(1));
+    Turns(2);
+    EXPECT_EQ(agent_.probes, static_cast<int>(i) + 2);
+    if (i + 2 < 4) {
+      EXPECT_THAT(Rows()["local/200/gpu0"].reason(), HasSubstr(absl::StrCat(i + 2, " of 4")));
+    }
+  }
+  // The fourth failure: both launch without the preflight (the policy's default), once each.
+  Turns(2);
+  EXPECT_EQ(agent_.probes, 4);
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  EXPECT_EQ(Rows()["local/200/gpu0"].state(), "STARTING");
+  EXPECT_EQ(Rows()["local/200/gpu0"].reason(), "");
+  EXPECT_TRUE(Plans().empty());
+}
+
+TEST_F(RemediationTest, AFailingProbeGivesUpWithItsErrorWhenThePolicySaysSo) {
+  agent_.probe_error = absl::UnavailableError("container local/200: Probe: exec format error");
+  fleet::v1::Policy policy = Policy();
+  policy.mutable_backoff_initial()->set_seconds(10);
+  policy.mutable_backoff_max()->set_seconds(10);
+  policy.set_preflight_attempts(2);
+  policy.set_preflight_failure(fleet::v1::Policy::GIVE_UP);
+  Deploy(Config(2, policy));
+  Turns(2);
+  clock_.Advance(absl::Seconds(10));
+  Turns(3);
+  EXPECT_EQ(agent_.probes, 2);
+  EXPECT_TRUE(agent_.launches.empty());
+  for (const auto& [name, row] : Rows()) {
+    EXPECT_EQ(row.state(), "GAVE_UP") << name;
+    EXPECT_THAT(row.reason(), HasSubstr("probe failed 2 times: "));
+    EXPECT_THAT(row.reason(), HasSubstr("exec format error"));
+  }
+  // No more probes once given up.
+  clock_.Advance(absl::Minutes(10));
+  Turns(3);
+  EXPECT_EQ(agent_.probes, 2);
+}
+
+// --- A remediation cut short by fleetd's stop (issue 12, defect 9) ---------------------------
+
+class InterruptedRemediationTest : public RemediationTest {
+ protected:
+  // A server fails on PTX 9.2 with CUDA 13.0 in the container; while the agent applies the plan
+  // (13.2), fleetd "dies": what it had committed then is copied (what kill -9 leaves), and a new
+  // daemon starts on that copy.
+  fleet::v1::Plan FailAndStopDuringTheFix() {
+    Deploy(Config(1, Policy()));
+    Turns();
+    EXPECT_EQ(agent_.launches.size(), 1u);
+    agent_.toolchain = Cuda130();
+    agent_.after.push_back(pt::FixedSnapshot());
+    const std::string copy = dir_.Join("at-the-stop.db");
+    agent_.on_apply = [this, copy] {
+      auto store = FleetStore::Open(dir_.Join("fleet.db"));
+      ASSERT_TRUE(store.ok()) << store.status();
+      ASSERT_TRUE((*store)->db().Exec(absl::StrCat("VACUUM INTO '", copy, "'")).ok());
+    };
+    Fail(agent_.launches[0], pt::PtxDiag());
+    Turns();
+    EXPECT_EQ(agent_.applies.size(), 1u);
+    agent_.on_apply = nullptr;
+    Open(copy);
+    const std::vector<fleet::v1::Plan> plans = Plans();
+    EXPECT_EQ(plans.size(), 1u);
+    EXPECT_EQ(plans.empty() ? "" : plans[0].status(), "applying");
+    return plans.empty() ? fleet::v1::Plan() : plans[0];
+  }
+};
+
+TEST_F(InterruptedRemediationTest, APlanTheProbeShowsInEffectIsAppliedAndItsServerRestarts) {
+  const fleet::v1::Plan plan = FailAndStopDuringTheFix();
+  agent_.toolchain = pt::FixedSnapshot();  // the agent finished the install
+  const size_t launched = agent_.launches.size();
+  Turns();
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "applied");
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("showed it in effect"));
+  EXPECT_EQ(agent_.applies.size(), 1u);  // not run again
+  ASSERT_EQ(agent_.launches.size(), launched + 1);
+  auto attempts = daemon_->ListAttempts({});
+  ASSERT_TRUE(attempts.ok());
+  EXPECT_EQ(attempts->attempts(attempts->attempts_size() - 1).trigger(),
+            "remediation:" + plan.id());
+}
+
+TEST_F(InterruptedRemediationTest, APlanNotInEffectIsInterruptedAndPlannedAgainNotExcluded) {
+  const fleet::v1::Plan plan = FailAndStopDuringTheFix();
+  agent_.toolchain = Cuda130();  // the install never happened
+  agent_.after.push_back(pt::FixedSnapshot());
+  const size_t launched = agent_.launches.size();
+  Turns(5);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 2u);
+  EXPECT_EQ(plans[0].status(), "interrupted");
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("not installed"));
+  // The same fix, not excluded: planned again, run, and the server restarted with it.
+  EXPECT_EQ(plans[1].fingerprint(), plan.fingerprint());
+  EXPECT_EQ(plans[1].status(), "applied");
+  EXPECT_EQ(agent_.applies.size(), 2u);
+  ASSERT_EQ(agent_.launches.size(), launched + 1);
+  EXPECT_NE(Rows()["local/200/gpu0"].state(), "REMEDIATING");
 }
 
 }  // namespace

@@ -324,6 +324,10 @@ class Checker {
     if (!Policy::RemediationMode_IsValid(policy.remediation())) {
       Add(FieldPath(path, "remediation"), "unknown remediation mode");
     }
+    if (policy.preflight_attempts() < 0) {
+      Add(FieldPath(path, "preflight_attempts"),
+          absl::StrCat("must be at least 1 (or left out: 5), got ", policy.preflight_attempts()));
+    }
     const std::vector<std::string> kinds(std::begin(kActionKinds), std::end(kActionKinds));
     absl::flat_hash_map<std::string, std::string> seen;
     for (int i = 0; i < policy.allowed_actions_size(); ++i) {

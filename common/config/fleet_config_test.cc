@@ -160,6 +160,8 @@ policies:
     max_fixes_per_cause: 2
     canary: false
     allow_fallbacks: true
+    preflight_attempts: 3
+    preflight_failure: give_up
 )");
   const auto& reach = config.hosts(0).reach();
   EXPECT_EQ(reach.kind(), Reach::SSH);
@@ -200,6 +202,8 @@ policies:
   EXPECT_EQ(fast.max_fixes_per_cause(), 2);
   EXPECT_FALSE(fast.canary());
   EXPECT_TRUE(fast.allow_fallbacks());
+  EXPECT_EQ(fast.preflight_attempts(), 3);
+  EXPECT_EQ(fast.preflight_failure(), Policy::GIVE_UP);
   EXPECT_EQ(config.policies(1).name(), "default");
 }
 
