@@ -208,9 +208,11 @@ absl::Status Daemon::LoadFixes() {
       // What it waited on went with the fleetd that stopped: a plan for it that waits for
       // approval still does; else it is failed again, and planned for (once any interrupted
       // plan of its container is resolved).
-      const bool proposed = std::any_of(
-          f.history.begin(), f.history.end(),
-          [&](const fleet::v1::Plan& p) { return p.status() == "proposed" && p.server() == name; });
+      const std::string& server = name;  // clang 14 captures no structured binding
+      const bool proposed =
+          std::any_of(f.history.begin(), f.history.end(), [&](const fleet::v1::Plan& p) {
+            return p.status() == "proposed" && p.server() == server;
+          });
       if (proposed) {
         s.waiting = "approval";
       } else {
