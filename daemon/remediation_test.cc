@@ -565,6 +565,38 @@ TEST_F(RemediationTest, AFailingProbeGivesUpWithItsErrorWhenThePolicySaysSo) {
   EXPECT_EQ(agent_.probes, 2);
 }
 
+TEST_F(RemediationTest, WhenTheProbeStillFailsAfterALaunchTheFailedServerRestartsAfterBackoff) {
+  // Launched without the preflight (one failed probe allowed); its failure is one a fix would
+  // address, but the probe the plan needs fails too: restarted without a fix after backoff, within
+  // the attempt budget, never asked again every few seconds.
+  agent_.probe_error = absl::UnavailableError("container local/200: Probe: nvidia-smi: not found");
+  fleet::v1::Policy policy = Policy();
+  policy.mutable_backoff_initial()->set_seconds(10);
+  policy.mutable_backoff_max()->set_seconds(10);
+  policy.set_preflight_attempts(1);
+  policy.set_max_attempts(2);
+  Deploy(Config(1, policy));
+  Turns(2);
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns(3);
+  EXPECT_EQ(agent_.probes, 2);
+  auto row = Rows()["local/200/gpu0"];
+  EXPECT_EQ(row.state(), "RESTARTING");
+  EXPECT_THAT(row.reason(), HasSubstr("nvidia-smi: not found"));
+  Turns(3);
+  EXPECT_EQ(agent_.probes, 2);        // not asked again before the restart
+  clock_.Advance(absl::Seconds(13));  // the backoff, jitter included
+  Turns(2);
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  Fail(agent_.launches[1], pt::PtxDiag());
+  Turns(3);
+  // The budget spent: it gives up with the failure's class (no more probes asked for it).
+  EXPECT_EQ(Rows()["local/200/gpu0"].state(), "GAVE_UP");
+  EXPECT_THAT(Rows()["local/200/gpu0"].reason(), HasSubstr("ptx_version_unsupported"));
+  EXPECT_EQ(agent_.probes, 2);
+}
+
 // --- A remediation cut short by fleetd's stop (issue 12, defect 9) ---------------------------
 
 class InterruptedRemediationTest : public RemediationTest {
