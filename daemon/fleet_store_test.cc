@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -158,6 +159,40 @@ TEST(FleetStore, RetentionPrunesEventsByAgeAndCountButKeepsAttempts) {
   EXPECT_EQ(*store->EventCount(), 5);
   EXPECT_EQ(Count(*store, "SELECT min(sequence) FROM events"), 26);
   EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts"), 1);
+}
+
+TEST(FleetStore, ConfigsKeepTheDigestOfTheirTextAndAVersionOneFileGainsTheColumn) {
+  testing::TempDir dir;
+  {
+    auto store = Open(dir);
+    fleet::v1::FleetConfig config;
+    ASSERT_TRUE(store->SaveConfig(config, "/etc/fleet.yaml", "hosts: []\n", kNow).ok());
+    ASSERT_TRUE(store->SaveConfig(config, "(the stored config)", "", kNow).ok());
+    auto from = store->LastConfigFrom("/etc/fleet.yaml");
+    ASSERT_TRUE(from.ok() && from->has_value());
+    EXPECT_EQ((*from)->version, 1);
+    EXPECT_EQ((*from)->digest, ConfigDigest("hosts: []\n"));
+    EXPECT_TRUE(absl::StartsWith((*from)->digest, "sha256:"));
+    auto latest = store->LatestConfigInfo();
+    ASSERT_TRUE(latest.ok() && latest->has_value());
+    EXPECT_EQ((*latest)->version, 2);
+    EXPECT_EQ((*latest)->digest, "");  // deployed without text
+    auto none = store->LastConfigFrom("/elsewhere.yaml");
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(none->has_value());
+    // Back to what a fleetd of schema version 1 wrote: no digest column.
+    ASSERT_TRUE(store->db()
+                    .Exec("DROP INDEX configs_source; ALTER TABLE configs DROP COLUMN digest; "
+                          "PRAGMA user_version = 1")
+                    .ok());
+  }
+  auto store = Open(dir);  // migrated to version 2
+  EXPECT_EQ(Count(*store, "PRAGMA user_version"), 2);
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM configs WHERE digest IS NULL"), 2);
+  // An old row's digest is computed from its stored text.
+  auto from = store->LastConfigFrom("/etc/fleet.yaml");
+  ASSERT_TRUE(from.ok() && from->has_value());
+  EXPECT_EQ((*from)->digest, ConfigDigest("hosts: []\n"));
 }
 
 }  // namespace
