@@ -886,6 +886,7 @@ TEST_F(AgentTest, AStatusOfEightServersWithTheLongestEvidenceCrossesADefaultGrpc
   const grpc::Status s = stub->Status(&context, fleet::v1::StatusRequest(), &status);
   ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
   EXPECT_LE(status.ByteSizeLong(), 4u << 20);
+  RecordProperty("status_bytes", static_cast<int>(status.ByteSizeLong()));
   EXPECT_GT(status.evidence_lines_omitted(), 0u);
   ASSERT_EQ(status.servers_size(), 8);
   for (const fleet::v1::ServerStatus& st : status.servers()) {
@@ -916,6 +917,7 @@ TEST_F(AgentTest, AStatusOfEightServersWithTheLongestEvidenceCrossesADefaultGrpc
   }
   EXPECT_EQ(read, h.agent().last_sequence());
   EXPECT_GT(largest, 1u << 20);  // the events carry more evidence than a snapshot's share
+  RecordProperty("largest_event_bytes", static_cast<int>(largest));
   events_context.TryCancel();
   reader->Finish().IgnoreError();
   server->Shutdown();
