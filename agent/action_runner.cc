@@ -1,7 +1,7 @@
 #include "agent/action_runner.h"
 
+#include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <utility>
 
@@ -24,6 +25,7 @@
 #include "common/base/errno_status.h"
 #include "common/base/status_macros.h"
 #include "common/base/string_view.h"
+#include "common/base/unique_fd.h"
 #include "re2/re2.h"
 
 namespace fleet::agent {
@@ -510,26 +512,92 @@ std::string FileKind(mode_t mode) {
   return "a special file";
 }
 
-// nftw's callback takes no state argument: each walk points this at its tally (one walk per
-// thread at a time).
 struct TreeRemoval {
   int64_t removed = 0;
   int64_t failed = 0;
   std::string first_error;
-};
-thread_local TreeRemoval* current_removal = nullptr;
 
-int RemoveVisited(const char* path, const struct stat* st, int type, struct FTW* ftw) {
-  const bool directory = type == FTW_DP || type == FTW_DNR;
-  if ((directory ? ::rmdir(path) : ::unlink(path)) == 0) {
-    ++current_removal->removed;
-  } else {
-    if (current_removal->failed++ == 0) {
-      current_removal->first_error = std::string(
-          ErrnoToStatus(errno, absl::StrCat(path, directory ? ": rmdir" : ": unlink")).message());
+  void Fail(const absl::Status& status) {
+    if (failed++ == 0) first_error = std::string(status.message());
+  }
+};
+
+// Deeper than this a cache tree is not walked (one descriptor per level is open).
+constexpr int kMaxRemovalDepth = 256;
+
+// Opens the directory `path` (absolute) one component at a time with O_NOFOLLOW: a component
+// that is (or was swapped for) a symlink fails with ELOOP or ENOTDIR instead of being followed.
+absl::StatusOr<UniqueFd> OpenDirectoryNoFollow(const std::string& path) {
+  UniqueFd dir(open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return ErrnoToStatus(errno, "/: open");
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    const std::string name(part);
+    UniqueFd next(openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) {
+      return ErrnoToStatus(errno, absl::StrCat(path, ": open ", name, " (not followed)"));
+    }
+    dir = std::move(next);
+  }
+  return dir;
+}
+
+// Removes what the directory open at `dir` holds, by descriptors: each entry is looked at with
+// fstatat(AT_SYMLINK_NOFOLLOW) relative to its parent's descriptor and removed with unlinkat
+// relative to it; a subdirectory is opened with openat(O_NOFOLLOW | O_DIRECTORY) and checked to
+// be the one looked at, so a symlink planted in the cache (or a directory swapped for one during
+// the walk) is removed as a link and never followed, and no path is resolved again. Another file
+// system below (a mount point) is left alone. Takes `dir`.
+void RemoveContents(UniqueFd dir, dev_t device, const std::string& where, int depth,
+                    TreeRemoval* removal) {
+  DIR* stream = fdopendir(dir.get());
+  if (stream == nullptr) {
+    removal->Fail(ErrnoToStatus(errno, absl::StrCat(where, ": opendir")));
+    return;
+  }
+  dir.Release();  // the stream owns it now
+  std::vector<std::string> names;
+  while (dirent* e = readdir(stream)) {
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
+  }
+  const int fd = dirfd(stream);
+  for (const std::string& name : names) {
+    const std::string path = absl::StrCat(where, "/", name);
+    struct stat st;
+    if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOENT) removal->Fail(ErrnoToStatus(errno, absl::StrCat(path, ": stat")));
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      if (st.st_dev != device) {
+        removal->Fail(absl::FailedPreconditionError(
+            absl::StrCat(path, ": another file system is mounted there; left")));
+        continue;
+      }
+      if (depth >= kMaxRemovalDepth) {
+        removal->Fail(absl::FailedPreconditionError(
+            absl::StrCat(path, ": deeper than ", kMaxRemovalDepth, " levels; left")));
+        continue;
+      }
+      UniqueFd child(openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      struct stat opened;
+      if (!child.valid() || fstat(child.get(), &opened) != 0) {
+        removal->Fail(ErrnoToStatus(errno, absl::StrCat(path, ": open (not followed)")));
+        continue;
+      }
+      if (opened.st_dev != st.st_dev || opened.st_ino != st.st_ino) {
+        removal->Fail(absl::AbortedError(absl::StrCat(path, ": replaced during the walk; left")));
+        continue;
+      }
+      RemoveContents(std::move(child), device, path, depth + 1, removal);
+    }
+    if (unlinkat(fd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) == 0) {
+      ++removal->removed;
+    } else if (errno != ENOENT) {
+      removal->Fail(
+          ErrnoToStatus(errno, absl::StrCat(path, S_ISDIR(st.st_mode) ? ": rmdir" : ": unlink")));
     }
   }
-  return 0;  // remove what can be removed
+  closedir(stream);
 }
 
 Outcome ClearCacheDirectory(const fleet::v1::ClearJitCache& action, const ActionContext& context) {
@@ -571,15 +639,27 @@ Outcome ClearCacheDirectory(const fleet::v1::ClearJitCache& action, const Action
     return Refused(Reject("jit cache directory", directory,
                           absl::StrCat("is ", FileKind(st.st_mode), ", not a directory")));
   }
+  // From here on by descriptors only: the parent and the directory are opened without following
+  // a link (a component swapped for one since the checks above fails to open), the directory is
+  // checked to be the one just looked at, and its tree is removed relative to them.
+  auto [target_parent, target_name] = SplitPath(target);
+  absl::StatusOr<UniqueFd> parent_fd = OpenDirectoryNoFollow(target_parent);
+  if (!parent_fd.ok()) return Failed(parent_fd.status());
+  UniqueFd dir(openat(parent_fd->get(), target_name.c_str(),
+                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat opened;
+  if (!dir.valid() || fstat(dir.get(), &opened) != 0) {
+    return Failed(ErrnoToStatus(errno, absl::StrCat(target, ": open (not followed)")));
+  }
+  if (opened.st_dev != st.st_dev || opened.st_ino != st.st_ino) {
+    return Failed(absl::AbortedError(absl::StrCat(target, ": replaced since it was checked")));
+  }
   TreeRemoval removal;
-  current_removal = &removal;
-  // Physical (a symlink is removed, never followed), children first, one file system only.
-  const int rc = nftw(target.c_str(), RemoveVisited, 16, FTW_PHYS | FTW_DEPTH | FTW_MOUNT);
-  const int walk_errno = errno;
-  current_removal = nullptr;
-  if (rc != 0) {
-    return Failed(ErrnoToStatus(
-        walk_errno, absl::StrCat(target, ": walk (removed ", removal.removed, " entries)")));
+  RemoveContents(std::move(dir), opened.st_dev, target, 1, &removal);
+  if (unlinkat(parent_fd->get(), target_name.c_str(), AT_REMOVEDIR) == 0) {
+    ++removal.removed;
+  } else {
+    removal.Fail(ErrnoToStatus(errno, absl::StrCat(target, ": rmdir")));
   }
   if (removal.failed > 0) {
     return {

@@ -1,5 +1,6 @@
 #include "agent/action_runner.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -615,6 +616,30 @@ TEST_F(FileActions, ClearJitCacheResolvesRootsAndLinksInside) {
   const fleet::v1::ActionResult r = runner_.Apply(ClearCache(Path("cache/current")), linked);
   EXPECT_TRUE(r.ok()) << r.message();
   EXPECT_FALSE(Exists(Path("cache/flashinfer")));
+}
+
+TEST_F(FileActions, ClearJitCacheRemovesATreeDeeperThanAPathCanNameByDescriptors) {
+  // 30 levels of 200-byte names: deeper than PATH_MAX, so only a walk by descriptors (openat,
+  // unlinkat) reaches the bottom, where a planted link points outside the cache.
+  int fd = open(Path("cache/flashinfer").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const std::string name(200, 'd');
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_EQ(mkdirat(fd, name.c_str(), 0700), 0);
+    const int next = openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    close(fd);
+    ASSERT_GE(next, 0);
+    fd = next;
+  }
+  const int file = openat(fd, "deep.so", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(file, 0);
+  close(file);
+  ASSERT_EQ(symlinkat(Path("outside").c_str(), fd, "escape"), 0);
+  close(fd);
+  const fleet::v1::ActionResult r = runner_.Apply(ClearCache(Path("cache/flashinfer")), context_);
+  EXPECT_TRUE(r.ok()) << r.message();
+  EXPECT_FALSE(Exists(Path("cache/flashinfer")));
+  EXPECT_EQ(fleet::testing::ReadFile(Path("outside/keep.txt")), "keep");
 }
 
 TEST_F(FileActions, SymlinkCreatesAndReplacesALinkBelowTheRoot) {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/log_follower.h"
+#include "agent/message_budget.h"
 #include "agent/proc.h"
 #include "common/base/errno_status.h"
 #include "common/base/version.h"
@@ -212,32 +213,34 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   void Exited(absl::Time now, bool status_known) {
     agent_->mu_.AssertHeld();
     if (exited_) return;
-    int status = 0;
-    bool reaped = false;
+    siginfo_t info{};
+    bool have_status = false;
     if (is_child_ && status_known) {
+      // Read, not reaped (WNOWAIT): the leader stays a zombie until its group is empty, so its
+      // pid, and the group's id, cannot go to another process while the group is signalled.
       while (true) {
-        const pid_t r = waitpid(pid_, &status, WNOHANG);
-        if (r == pid_) {
-          reaped = true;
+        info.si_pid = 0;
+        if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
+          have_status = info.si_pid == pid_;
           break;
         }
-        if (r < 0 && errno == EINTR) continue;
-        break;
+        if (errno != EINTR) break;
       }
     }
     // The server is gone; what it left behind in its group (a scheduler child, a compiler) goes
-    // too, and is reaped as it dies (the agent, as subreaper, inherits it).
-    SignalGroup(pid_, SIGKILL).IgnoreError();
+    // too, and is reaped as it dies (the agent, as subreaper, inherits it). Only a group whose
+    // leader is verified right now is signalled: a pid recorded before a reboot is anyone's.
+    KillGroup(SIGKILL);
     ReapGroup();
     exited_ = true;
     alive_ = false;
     exit_.Clear();
     *exit_.mutable_at() = ToTimestamp(now);
-    if (reaped && WIFEXITED(status)) {
+    if (have_status && info.si_code == CLD_EXITED) {
       exit_.set_exited(true);
-      exit_.set_exit_code(WEXITSTATUS(status));
-    } else if (reaped && WIFSIGNALED(status)) {
-      exit_.set_signal(WTERMSIG(status));
+      exit_.set_exit_code(info.si_status);
+    } else if (have_status && (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED)) {
+      exit_.set_signal(info.si_status);
     } else {
       exit_.set_status_unknown(true);
     }
@@ -260,9 +263,11 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
     }
     state_ = stop_requested_ ? kStopped : kFailed;
     if (follower_) agent_->UnwatchFd(follower_->fd());
+    // The pidfd stays open (unwatched: it stays readable) until the group is gone: the leader is
+    // signalled through it.
     agent_->UnwatchFd(pidfd_.get());
     follower_.reset();
-    pidfd_.Reset();
+    if (group_gone_) pidfd_.Reset();
 
     AgentEvent e = NewEvent();
     *e.mutable_exited() = exit_;
@@ -283,7 +288,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
     if (!alive_) return;
     stop_requested_ = true;
     stop_deadline_ = now + grace;
-    SignalGroup(pid_, SIGTERM).IgnoreError();
+    KillGroup(SIGTERM);
     state_ = kStopping;
     AgentEvent e = NewEvent();
     e.mutable_phase()->set_state(state_);
@@ -304,34 +309,60 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
     agent_->Emit(std::move(phase));
   }
 
-  // Timers: readiness, CPU sampling, stall and deadline, stop escalation. Returns the next time
-  // this run needs attention.
-  // Reaps the dead of the server's group that are the agent's children; true once no process
-  // of the group is left.
-  bool ReapGroup() {
-    siginfo_t info;
-    while (true) {
-      info.si_pid = 0;
-      if (waitid(P_PGID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG) != 0 ||
-          info.si_pid == 0) {
-        break;
-      }
-    }
-    // Zombies count: one killed a moment ago may not be reapable yet.
-    group_gone_ = ListSession(pid_, agent_->options_.proc_root, /*include_zombies=*/true).empty();
-    return group_gone_;
+  // Signals the server's process group, verified right before (SignalServerGroup); a group that
+  // cannot be verified is left alone and said so, once.
+  void KillGroup(int sig) {
+    if (pid_ <= 0 || group_unverified_) return;
+    absl::Status s =
+        SignalServerGroup(pid_, start_ticks_, pidfd_.get(), sig, agent_->options_.proc_root);
+    if (s.ok()) return;
+    if (s.code() == absl::StatusCode::kFailedPrecondition) group_unverified_ = true;
+    fprintf(stderr, "fleet-agent: gpu %d attempt %s: %s\n", gpu(), attempt_id_.c_str(),
+            s.ToString().c_str());
   }
 
+  // Reaps the dead of the server's group that are the agent's children, the leader last (it
+  // holds the group's id while members are left); true once no process of the group is left, or
+  // once the group cannot be verified (its leader gone or another process: nothing of it is the
+  // agent's to wait for).
+  bool ReapGroup() {
+    if (group_gone_) return true;
+    const std::optional<ProcStat> leader = ReadProcStat(pid_, agent_->options_.proc_root);
+    if (group_unverified_ || !leader || leader->start_ticks != start_ticks_) {
+      group_gone_ = true;
+      pidfd_.Reset();
+      return true;
+    }
+    bool members_left = false;
+    for (const SessionProcess& p : ListGroup(pid_, agent_->options_.proc_root, true)) {
+      if (p.stat.pid == pid_) continue;
+      const bool dead = p.stat.state == 'Z' || p.stat.state == 'X';
+      // A zombie that is not the agent's child is its parent's to reap: wait for it.
+      if (dead && waitpid(p.stat.pid, nullptr, WNOHANG) == p.stat.pid) continue;
+      members_left = true;
+    }
+    if (members_left) return false;
+    // A leader that is not the agent's child is its parent's to reap: the next look finds it gone.
+    if (!is_child_ || waitpid(pid_, nullptr, WNOHANG) == 0) return false;
+    group_gone_ = true;
+    pidfd_.Reset();
+    return true;
+  }
+
+  // Timers: readiness, CPU sampling, stall and deadline, stop escalation. Returns the next time
+  // this run needs attention.
   absl::Time Tick(absl::Time now) {
     agent_->mu_.AssertHeld();
     if (exited_ && !group_gone_ && pid_ > 0) {
+      // A member forked while the group was being killed gets the signal too.
+      KillGroup(SIGKILL);
       return ReapGroup() ? absl::InfiniteFuture() : now + absl::Milliseconds(100);
     }
     if (!alive_) return absl::InfiniteFuture();
     absl::Time next = absl::InfiniteFuture();
     if (stop_requested_) {
       if (now >= stop_deadline_) {
-        SignalGroup(pid_, SIGKILL).IgnoreError();
+        KillGroup(SIGKILL);
         stop_deadline_ = absl::InfiniteFuture();
       }
       return stop_deadline_;
@@ -349,7 +380,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
     }
     if (!probe_in_flight_) next = std::min(next, next_probe_at_);
     if (now >= next_sample_at_) {
-      const uint64_t ticks = SessionCpuTicks(pid_, agent_->options_.proc_root);
+      const uint64_t ticks = GroupCpuTicks(pid_, agent_->options_.proc_root);
       if (ticks > cpu_ticks_) {
         cpu_ticks_ = ticks;
         last_progress_at_ = now;
@@ -435,6 +466,8 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
 
   bool alive() const { return alive_; }
   bool ready() const { return ready_; }
+  // Exited, and nothing of its group is left to kill or reap.
+  bool drained() const { return exited_ && group_gone_; }
 
   // After a re-adoption: one event that says where the server is now.
   void AnnounceAdopted() {
@@ -482,7 +515,8 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
     d.root_cause_line = d.evidence.empty() ? 0 : d.evidence.back().line;
     diagnosis::ToProto(d, st->mutable_diagnosis());
     RedactDiagnosis(env_, st->mutable_diagnosis());
-    for (const SessionProcess& p : ListSession(pid_, agent_->options_.proc_root)) {
+    for (const SessionProcess& p : ListGroup(pid_, agent_->options_.proc_root)) {
+      if (st->running_processes_size() >= kMaxReportedProcesses) break;
       st->add_running_processes(absl::StrCat(p.stat.pid, " ", p.stat.comm,
                                              " cpu=", p.stat.utime + p.stat.stime, " ",
                                              RedactText(p.cmdline, env_)));
@@ -504,8 +538,9 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   bool is_child_ = false;
   bool alive_ = false;
   bool exited_ = false;
-  bool finished_ = false;    // the classifier has seen the end of the log
-  bool group_gone_ = false;  // no process of the server's session is left
+  bool finished_ = false;          // the classifier has seen the end of the log
+  bool group_gone_ = false;        // no process of the server's group is left (or none verifiable)
+  bool group_unverified_ = false;  // its leader's pid is gone or another process's: never signal
   bool ready_ = false;
   bool stop_requested_ = false;
   bool replaying_ = false;
@@ -547,6 +582,7 @@ absl::Status Agent::Init() {
   {
     absl::MutexLock lock(&mu_);
     store_ = *std::move(store);
+    last_sequence_ = store_->last_sequence();
     WatchFd(wake_.get(), Watch::kWake, -1);
     auto records = store_->Servers();
     if (!records.ok()) return records.status();
@@ -615,6 +651,12 @@ void Agent::RunOnce(absl::Duration timeout) {
     const absl::Time now = deps_.clock->Now();
     absl::Time next = now + timeout;
     for (auto& [gpu, run] : servers_) next = std::min(next, run->Tick(now));
+    for (auto& run : draining_) next = std::min(next, run->Tick(now));
+    if (Degraded()) {
+      if (now >= next_store_retry_) RetryStore(now);
+      if (Degraded()) next = std::min(next, next_store_retry_);
+    }
+    std::erase_if(draining_, [](const std::unique_ptr<ServerRun>& r) { return r->drained(); });
     wait = std::max(absl::ZeroDuration(), next - now);
     if (!probe_outcomes_.empty()) wait = absl::ZeroDuration();
   }
@@ -696,6 +738,8 @@ absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchR
                          "; stop it before launching ", request.attempt_id()));
       }
       previous_attempt = old.attempt_number();
+      // Its group may still be dying (its leader kept as a zombie until then): drained aside.
+      if (!old.drained()) draining_.push_back(std::move(existing->second));
     }
     RotateLog(spec.log_path(), previous_attempt);
     ServerCommand command;
@@ -757,13 +801,36 @@ fleet::v1::StatusResponse Agent::Status() {
   absl::MutexLock lock(&mu_);
   fleet::v1::StatusResponse response;
   response.set_incarnation(store_->incarnation());
-  response.set_sequence(store_->last_sequence());
+  response.set_sequence(last_sequence_);
   response.set_agent_version(kVersion);
   for (const auto& [gpu, run] : servers_) *response.add_servers() = StatusOf(*run);
+  // The snapshot's diagnoses share one budget: eight failed servers with the longest evidence
+  // must still make one message (the events carry the fuller evidence).
+  int with_diagnosis = 0;
+  for (const auto& st : response.servers()) with_diagnosis += st.has_diagnosis();
+  if (with_diagnosis > 0) {
+    const size_t each = std::max(kSnapshotDiagnosisBytes / static_cast<size_t>(with_diagnosis),
+                                 kMinSnapshotDiagnosisBytes);
+    int64_t omitted = 0;
+    for (auto& st : *response.mutable_servers()) {
+      if (st.has_diagnosis()) omitted += FitDiagnosis(st.mutable_diagnosis(), each);
+    }
+    response.set_evidence_lines_omitted(static_cast<uint64_t>(omitted));
+  }
+  if (Degraded()) {
+    response.set_degraded(true);
+    response.set_degraded_reason(absl::StrCat("agent.db: ", store_error_));
+  }
+  response.set_events_unstored(unstored_.size());
+  response.set_events_dropped(events_dropped_);
   return response;
 }
 
-fleet::v1::ServerStatus Agent::StatusOf(const ServerRun& run) const { return run.Status(); }
+fleet::v1::ServerStatus Agent::StatusOf(const ServerRun& run) const {
+  fleet::v1::ServerStatus status = run.Status();
+  if (status.has_diagnosis()) FitDiagnosis(status.mutable_diagnosis(), kEventDiagnosisBytes);
+  return status;
+}
 
 namespace {
 
@@ -839,20 +906,41 @@ std::vector<AgentEvent> Agent::EventsAfter(const std::string& incarnation, uint6
   absl::MutexLock lock(&mu_);
   std::vector<AgentEvent> out;
   const bool foreign = incarnation != store_->incarnation();
-  const bool lost =
-      !foreign && (after + 1 < store_->first_sequence() || after > store_->last_sequence());
+  bool lost = !foreign && (after + 1 < store_->first_sequence() || after > last_sequence_);
+  if (!foreign && !lost) {
+    if (after < store_->last_sequence()) {
+      auto events = store_->EventsAfter(after, limit);
+      if (!events.ok()) return out;  // read again at the next call
+      out = *std::move(events);
+    }
+    // Then what only memory holds (numbered after everything stored).
+    for (const AgentEvent& e : unstored_) {
+      if (out.size() >= limit) break;
+      if (e.sequence() > after) out.push_back(e);
+    }
+    // Numbers run on without a hole, or the events of the hole were lost (dropped from memory
+    // while the store failed): a position just before a hole is resynchronised, and a batch
+    // stops at one.
+    size_t contiguous = 0;
+    while (contiguous < out.size() && out[contiguous].sequence() == after + 1 + contiguous) {
+      ++contiguous;
+    }
+    if (contiguous == 0 && (!out.empty() || after < last_sequence_)) {
+      lost = true;
+    } else {
+      out.resize(contiguous);
+    }
+  }
   if (foreign || lost) {
+    out.clear();
     AgentEvent resync;
     resync.set_incarnation(store_->incarnation());
-    resync.set_sequence(store_->last_sequence());
+    resync.set_sequence(last_sequence_);
     *resync.mutable_at() = ToTimestamp(deps_.clock->Now());
     resync.mutable_resync()->set_previous_incarnation(incarnation);
     resync.mutable_resync()->set_first_sequence(store_->first_sequence());
     out.push_back(std::move(resync));
-    return out;
   }
-  auto events = store_->EventsAfter(after, limit);
-  if (events.ok()) out = *std::move(events);
   return out;
 }
 
@@ -884,21 +972,86 @@ std::string Agent::incarnation() const {
 
 uint64_t Agent::last_sequence() const {
   absl::MutexLock lock(&mu_);
-  return store_->last_sequence();
+  return last_sequence_;
 }
 
 void Agent::Emit(AgentEvent event) {
   if (event.server().host().empty()) event.mutable_server()->set_host(options_.host);
   if (event.server().container().empty()) event.mutable_server()->set_container(options_.container);
-  absl::Status s = store_->Append(&event);
-  if (!s.ok()) {
-    // The stream would have a hole if this were skipped silently; there is nothing better to do
-    // than say so on stderr (the daemon resynchronises from Status after a gap).
-    fprintf(stderr, "fleet-agent: event log: %s\n", s.ToString().c_str());
-    return;
+  // Each event bounded: one message, whatever the log held.
+  if (event.has_diagnosis()) {
+    FitDiagnosis(event.mutable_diagnosis()->mutable_diagnosis(), kEventDiagnosisBytes);
   }
+  if (event.has_stalled()) {
+    FitDiagnosis(event.mutable_stalled()->mutable_diagnosis(), kEventDiagnosisBytes);
+  }
+  event.set_incarnation(store_->incarnation());
+  event.set_sequence(++last_sequence_);
   events_pending_ = true;
+  const absl::Time now = deps_.clock->Now();
+  if (unstored_.empty()) {
+    absl::Status s = store_->Append(&event);
+    // An append whose pruning failed stored the event all the same.
+    if (s.ok() || store_->last_sequence() >= event.sequence()) return;
+    StoreFailed(s, now);
+  }
+  // Kept, in order, until the store takes it; the stream serves it from memory meanwhile.
+  unstored_bytes_ += event.ByteSizeLong();
+  unstored_.push_back(std::move(event));
+  while (unstored_.size() > options_.max_unstored_events ||
+         (unstored_bytes_ > options_.max_unstored_bytes && unstored_.size() > 1)) {
+    unstored_bytes_ -= unstored_.front().ByteSizeLong();
+    unstored_.pop_front();
+    if (events_dropped_++ == 0) {
+      fprintf(stderr,
+              "fleet-agent: event log: over %zu events or %zu bytes in memory; the oldest are "
+              "dropped (a stream that missed them resynchronises)\n",
+              options_.max_unstored_events, options_.max_unstored_bytes);
+    }
+  }
+  if (now >= next_store_retry_) RetryStore(now);
 }
+
+void Agent::StoreFailed(const absl::Status& status, absl::Time now) {
+  if (store_error_.empty()) {
+    fprintf(stderr, "fleet-agent: event log: %s; events kept in memory and retried\n",
+            status.ToString().c_str());
+  }
+  store_error_ = std::string(status.message());
+  next_store_retry_ = now + options_.store_retry_interval;
+}
+
+void Agent::RetryStore(absl::Time now) {
+  if (unstored_.empty() && unstored_records_.empty()) return;
+  while (!unstored_.empty()) {
+    AgentEvent& e = unstored_.front();
+    absl::Status s = store_->Append(&e);
+    if (!s.ok() && store_->last_sequence() < e.sequence()) {
+      StoreFailed(s, now);
+      return;
+    }
+    unstored_bytes_ -= e.ByteSizeLong();
+    unstored_.pop_front();
+  }
+  for (auto it = unstored_records_.begin(); it != unstored_records_.end();) {
+    auto run = servers_.find(*it);
+    if (run != servers_.end()) {
+      absl::Status s = store_->PutServer(run->first, run->second->Record());
+      if (!s.ok()) {
+        StoreFailed(s, now);
+        return;
+      }
+    }
+    it = unstored_records_.erase(it);
+  }
+  if (!store_error_.empty()) {
+    fprintf(stderr, "fleet-agent: event log: stored again (up to sequence %llu)\n",
+            static_cast<unsigned long long>(last_sequence_));
+  }
+  store_error_.clear();
+}
+
+bool Agent::Degraded() const { return !unstored_.empty() || !unstored_records_.empty(); }
 
 void Agent::NotifySubscribers() {
   std::vector<EventSubscriber*> to_notify;
@@ -913,7 +1066,13 @@ void Agent::NotifySubscribers() {
 
 void Agent::Persist(const ServerRun& run) {
   absl::Status s = store_->PutServer(run.gpu(), run.Record());
-  if (!s.ok()) fprintf(stderr, "fleet-agent: record: %s\n", s.ToString().c_str());
+  if (s.ok()) {
+    unstored_records_.erase(run.gpu());
+    return;
+  }
+  fprintf(stderr, "fleet-agent: record: %s\n", s.ToString().c_str());
+  unstored_records_.insert(run.gpu());
+  StoreFailed(s, deps_.clock->Now());
 }
 
 void Agent::RotateLog(const std::string& log_path, int64_t previous_attempt) {

@@ -7,7 +7,13 @@
 // Servers are the agent's children in sessions of their own, with their logs in files, so they
 // outlive an agent restart; the agent records what it runs (AgentStore) and a restarted agent
 // re-adopts live servers (pid + start time) instead of relaunching them, and reports the ones that
-// died while it was away, with their log's diagnosis.
+// died while it was away, with their log's diagnosis. A process or group is signalled only when
+// its leader's identity (pid + start time) is verified at that moment.
+//
+// When agent.db fails (a full disk) no event is lost silently: events keep their numbers, are
+// served from memory (bounded) and stored once the store takes them again, and Status says the
+// agent is degraded. Events lost to the bound leave a gap that a stream position in it turns
+// into a Resync, so the daemon takes a snapshot and records the gap.
 //
 // Threads: one event loop (Start(), or RunOnce() from tests) waits on each log's inotify
 // descriptor, each server's pidfd and a wake-up eventfd, and runs the timers (readiness probes,
@@ -60,6 +66,12 @@ struct AgentOptions {
   // Action limits (from the config): where ClearJitCache and Symlink may act.
   std::vector<std::string> jit_cache_roots;
   std::vector<std::string> toolkit_roots;
+  // While agent.db fails (a full disk), events are numbered and kept in memory, at most this
+  // many and this many bytes (the oldest go first: a gap the stream reports as a Resync), and
+  // storing them is retried every `store_retry_interval`.
+  size_t max_unstored_events = 10000;
+  size_t max_unstored_bytes = 64 << 20;
+  absl::Duration store_retry_interval = absl::Seconds(1);
 };
 
 // A stream position's owner: told (without the agent's lock held) that events may be waiting.
@@ -135,6 +147,10 @@ class Agent {
   void HandleTimers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(fleet::v1::AgentEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Persist(const ServerRun& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores what only memory holds (events, server records), oldest first, while the store takes it.
+  void RetryStore(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StoreFailed(const absl::Status& status, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Degraded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RotateLog(const std::string& log_path, int64_t previous_attempt);
   void WatchFd(int fd, Watch::Kind kind, int32_t gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnwatchFd(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -155,7 +171,19 @@ class Agent {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<AgentStore> store_ ABSL_GUARDED_BY(mu_);
+  // The last sequence given to an event: the store's last, or an unstored event's.
+  uint64_t last_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  // Events numbered but not yet in agent.db, oldest first, with their serialized bytes.
+  std::deque<fleet::v1::AgentEvent> unstored_ ABSL_GUARDED_BY(mu_);
+  size_t unstored_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t events_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  // GPUs whose server record could not be stored.
+  std::set<int32_t> unstored_records_ ABSL_GUARDED_BY(mu_);
+  std::string store_error_ ABSL_GUARDED_BY(mu_);  // the last failure; "" once all is stored
+  absl::Time next_store_retry_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::map<int32_t, std::unique_ptr<ServerRun>> servers_ ABSL_GUARDED_BY(mu_);
+  // Replaced attempts whose process group is still being killed and reaped.
+  std::vector<std::unique_ptr<ServerRun>> draining_ ABSL_GUARDED_BY(mu_);
   // Watches by descriptor; the epoll data points at the map's nodes, which stay put.
   std::map<int, Watch> watches_ ABSL_GUARDED_BY(mu_);
   std::set<EventSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);

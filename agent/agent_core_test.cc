@@ -4,12 +4,16 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -19,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
 #include "agent/agent_service.h"
+#include "agent/agent_store.h"
 #include "agent/http_readiness_prober.h"
 #include "agent/proc.h"
 #include "gmock/gmock.h"
@@ -590,6 +595,331 @@ TEST_F(AgentTest, LogsGivesTheTailThenFollowsOverGrpc) {
   auto none = stub->Logs(&missing_context, missing);
   EXPECT_FALSE(none->Read(&chunk));
   EXPECT_EQ(none->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  server->Shutdown();
+}
+
+TEST_F(AgentTest, ARecordedPidNowOwnedByAnotherProcessIsNeverSignalled) {
+  AgentHarness h;
+  // An unrelated process, leader of a group of its own, has the pid a server had before a
+  // container reboot (recorded with the server's start time, which differs from its own).
+  auto bystander =
+      fleet::testing::Spawn({fleet::testing::BuildPath("tests/testing/fleet-test-child"), "quiet"},
+                            {.env = std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"}}});
+  ASSERT_TRUE(bystander.ok()) << bystander.status();
+  const pid_t pid = *bystander;
+  ASSERT_EQ(getpgid(pid), pid);
+  const std::optional<ProcStat> before = ReadProcStat(pid);
+  ASSERT_TRUE(before.has_value());
+  h.Destroy();
+  {
+    auto store = AgentStore::Open(h.options().state_dir, 100);
+    ASSERT_TRUE(store.ok()) << store.status();
+    fleet::v1::ServerRecord record;
+    *record.mutable_spec() = h.ChildSpec(0, {"quiet"});
+    record.set_attempt_id("before-reboot");
+    record.set_attempt_number(1);
+    record.set_pid(pid);
+    record.set_start_ticks(before->start_ticks + 4242);
+    record.set_state("READY");
+    record.set_ready(true);
+    ASSERT_TRUE((*store)->PutServer(0, record).ok());
+  }
+  h.Recreate();  // re-adoption: the identity does not match
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "FAILED"); }));
+  for (int i = 0; i < 5; ++i) h.agent().RunOnce(absl::Milliseconds(20));
+  // The bystander lives on, untouched: not killed (no zombie of it to reap), same process.
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT), 0);
+  EXPECT_EQ(info.si_pid, 0) << "the bystander was killed by signal " << info.si_status;
+  const std::optional<ProcStat> after = ReadProcStat(pid);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->start_ticks, before->start_ticks);
+  EXPECT_NE(after->state, 'Z');
+  // The server is reported exited with an unknown status, not killed.
+  const AgentEvent* exit =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_exited(); });
+  ASSERT_NE(exit, nullptr);
+  EXPECT_TRUE(exit->exited().status_unknown());
+  EXPECT_EQ(h.agent().Status().servers(0).state(), "FAILED");
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+}
+
+TEST_F(AgentTest, AGrandchildLeftInTheServersGroupIsKilledAndReapedWhenTheServerExits) {
+  AgentHarness h;
+  fleet::v1::ServerSpec spec = h.ChildSpec(0, {});
+  spec.clear_argv();
+  // The grandchild stays in the server's group; the server exits at once.
+  spec.add_argv("/bin/sh");
+  spec.add_argv("-c");
+  spec.add_argv("sleep 1000 & echo grandchild $!; exit 3");
+  auto launched = h.Launch(spec, "a");
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  const pid_t pid = launched->status().pid();
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "FAILED"); }));
+  int grandchild = 0;
+  ASSERT_EQ(
+      std::sscanf(fleet::testing::ReadFile(spec.log_path()).c_str(), "grandchild %d", &grandchild),
+      1);
+  const AgentEvent* exit =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_exited(); });
+  ASSERT_NE(exit, nullptr);
+  EXPECT_TRUE(exit->exited().exited());
+  EXPECT_EQ(exit->exited().exit_code(), 3);
+  // Killed with the group and reaped (not even a zombie left), the leader too.
+  ASSERT_TRUE(h.RunUntil([&](auto&) {
+    return !ReadProcStat(grandchild).has_value() && !ReadProcStat(pid).has_value();
+  })) << "grandchild "
+      << grandchild << " or leader " << pid << " still exists";
+}
+
+TEST_F(AgentTest, AProcessThatLeftTheServersGroupIsNotItsProgress) {
+  // The group is the server's unit: a process that moved to a group of its own is out of the
+  // agent's reach (a stop does not signal it), so its CPU time is not the server's progress.
+  fleet::testing::FakeClock clock;
+  AgentHarness h(&clock);
+  auto spec = h.ChildSpec(0, {"escaper"});
+  spec.mutable_stall_timeout()->set_seconds(20);
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  ASSERT_TRUE(h.RunUntil([&](auto&) {
+    return absl::StrContains(fleet::testing::ReadFile(spec.log_path()), "escaper");
+  }));
+  int escaper = 0;
+  ASSERT_EQ(std::sscanf(fleet::testing::ReadFile(spec.log_path()).c_str(), "escaper %d", &escaper),
+            1);
+  h.agent().RunOnce(absl::ZeroDuration());
+  // Before each 5 s step the escaped process really gains CPU time.
+  Advance(h, clock, absl::Seconds(30), absl::Seconds(5), [&] {
+    const std::optional<ProcStat> start = ReadProcStat(escaper);
+    ASSERT_TRUE(start.has_value());
+    while (true) {
+      const std::optional<ProcStat> now = ReadProcStat(escaper);
+      if (!now || now->utime + now->stime > start->utime + start->stime) break;
+    }
+  });
+  const AgentEvent* stalled =
+      AgentHarness::Find(h.events(), [](const AgentEvent& e) { return e.has_stalled(); });
+  EXPECT_NE(stalled, nullptr);
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+  // Still there: the stop did not reach it. This test started it; it ends it.
+  const std::optional<ProcStat> left = ReadProcStat(escaper);
+  ASSERT_TRUE(left.has_value());
+  EXPECT_NE(left->pgrp, left->session);
+  kill(escaper, SIGKILL);
+  waitpid(escaper, nullptr, 0);
+}
+
+// A real full disk: a 1 MiB tmpfs mounted for one test (root only), unmounted after it.
+class SmallDisk {
+ public:
+  explicit SmallDisk(std::string path) : path_(std::move(path)) {
+    mkdir(path_.c_str(), 0700);
+    if (geteuid() != 0) {
+      why_ = "a full disk is a tmpfs of 1 MiB, and mounting one needs root";
+      return;
+    }
+    if (mount("tmpfs", path_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700") != 0) {
+      why_ = absl::StrCat("cannot mount a tmpfs at ", path_, ": ", strerror(errno));
+      return;
+    }
+    mounted_ = true;
+  }
+  ~SmallDisk() {
+    if (mounted_) umount2(path_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& why() const { return why_; }
+  const std::string& path() const { return path_; }
+
+  // Writes a filler file until the disk is full.
+  void Fill() {
+    std::string block(4096, 'x');
+    const int fd =
+        open((path_ + "/filler").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    while (write(fd, block.data(), block.size()) > 0) {
+    }
+    EXPECT_EQ(errno, ENOSPC);
+    close(fd);
+  }
+  void Free() { ASSERT_EQ(unlink((path_ + "/filler").c_str()), 0); }
+
+ private:
+  std::string path_;
+  std::string why_;
+  bool mounted_ = false;
+};
+
+TEST_F(AgentTest, EventsAreKeptInMemoryWhileTheDiskIsFullAndStoredUnderTheirNumbersOnceItIsNot) {
+  fleet::testing::TempDir dir;
+  SmallDisk disk(dir.Join("disk"));
+  if (!disk.mounted()) GTEST_SKIP() << disk.why();
+  FakeProber prober;
+  AgentHarness h(nullptr, &prober, disk.path() + "/state");
+  h.options().store_retry_interval = absl::Milliseconds(10);
+  h.Recreate();
+  const auto spec = h.ChildSpec(0, {"lines", "1"});  // its log is on another disk
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STARTING"); }));
+  disk.Fill();
+  prober.ready = true;
+  // The transition is not lost: served from memory, with the numbers that follow on.
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "READY"); }));
+  const std::vector<AgentEvent> seen = h.events();
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i].sequence(), i + 1);
+  const AgentEvent* ready =
+      AgentHarness::Find(seen, [](const AgentEvent& e) { return e.has_ready(); });
+  ASSERT_NE(ready, nullptr);
+  const uint64_t ready_sequence = ready->sequence();
+  fleet::v1::StatusResponse status = h.agent().Status();
+  EXPECT_TRUE(status.degraded());
+  EXPECT_THAT(status.degraded_reason(), HasSubstr("agent.db"));
+  EXPECT_GE(status.events_unstored(), 2u);  // the ready event and the READY phase at least
+  EXPECT_EQ(status.events_dropped(), 0u);
+  EXPECT_EQ(status.sequence(), h.agent().last_sequence());
+  EXPECT_EQ(status.servers(0).state(), "READY");
+
+  disk.Free();
+  ASSERT_TRUE(h.RunUntil([&](auto&) { return !h.agent().Status().degraded(); }));
+  EXPECT_EQ(h.agent().Status().events_unstored(), 0u);
+  // Stored: an agent restarted on the record replays the READY event under the same number.
+  const std::string incarnation = h.agent().incarnation();
+  h.Recreate();
+  std::vector<AgentEvent> replay = h.agent().EventsAfter(incarnation, ready_sequence - 1, 1);
+  ASSERT_EQ(replay.size(), 1u);
+  EXPECT_TRUE(replay[0].has_ready());
+  EXPECT_EQ(replay[0].sequence(), ready_sequence);
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+TEST_F(AgentTest, EventsBeyondTheMemoryBoundLeaveAGapThatAStreamIsResynchronisedOver) {
+  fleet::testing::TempDir dir;
+  SmallDisk disk(dir.Join("disk"));
+  if (!disk.mounted()) GTEST_SKIP() << disk.why();
+  AgentHarness h(nullptr, nullptr, disk.path() + "/state");
+  h.options().store_retry_interval = absl::Milliseconds(10);
+  h.options().max_unstored_events = 2;
+  h.Recreate();
+  const auto spec = h.ChildSpec(0, {"lines", "1"});
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STARTING"); }));
+  const std::string incarnation = h.agent().incarnation();
+  const uint64_t position = h.agent().last_sequence();  // a reader stopped here
+  disk.Fill();
+  h.Stop(0);  // STOPPING, exited, STOPPED: more than memory keeps
+  ASSERT_TRUE(
+      h.RunUntil([&](auto&) { return h.agent().Status().servers(0).state() == "STOPPED"; }));
+  const fleet::v1::StatusResponse status = h.agent().Status();
+  EXPECT_TRUE(status.degraded());
+  EXPECT_GE(status.events_dropped(), 1u);
+  EXPECT_EQ(status.events_unstored(), 2u);
+  // The reader's next event was dropped: it is told to resynchronise, at the current sequence.
+  std::vector<AgentEvent> next = h.agent().EventsAfter(incarnation, position, 100);
+  ASSERT_EQ(next.size(), 1u);
+  ASSERT_TRUE(next[0].has_resync());
+  EXPECT_EQ(next[0].sequence(), h.agent().last_sequence());
+  // The newest events are there, without a hole.
+  next = h.agent().EventsAfter(incarnation, h.agent().last_sequence() - 2, 100);
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[1].sequence(), h.agent().last_sequence());
+
+  disk.Free();
+  ASSERT_TRUE(h.RunUntil([&](auto&) { return !h.agent().Status().degraded(); }));
+  // The gap stays a gap in the stored log, across a restart.
+  const uint64_t last = h.agent().last_sequence();
+  h.Recreate();
+  EXPECT_EQ(h.agent().last_sequence(), last);
+  next = h.agent().EventsAfter(incarnation, position, 100);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_TRUE(next[0].has_resync());
+  next = h.agent().EventsAfter(incarnation, last - 1, 100);
+  ASSERT_GE(next.size(), 1u);
+  EXPECT_EQ(next[0].sequence(), last);
+}
+
+TEST_F(AgentTest, AStatusOfEightServersWithTheLongestEvidenceCrossesADefaultGrpcChannel) {
+  AgentHarness h;
+  // The worst log: a traceback of 400 frames of lines longer than the classifier keeps, ending
+  // in a root cause that is just as long.
+  const std::string pad(9000, 'x');
+  std::string log = "Traceback (most recent call last):\n";
+  for (int i = 0; i < 400; ++i) {
+    absl::StrAppend(&log, "  File \"/venv/lib/python3.12/site-packages/m", i, ".py\", line ", i,
+                    ", in f ", pad, "\n");
+  }
+  absl::StrAppend(&log,
+                  "ImportError: libnvrtc.so.13: cannot open shared object file: No such file or "
+                  "directory ",
+                  pad, "\n");
+  h.dir().WriteFile("worst.log", log);
+  for (int gpu = 0; gpu < 8; ++gpu) {
+    fleet::v1::ServerSpec spec = h.ChildSpec(gpu, {});
+    spec.clear_argv();
+    spec.add_argv("/bin/sh");
+    spec.add_argv("-c");
+    spec.add_argv("cat \"$0\"; exit 1");
+    spec.add_argv(h.dir().Join("worst.log"));
+    ASSERT_TRUE(h.Launch(spec, absl::StrCat("a", gpu)).ok());
+  }
+  ASSERT_TRUE(h.RunUntil([](auto& ev) {
+    int failed = 0;
+    for (const AgentEvent& e : ev) failed += e.has_phase() && e.phase().state() == "FAILED";
+    return failed == 8;
+  }));
+  h.agent().Start();
+  AgentService service(&h.agent());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  SetMessageLimits(&builder);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  // A client with gRPC's default limits (4 MiB received), as an older daemon has.
+  auto stub = fleet::v1::Agent::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  fleet::v1::StatusResponse status;
+  const grpc::Status s = stub->Status(&context, fleet::v1::StatusRequest(), &status);
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_LE(status.ByteSizeLong(), 4u << 20);
+  RecordProperty("status_bytes", static_cast<int>(status.ByteSizeLong()));
+  EXPECT_GT(status.evidence_lines_omitted(), 0u);
+  ASSERT_EQ(status.servers_size(), 8);
+  for (const fleet::v1::ServerStatus& st : status.servers()) {
+    const fleet::v1::Diagnosis& d = st.diagnosis();
+    EXPECT_EQ(d.diagnosis_class(), "missing_shared_library");
+    // The root-cause line is still there, and a marker says lines were left out.
+    bool root_cause = false, elided = false;
+    for (const auto& line : d.evidence()) {
+      root_cause |=
+          line.line() == d.root_cause_line() && absl::StartsWith(line.text(), "ImportError");
+      elided |= line.line() == 0 && absl::StrContains(line.text(), "left out of this message");
+    }
+    EXPECT_TRUE(root_cause);
+    EXPECT_TRUE(elided);
+  }
+  // Every event, the final diagnoses with their fuller evidence included, crosses it too.
+  grpc::ClientContext events_context;
+  events_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  fleet::v1::EventsRequest request;
+  request.set_incarnation(h.agent().incarnation());
+  auto reader = stub->Events(&events_context, request);
+  AgentEvent e;
+  uint64_t read = 0;
+  size_t largest = 0;
+  while (read < h.agent().last_sequence() && reader->Read(&e)) {
+    read = e.sequence();
+    largest = std::max(largest, e.ByteSizeLong());
+  }
+  EXPECT_EQ(read, h.agent().last_sequence());
+  EXPECT_GT(largest, 1u << 20);  // the events carry more evidence than a snapshot's share
+  RecordProperty("largest_event_bytes", static_cast<int>(largest));
+  events_context.TryCancel();
+  reader->Finish().IgnoreError();
   server->Shutdown();
 }
 

@@ -9,8 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/log_follower.h"
+#include "common/base/rpc_limits.h"
 
 namespace fleet::agent {
+
+void SetMessageLimits(grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(kAgentRpcMaxMessageBytes);
+  builder->SetMaxSendMessageSize(kAgentRpcMaxMessageBytes);
+}
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;

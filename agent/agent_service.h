@@ -15,6 +15,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "agent/agent.h"
+#include "grpcpp/server_builder.h"
 #include "proto/agent.grpc.pb.h"
 
 namespace fleet::agent {
@@ -54,6 +55,9 @@ class AgentService final : public fleet::v1::Agent::CallbackService {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread worker_;
 };
+
+// Sets the agent server's message limits (common/base/rpc_limits.h) on `builder`.
+void SetMessageLimits(grpc::ServerBuilder* builder);
 
 // The gRPC status for an absl::Status (same code, same message).
 grpc::Status ToGrpc(const absl::Status& status);

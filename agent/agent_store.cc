@@ -88,7 +88,9 @@ absl::Status AgentStore::Load() {
 
 absl::Status AgentStore::Append(fleet::v1::AgentEvent* event) {
   event->set_incarnation(incarnation_);
-  event->set_sequence(last_sequence_ + 1);
+  // A number the agent gave already (an event kept in memory while the store failed) is kept;
+  // a hole before it is events lost meanwhile.
+  if (event->sequence() <= last_sequence_) event->set_sequence(last_sequence_ + 1);
   auto insert = db_->Prepare("INSERT INTO events (seq, event) VALUES (?1, ?2)");
   if (!insert.ok()) return insert.status();
   insert->Bind(1, static_cast<int64_t>(event->sequence())).BindBlob(2, event->SerializeAsString());

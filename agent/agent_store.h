@@ -30,7 +30,8 @@ class AgentStore {
   // The oldest sequence still kept (last_sequence()+1 when the log is empty).
   uint64_t first_sequence() const { return first_sequence_; }
 
-  // Gives `event` the next sequence and this incarnation, and stores it.
+  // Gives `event` this incarnation and the next sequence (unless it carries a later one: the
+  // agent numbers events itself while the store fails), and stores it.
   absl::Status Append(fleet::v1::AgentEvent* event);
   // Events with sequence > `after`, at most `limit`, oldest first.
   absl::StatusOr<std::vector<fleet::v1::AgentEvent>> EventsAfter(uint64_t after, size_t limit);

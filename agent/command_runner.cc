@@ -13,6 +13,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/proc.h"
 #include "common/base/errno_status.h"
 
 namespace fleet::agent {
@@ -113,12 +114,31 @@ absl::StatusOr<CommandResult> PosixCommandRunner::Run(const Command& command) {
   if (result.output.size() > max_output_) {
     result.output.erase(0, result.output.size() - max_output_);
   }
+  // The process group is the unit, signalled and reaped as one. The leader's exit is waited for
+  // without reaping it (WNOWAIT): its zombie keeps the group's id from going to another process
+  // while what is left of the group (a child that kept the pipe open, a daemonised grandchild) is
+  // killed and its members that are the agent's children (it is a subreaper) are reaped, each by
+  // its own pid. The leader is reaped last.
+  siginfo_t exited{};
+  while (waitid(P_PID, static_cast<id_t>(pid), &exited, WEXITED | WNOWAIT) != 0) {
+    if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("command: wait ", program));
+  }
+  const pid_t self = getpid();
+  for (bool reaped_one = true; reaped_one;) {
+    kill(-pid, SIGKILL);
+    reaped_one = false;
+    for (const SessionProcess& p : ListGroup(pid, "/proc", /*include_zombies=*/true)) {
+      if (p.stat.pid == pid || p.stat.ppid != self) continue;
+      // Killed a moment ago: this wait is for its death, not for its work.
+      while (waitpid(p.stat.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      reaped_one = true;  // its own children may have become the agent's: look again
+    }
+  }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("command: wait ", program));
   }
-  // Anything left in the group (a child that kept the pipe open) goes too.
-  kill(-pid, SIGKILL);
   result.took = absl::Now() - start;
   if (WIFEXITED(status)) {
     result.exited = true;

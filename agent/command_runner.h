@@ -1,7 +1,8 @@
 // CommandRunner: runs a short-lived program to completion (a toolchain probe such as
 // `nvcc --version`, a `pip install`) from an argv vector and an explicit environment, never a
 // shell string. Output (stdout and stderr interleaved) is kept bounded: the last `max_output`
-// bytes. At the timeout the program's whole process group is killed. An interface, so the probe
+// bytes. At the timeout, and when the program ends, what is left of its process group is killed
+// and reaped with it (the group is the unit, as for servers). An interface, so the probe
 // and the action runner can be tested with a fake.
 //
 // Thread-safe: Run() may be called from several threads at once.

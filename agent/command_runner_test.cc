@@ -1,9 +1,13 @@
 #include "agent/command_runner.h"
 
+#include <sys/prctl.h>
 #include <sys/stat.h>
+
+#include <cstdlib>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "agent/proc.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -81,6 +85,20 @@ TEST(PosixCommandRunner, TimeoutKillsTheWholeGroup) {
     absl::SleepFor(absl::Milliseconds(5));  // a poll interval, bounded by the deadline
   }
   EXPECT_TRUE(stat.empty() || stat.find(") Z ") != std::string::npos) << stat;
+}
+
+TEST(PosixCommandRunner, WhatIsLeftOfTheGroupIsKilledAndReapedWithTheProgram) {
+  // As in the agent: orphans of the group become this process's children, its to reap.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  PosixCommandRunner runner;
+  auto r =
+      runner.Run({.argv = {"sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"}, .env = BaseEnv()});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ok());
+  const pid_t grandchild = static_cast<pid_t>(std::atoi(r->output.c_str()));
+  ASSERT_GT(grandchild, 0);
+  // Killed with the group and reaped before Run returned: no process, not even a zombie.
+  EXPECT_FALSE(ReadProcStat(grandchild).has_value()) << "grandchild " << grandchild;
 }
 
 TEST(PosixCommandRunner, RunsInTheGivenDirectory) {

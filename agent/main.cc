@@ -362,6 +362,7 @@ int main(int argc, char** argv) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort(listen, credentials, &port);
+    fleet::agent::SetMessageLimits(&builder);
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
     if (server == nullptr || port == 0) {

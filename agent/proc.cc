@@ -58,8 +58,12 @@ bool IsSameLiveProcess(pid_t pid, uint64_t start_ticks, const std::string& proc_
   return s && s->start_ticks == start_ticks && s->state != 'Z' && s->state != 'X';
 }
 
-std::vector<SessionProcess> ListSession(pid_t sid, const std::string& proc_root,
-                                        bool include_zombies) {
+namespace {
+
+// The processes whose session (by_group false) or process group (true) is `id`, `id` first.
+std::vector<SessionProcess> ListBy(pid_t id, bool by_group, const std::string& proc_root,
+                                   bool include_zombies) {
+  const pid_t sid = id;
   std::vector<SessionProcess> out;
   DIR* dir = opendir(proc_root.c_str());
   if (dir == nullptr) return out;
@@ -67,7 +71,7 @@ std::vector<SessionProcess> ListSession(pid_t sid, const std::string& proc_root,
     int64_t pid = 0;
     if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
     std::optional<ProcStat> s = ReadProcStat(static_cast<pid_t>(pid), proc_root);
-    if (!s || s->session != sid) continue;
+    if (!s || (by_group ? s->pgrp : s->session) != sid) continue;
     if (!include_zombies && (s->state == 'Z' || s->state == 'X')) continue;
     std::string cmdline = ReadSmallFile(absl::StrCat(proc_root, "/", pid, "/cmdline"));
     for (char& c : cmdline) {
@@ -85,12 +89,32 @@ std::vector<SessionProcess> ListSession(pid_t sid, const std::string& proc_root,
   return out;
 }
 
-uint64_t SessionCpuTicks(pid_t sid, const std::string& proc_root) {
+uint64_t CpuTicksOf(const std::vector<SessionProcess>& processes) {
   uint64_t ticks = 0;
-  for (const SessionProcess& p : ListSession(sid, proc_root)) {
+  for (const SessionProcess& p : processes) {
     ticks += p.stat.utime + p.stat.stime + p.stat.cutime + p.stat.cstime;
   }
   return ticks;
+}
+
+}  // namespace
+
+std::vector<SessionProcess> ListSession(pid_t sid, const std::string& proc_root,
+                                        bool include_zombies) {
+  return ListBy(sid, /*by_group=*/false, proc_root, include_zombies);
+}
+
+uint64_t SessionCpuTicks(pid_t sid, const std::string& proc_root) {
+  return CpuTicksOf(ListSession(sid, proc_root));
+}
+
+std::vector<SessionProcess> ListGroup(pid_t pgid, const std::string& proc_root,
+                                      bool include_zombies) {
+  return ListBy(pgid, /*by_group=*/true, proc_root, include_zombies);
+}
+
+uint64_t GroupCpuTicks(pid_t pgid, const std::string& proc_root) {
+  return CpuTicksOf(ListGroup(pgid, proc_root));
 }
 
 }  // namespace fleet::agent

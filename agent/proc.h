@@ -46,4 +46,11 @@ std::vector<SessionProcess> ListSession(pid_t sid, const std::string& proc_root 
 // CPU ticks (user + system, including reaped children) of every live process of session `sid`.
 uint64_t SessionCpuTicks(pid_t sid, const std::string& proc_root = "/proc");
 
+// The same for process group `pgid`. A server's unit is its process group: the agent signals,
+// lists, reaps and counts the CPU time of the group, never of the session (a process that moved
+// to a group of its own is out of the agent's reach and not waited for).
+std::vector<SessionProcess> ListGroup(pid_t pgid, const std::string& proc_root = "/proc",
+                                      bool include_zombies = false);
+uint64_t GroupCpuTicks(pid_t pgid, const std::string& proc_root = "/proc");
+
 }  // namespace fleet::agent

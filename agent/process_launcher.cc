@@ -20,6 +20,10 @@ namespace {
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
+int PidfdSendSignal(int pidfd, int sig) {
+  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
 }  // namespace
 
 absl::StatusOr<ServerProcess> PosixProcessLauncher::Launch(const ServerCommand& command) {
@@ -97,10 +101,28 @@ absl::StatusOr<UniqueFd> OpenPidfd(pid_t pid, uint64_t start_ticks) {
   return fd;
 }
 
-absl::Status SignalGroup(pid_t pgid, int sig) {
-  if (pgid <= 1) return absl::InvalidArgumentError(absl::StrCat("signal: bad group ", pgid));
-  if (kill(-pgid, sig) != 0 && errno != ESRCH) {
-    return ErrnoToStatus(errno, absl::StrCat("signal group ", pgid));
+absl::Status SignalServerGroup(pid_t leader, uint64_t start_ticks, int pidfd, int sig,
+                               const std::string& proc_root) {
+  if (leader <= 1) {
+    return absl::InvalidArgumentError(absl::StrCat("signal: bad server group ", leader));
+  }
+  // A zombie counts: until it is reaped its pid (and the group's id) is still the server's.
+  const std::optional<ProcStat> stat = ReadProcStat(leader, proc_root);
+  if (!stat || stat->start_ticks != start_ticks) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("signal: server group ", leader, ": its leader is gone or pid ", leader,
+                     " is another process now (started at tick ", stat ? stat->start_ticks : 0,
+                     ", not ", start_ticks, "); nothing signalled"));
+  }
+  if (pidfd >= 0 && PidfdSendSignal(pidfd, sig) != 0) {
+    if (errno == ESRCH) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "signal: server group ", leader, ": its leader was reaped; nothing signalled"));
+    }
+    return ErrnoToStatus(errno, absl::StrCat("signal: server ", leader, " (pidfd)"));
+  }
+  if (kill(-leader, sig) != 0 && errno != ESRCH) {
+    return ErrnoToStatus(errno, absl::StrCat("signal: server group ", leader));
   }
   return absl::OkStatus();
 }

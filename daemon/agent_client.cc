@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/rpc_limits.h"
 
 namespace fleet::daemon {
 namespace {
@@ -113,6 +114,9 @@ grpc::ChannelArguments BaseArguments() {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  // Deliberate limits, the agent's own (a Status of many failed servers is bounded there).
+  args.SetMaxReceiveMessageSize(kAgentRpcMaxMessageBytes);
+  args.SetMaxSendMessageSize(kAgentRpcMaxMessageBytes);
   return args;
 }
 

@@ -8,6 +8,8 @@
 //   forker          start a child that ignores SIGTERM too, print both pids, wait
 //   leak VAR        fail with an ImportError whose text holds $VAR's value, exit 0
 //   ready-line      print SGLang's ready line but serve nothing, then wait
+//   escaper         start a child that moves to a process group of its own (same session) and
+//                   burns CPU, print "escaper PID", wait for SIGTERM
 // Waits are on signals (sigsuspend/pause), never timed.
 #include <signal.h>
 #include <unistd.h>
@@ -98,6 +100,18 @@ int main(int argc, char** argv) {
   }
   if (mode == "ready-line") {
     std::printf("[2026-11-29 10:00:00] The server is fired up and ready to roll!\n");
+    WaitForTerm();
+    return 0;
+  }
+  if (mode == "escaper") {
+    const pid_t child = fork();
+    if (child == 0) {
+      setpgid(0, 0);
+      volatile uint64_t x = 0;
+      for (;;) x = x + 1;
+    }
+    std::printf("escaper %d\n", child);
+    std::fflush(stdout);
     WaitForTerm();
     return 0;
   }
