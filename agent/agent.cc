@@ -280,6 +280,10 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
 
   void RequestStop(absl::Time now, absl::Duration grace) {
     agent_->mu_.AssertHeld();
+    if (waiting_for_gpu_) {
+      NotLaunched(now, diagnosis::Diagnosis());
+      return;
+    }
     if (!alive_) return;
     stop_requested_ = true;
     stop_deadline_ = now + grace;
@@ -309,6 +313,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   // Reaps the dead of the server's group that are the agent's children; true once no process
   // of the group is left.
   bool ReapGroup() {
+    if (pid_ <= 0) return group_gone_ = true;  // never launched: no group
     siginfo_t info;
     while (true) {
       info.si_pid = 0;
@@ -434,6 +439,45 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   }
 
   bool alive() const { return alive_; }
+
+  // --- waiting for a free GPU (gpu_guard.h): the attempt holds its GPU's place, no process yet.
+  bool waiting_for_gpu() const { return waiting_for_gpu_; }
+  void WaitForGpu(absl::Time now, std::string detail) {
+    waiting_for_gpu_ = true;
+    started_at_ = now;
+    state_ = kStarting;
+    phase_detail_ = std::move(detail);
+  }
+  // A look at the GPU found it busy: says who holds it (an event when that changed).
+  void GpuBusy(const std::string& detail) {
+    agent_->mu_.AssertHeld();
+    if (detail == phase_detail_) return;
+    phase_detail_ = detail;
+    AgentEvent e = NewEvent();
+    e.mutable_phase()->set_state(state_);
+    e.mutable_phase()->set_detail(phase_detail_);
+    agent_->Emit(std::move(e));
+  }
+  // The attempt ends without a process: stopped while it waited (`failure` empty), or failed
+  // with `failure` as its diagnosis (the GPU stayed busy, or the launch itself failed).
+  void NotLaunched(absl::Time now, const diagnosis::Diagnosis& failure) {
+    agent_->mu_.AssertHeld();
+    waiting_for_gpu_ = false;
+    exited_ = finished_ = group_gone_ = true;
+    exit_.Clear();
+    *exit_.mutable_at() = ToTimestamp(now);
+    phase_detail_.clear();
+    if (failure.diagnosis_class == "none") {
+      stop_requested_ = true;
+      state_ = kStopped;
+    } else {
+      state_ = kFailed;
+      EmitDiagnosis(failure, /*final=*/true);
+    }
+    AgentEvent e = NewEvent();
+    e.mutable_phase()->set_state(state_);
+    agent_->Emit(std::move(e));
+  }
   bool ready() const { return ready_; }
 
   // After a re-adoption: one event that says where the server is now.
@@ -508,6 +552,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   bool group_gone_ = false;  // no process of the server's session is left
   bool ready_ = false;
   bool stop_requested_ = false;
+  bool waiting_for_gpu_ = false;  // no process yet: the launch waits for its GPU
   bool replaying_ = false;
   bool probe_in_flight_ = false;
   bool stall_reported_ = false;
@@ -544,6 +589,10 @@ absl::Status Agent::Init() {
   if (!wake_.valid()) return ErrnoToStatus(errno, "agent: eventfd");
   auto store = AgentStore::Open(options_.state_dir, options_.event_retention);
   if (!store.ok()) return store.status();
+  if (deps_.gpu_guard != nullptr) {
+    deps_.gpu_guard->SetListener([this](const GpuRequest& r, const GpuCheck& c,
+                                        GpuGuard::Verdict v) { OnGpuCheck(r, c, v); });
+  }
   {
     absl::MutexLock lock(&mu_);
     store_ = *std::move(store);
@@ -558,9 +607,14 @@ absl::Status Agent::Init() {
 }
 
 Agent::~Agent() {
+  // No check result reaches the agent after this (a call in flight is waited for).
+  if (deps_.gpu_guard != nullptr) deps_.gpu_guard->SetListener(nullptr);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    for (const auto& [gpu, wait] : gpu_waits_) {
+      deps_.gpu_guard->Cancel(gpu, wait.request.attempt_id());
+    }
   }
   Wake();
   if (loop_thread_.joinable()) loop_thread_.join();
@@ -575,6 +629,16 @@ void Agent::Readopt(const fleet::v1::ServerRecord& record) {
   if (record.has_exit()) {
     run->Restored(record);
     servers_[gpu] = std::move(run);
+    return;
+  }
+  if (record.pid() == 0 && deps_.gpu_guard != nullptr) {
+    // It waited for its GPU when the agent stopped: it waits again (never launched, nothing to
+    // adopt; the previous server's identity went with the record it replaced).
+    fleet::v1::LaunchRequest request;
+    request.set_attempt_id(record.attempt_id());
+    request.set_attempt_number(record.attempt_number());
+    *request.mutable_spec() = record.spec();
+    WaitForGpu(request, /*previous_attempt=*/0, nullptr);
     return;
   }
   absl::StatusOr<UniqueFd> pidfd = OpenPidfd(record.pid(), record.start_ticks());
@@ -690,50 +754,166 @@ absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchR
         response.set_already_running(true);
         return response;
       }
-      if (old.alive()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("launch: gpu ", gpu, " runs attempt ", old.attempt_id(),
-                         "; stop it before launching ", request.attempt_id()));
+      if (old.alive() || old.waiting_for_gpu()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "launch: gpu ", gpu, old.alive() ? " runs attempt " : " waits for attempt ",
+            old.attempt_id(), "; stop it before launching ", request.attempt_id()));
       }
       previous_attempt = old.attempt_number();
     }
-    RotateLog(spec.log_path(), previous_attempt);
-    ServerCommand command;
-    command.argv.assign(spec.argv().begin(), spec.argv().end());
-    command.env = EnvOf(spec);
-    command.env["CUDA_VISIBLE_DEVICES"] = absl::StrCat(gpu);
-    command.cwd = spec.workdir();
-    command.log_path = spec.log_path();
-    ServerSpec effective = spec;
-    (*effective.mutable_env())["CUDA_VISIBLE_DEVICES"] = absl::StrCat(gpu);
-    if (effective.server().host().empty()) effective.mutable_server()->set_host(options_.host);
-    if (effective.server().container().empty()) {
-      effective.mutable_server()->set_container(options_.container);
+    if (deps_.gpu_guard != nullptr) {
+      // The launch happens once the GPU is free (OnGpuCheck), off this call and off the loop.
+      WaitForGpu(request, previous_attempt,
+                 existing == servers_.end() ? nullptr : existing->second.get());
+      *response.mutable_status() = StatusOf(*servers_[gpu]);
+    } else {
+      absl::StatusOr<fleet::v1::ServerStatus> started = StartAttempt(request, previous_attempt);
+      if (!started.ok()) return started.status();
+      *response.mutable_status() = *std::move(started);
     }
-    absl::StatusOr<ServerProcess> process = deps_.launcher->Launch(command);
-    if (!process.ok()) return process.status();
-    auto run = std::make_unique<ServerRun>(this, effective, request.attempt_id(),
-                                           request.attempt_number());
-    run->Launched(*std::move(process), deps_.clock->Now());
-    ServerRun* raw = run.get();
-    servers_[gpu] = std::move(run);
-    Persist(*raw);
-    AgentEvent e;
-    *e.mutable_at() = ToTimestamp(deps_.clock->Now());
-    *e.mutable_server() = effective.server();
-    e.set_attempt_id(request.attempt_id());
-    e.mutable_phase()->set_state(kStarting);
-    Emit(std::move(e));
-    absl::Status follow = raw->StartFollowing(/*replay=*/false);
-    if (!follow.ok()) {
-      // The server runs; its log is not readable yet. The periodic look will pick it up.
-      raw->PollLog();
-    }
-    *response.mutable_status() = StatusOf(*raw);
   }
   NotifySubscribers();
   Wake();
   return response;
+}
+
+namespace {
+
+// The spec as the agent runs it: CUDA_VISIBLE_DEVICES is the config's GPU index, and
+// CUDA_DEVICE_ORDER=PCI_BUS_ID makes that index nvidia-smi's (CUDA's default order puts the
+// fastest GPU first, which differs on a machine with mixed GPUs). A spec's own values of either
+// are replaced, and said so: the GPU check, the config and the logs all mean this index.
+ServerSpec EffectiveSpec(const ServerSpec& spec, const AgentOptions& options) {
+  ServerSpec effective = spec;
+  const int32_t gpu = spec.server().gpu();
+  auto& env = *effective.mutable_env();
+  const std::pair<const char*, std::string> pinned[] = {{"CUDA_VISIBLE_DEVICES", absl::StrCat(gpu)},
+                                                        {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}};
+  for (const auto& [name, value] : pinned) {
+    auto it = env.find(name);
+    if (it != env.end() && it->second != value) {
+      fprintf(stderr, "fleet-agent: gpu %d: the spec's %s=%s replaced by %s\n", gpu, name,
+              it->second.c_str(), value.c_str());
+    }
+    env[name] = value;
+  }
+  if (effective.server().host().empty()) effective.mutable_server()->set_host(options.host);
+  if (effective.server().container().empty()) {
+    effective.mutable_server()->set_container(options.container);
+  }
+  return effective;
+}
+
+}  // namespace
+
+absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::LaunchRequest& request,
+                                                            int64_t previous_attempt) {
+  const ServerSpec& spec = request.spec();
+  const int32_t gpu = spec.server().gpu();
+  RotateLog(spec.log_path(), previous_attempt);
+  const ServerSpec effective = EffectiveSpec(spec, options_);
+  ServerCommand command;
+  command.argv.assign(spec.argv().begin(), spec.argv().end());
+  command.env = EnvOf(effective);
+  command.cwd = spec.workdir();
+  command.log_path = spec.log_path();
+  absl::StatusOr<ServerProcess> process = deps_.launcher->Launch(command);
+  if (!process.ok()) return process.status();
+  auto run =
+      std::make_unique<ServerRun>(this, effective, request.attempt_id(), request.attempt_number());
+  run->Launched(*std::move(process), deps_.clock->Now());
+  ServerRun* raw = run.get();
+  servers_[gpu] = std::move(run);
+  Persist(*raw);
+  AgentEvent e;
+  *e.mutable_at() = ToTimestamp(deps_.clock->Now());
+  *e.mutable_server() = effective.server();
+  e.set_attempt_id(request.attempt_id());
+  e.mutable_phase()->set_state(kStarting);
+  Emit(std::move(e));
+  absl::Status follow = raw->StartFollowing(/*replay=*/false);
+  if (!follow.ok()) {
+    // The server runs; its log is not readable yet. The periodic look will pick it up.
+    raw->PollLog();
+  }
+  return StatusOf(*raw);
+}
+
+// --- Waiting for a free GPU (gpu_guard.h) ---------------------------------------------------
+
+void Agent::WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous_attempt,
+                       const ServerRun* previous) {
+  const ServerSpec& spec = request.spec();
+  const int32_t gpu = spec.server().gpu();
+  GpuRequest check;
+  check.gpu = gpu;
+  check.key = request.attempt_id();
+  if (previous != nullptr) {
+    // The server that ran there before: its leftovers are the only processes the check kills.
+    const fleet::v1::ServerRecord r = previous->Record();
+    check.previous = {static_cast<pid_t>(r.pid()), r.start_ticks()};
+  }
+  check.nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
+  check.env = EnvOf(spec);
+  auto run = std::make_unique<ServerRun>(this, EffectiveSpec(spec, options_), request.attempt_id(),
+                                         request.attempt_number());
+  run->WaitForGpu(deps_.clock->Now(), absl::StrCat("checking that gpu ", gpu, " is free"));
+  Persist(*run);
+  servers_[gpu] = std::move(run);
+  gpu_waits_[gpu] = GpuWait{request, previous_attempt};
+  deps_.gpu_guard->Submit(std::move(check));
+}
+
+void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
+                       GpuGuard::Verdict verdict) {
+  const std::string summary = check.Summary();
+  {
+    absl::MutexLock lock(&mu_);
+    auto wait = gpu_waits_.find(request.gpu);
+    auto run = servers_.find(request.gpu);
+    // A stale answer: the attempt was stopped or replaced meanwhile.
+    if (wait == gpu_waits_.end() || wait->second.request.attempt_id() != request.key ||
+        run == servers_.end() || run->second->attempt_id() != request.key ||
+        !run->second->waiting_for_gpu()) {
+      return;
+    }
+    if (!check.reclaimed.empty() || !check.stuck.empty() || !check.others.empty() ||
+        !check.notes.empty() || verdict != GpuGuard::Verdict::kFree) {
+      fprintf(stderr, "fleet-agent: attempt %s: %s\n", request.key.c_str(), summary.c_str());
+    }
+    const absl::Time now = deps_.clock->Now();
+    if (verdict == GpuGuard::Verdict::kWaiting) {
+      run->second->GpuBusy(absl::StrCat("waiting for gpu ", request.gpu, " to be free: ", summary));
+    } else {
+      GpuWait w = std::move(wait->second);
+      gpu_waits_.erase(wait);
+      diagnosis::Diagnosis failure;
+      failure.fix = diagnosis::FixKind::kReport;
+      failure.toolchain_fix = false;
+      if (verdict == GpuGuard::Verdict::kGaveUp) {
+        // Launching now would end in CUDA out of memory beside whoever holds the GPU.
+        failure.diagnosis_class = "cuda_out_of_memory";
+        failure.summary =
+            absl::StrCat("not launched: gpu ", request.gpu, " still busy after ",
+                         absl::FormatDuration(deps_.gpu_guard->options().max_wait), ": ", summary);
+      } else {
+        absl::StatusOr<fleet::v1::ServerStatus> started =
+            StartAttempt(w.request, w.previous_attempt);
+        if (!started.ok()) {
+          failure.diagnosis_class = "unknown";
+          failure.summary = std::string(started.status().message());
+        }
+      }
+      auto current = servers_.find(request.gpu);
+      if (failure.diagnosis_class != "none" && current != servers_.end() &&
+          current->second->waiting_for_gpu()) {
+        current->second->NotLaunched(now, failure);
+        Persist(*current->second);
+      }
+    }
+  }
+  NotifySubscribers();
+  Wake();
 }
 
 absl::StatusOr<fleet::v1::StopResponse> Agent::Stop(const fleet::v1::StopRequest& request) {
@@ -745,6 +925,10 @@ absl::StatusOr<fleet::v1::StopResponse> Agent::Stop(const fleet::v1::StopRequest
       return absl::NotFoundError(absl::StrCat("stop: no server on gpu ", request.server().gpu()));
     }
     it->second->RequestStop(deps_.clock->Now(), DurationOr(request.grace(), options_.stop_grace));
+    if (auto wait = gpu_waits_.find(request.server().gpu()); wait != gpu_waits_.end()) {
+      deps_.gpu_guard->Cancel(wait->first, wait->second.request.attempt_id());
+      gpu_waits_.erase(wait);
+    }
     Persist(*it->second);
     *response.mutable_status() = StatusOf(*it->second);
   }

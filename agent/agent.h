@@ -33,6 +33,7 @@
 #include "agent/action_runner.h"
 #include "agent/agent_store.h"
 #include "agent/command_runner.h"
+#include "agent/gpu_guard.h"
 #include "agent/process_launcher.h"
 #include "agent/readiness.h"
 #include "agent/toolchain_probe.h"
@@ -76,6 +77,9 @@ class Agent {
     ProcessLauncher* launcher;
     ReadinessProber* prober;
     CommandRunner* runner;  // probes and actions
+    // Checks that a GPU is free before each launch on it (the launch waits for it, off the
+    // loop); null: launches at once, unchecked.
+    GpuGuard* gpu_guard = nullptr;
   };
 
   // Opens the state dir, re-adopts live servers and reports the dead ones. The dependencies must
@@ -129,7 +133,23 @@ class Agent {
     ReadinessResult result;
   };
 
+  // A launch waiting for its GPU: what to start once the guard says it is free.
+  struct GpuWait {
+    fleet::v1::LaunchRequest request;
+    int64_t previous_attempt = 0;
+  };
+
   Agent(AgentOptions options, Dependencies deps);
+  // Starts the attempt's process now (the GPU is free, or unchecked).
+  absl::StatusOr<fleet::v1::ServerStatus> StartAttempt(const fleet::v1::LaunchRequest& request,
+                                                       int64_t previous_attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Holds the GPU's place with an attempt that has no process yet, and asks the guard.
+  void WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous_attempt,
+                  const ServerRun* previous) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The guard's answer (on its thread): launch, say who holds the GPU, or give up.
+  void OnGpuCheck(const GpuRequest& request, const GpuCheck& check, GpuGuard::Verdict verdict)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Init();
   void Readopt(const fleet::v1::ServerRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleTimers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -163,6 +183,7 @@ class Agent {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<ProbeJob> probe_jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<ProbeOutcome> probe_outcomes_ ABSL_GUARDED_BY(mu_);
+  std::map<int32_t, GpuWait> gpu_waits_ ABSL_GUARDED_BY(mu_);
 
   // Serialises Probe/Apply: one change of a container's toolchain at a time.
   absl::Mutex tool_mu_;

@@ -8,7 +8,10 @@
 //   forker          start a child that ignores SIGTERM too, print both pids, wait
 //   leak VAR        fail with an ImportError whose text holds $VAR's value, exit 0
 //   ready-line      print SGLang's ready line but serve nothing, then wait
+//   leftover FILE   start a child that leaves the process group (same session) and keeps FILE
+//                   open (a GPU's device node, as CUDA does), print "leftover PID", wait
 // Waits are on signals (sigsuspend/pause), never timed.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -98,6 +101,25 @@ int main(int argc, char** argv) {
   }
   if (mode == "ready-line") {
     std::printf("[2026-11-29 10:00:00] The server is fired up and ready to roll!\n");
+    WaitForTerm();
+    return 0;
+  }
+  if (mode == "leftover" && argc > 2) {
+    int ready[2];
+    if (pipe(ready) != 0) return 3;
+    const pid_t child = fork();
+    if (child == 0) {
+      setpgid(0, 0);
+      const int fd = open(argv[2], O_RDONLY);
+      const char c = fd >= 0 ? 'k' : 'e';
+      if (write(ready[1], &c, 1) != 1) _exit(1);
+      for (;;) pause();
+    }
+    close(ready[1]);
+    char c = 0;
+    if (read(ready[0], &c, 1) != 1 || c != 'k') return 3;
+    std::printf("leftover %d\n", child);
+    std::fflush(stdout);
     WaitForTerm();
     return 0;
   }
