@@ -72,6 +72,26 @@ void Finish(pid_t pid) {
   waitpid(pid, nullptr, 0);
 }
 
+// Kills (if still the same process) and reaps what a test started, however the test ends.
+class Reaper {
+ public:
+  ~Reaper() {
+    for (const auto& [pid, ticks] : started_) {
+      const std::optional<ProcStat> s = ReadProcStat(pid);
+      if (!s || s->start_ticks != ticks) continue;
+      kill(pid, SIGKILL);
+      if (s->ppid == getpid()) waitpid(pid, nullptr, 0);
+    }
+  }
+  pid_t Add(pid_t pid) {
+    started_.emplace_back(pid, StartTicks(pid));
+    return pid;
+  }
+
+ private:
+  std::vector<std::pair<pid_t, uint64_t>> started_;
+};
+
 // A server that died and left a child behind: a session leader whose child keeps `path` open;
 // the leader is killed and reaped, the child stays in the session (now this process's child).
 struct DeadServer {
@@ -171,7 +191,9 @@ TEST(GpuGuard, KillsAndReapsTheLeftoverOfThePreviousServer) {
   PosixCommandRunner runner;
   fleet::testing::FakeClock clock;
   GpuGuard guard(world.Options(), &runner, &clock);
+  Reaper reaper;
   const DeadServer dead = StartServerAndKillIt(world.Device(0));
+  reaper.Add(dead.leftover);
   ASSERT_TRUE(Alive(dead.leftover, dead.leftover_ticks));
 
   const GpuCheck check = guard.Check(world.Request(0, dead.recorded));
@@ -194,11 +216,13 @@ TEST(GpuGuard, ReportsAHolderOfAnotherSessionAndLeavesItAlive) {
   PosixCommandRunner runner;
   fleet::testing::FakeClock clock;
   GpuGuard guard(world.Options(), &runner, &clock);
+  Reaper reaper;
   const DeadServer dead = StartServerAndKillIt(world.Device(0));
-  const pid_t bystander = HoldOpen(world.Device(0));
+  reaper.Add(dead.leftover);
+  const pid_t bystander = reaper.Add(HoldOpen(world.Device(0)));
   const uint64_t bystander_ticks = StartTicks(bystander);
   // A holder of the other GPU is nobody's business here.
-  const pid_t elsewhere = HoldOpen(world.Device(1));
+  const pid_t elsewhere = reaper.Add(HoldOpen(world.Device(1)));
 
   const GpuCheck check = guard.Check(world.Request(0, dead.recorded));
 
@@ -221,7 +245,8 @@ TEST(GpuGuard, ARecordedPidNowAnotherProcessIsNotThePreviousServer) {
   GpuGuard guard(world.Options(), &runner, &clock);
   // The record names this pid and session, but with another start time: after a container
   // reboot the pid belongs to someone else, whose session it now leads.
-  const pid_t stranger = HoldOpen(world.Device(0));
+  Reaper reaper;
+  const pid_t stranger = reaper.Add(HoldOpen(world.Device(0)));
   const uint64_t ticks = StartTicks(stranger);
 
   const GpuCheck check = guard.Check(world.Request(0, {stranger, ticks + 1}));
@@ -239,7 +264,8 @@ TEST(GpuGuard, BusyMemoryNamesTheHolderAndTheLaunchWaitsUntilItIsFreed) {
   GpuGuard guard(world.Options(), &runner, &clock);
   // Outside the container as far as /proc can tell (it holds no device node here): only
   // nvidia-smi knows it.
-  const pid_t holder = HoldOpen(world.Join("etc/nvidia-smi.csv"));
+  Reaper reaper;
+  const pid_t holder = reaper.Add(HoldOpen(world.Join("etc/nvidia-smi.csv")));
   const uint64_t holder_ticks = StartTicks(holder);
   world.HoldMemory(0, holder, 70000, "python3");
 
@@ -275,7 +301,8 @@ TEST(GpuGuard, GivesUpAfterTheWaitAndSaysWhoHoldsTheGpu) {
   PosixCommandRunner runner;
   fleet::testing::FakeClock clock;
   GpuGuard guard(world.Options(), &runner, &clock);
-  const pid_t holder = HoldOpen(world.Join("etc/nvidia-smi.csv"));
+  Reaper reaper;
+  const pid_t holder = reaper.Add(HoldOpen(world.Join("etc/nvidia-smi.csv")));
   world.HoldMemory(1, holder, 9000, "python3");
   std::vector<GpuGuard::Verdict> verdicts;
   std::string last;
@@ -446,7 +473,8 @@ TEST(AgentGpu, LaunchedEnvironmentCarriesPciBusOrderWithTheConfiguredIndex) {
 
 TEST(AgentGpu, LaunchWaitsForABusyGpuSaysWhoHoldsItAndStartsOnceFreed) {
   AgentWithGuard a(/*with_guard=*/true);
-  const pid_t holder = HoldOpen(a.world().Join("etc/nvidia-smi.csv"));
+  Reaper reaper;
+  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
   a.world().HoldMemory(0, holder, 70000, "python3");
 
   auto r = a.Launch(a.Spec(0, {"quiet"}), "a1", 1);
@@ -482,7 +510,8 @@ TEST(AgentGpu, LaunchWaitsForABusyGpuSaysWhoHoldsItAndStartsOnceFreed) {
 
 TEST(AgentGpu, GpuBusyPastTheWaitFailsTheAttemptNamingTheHolder) {
   AgentWithGuard a(/*with_guard=*/true);
-  const pid_t holder = HoldOpen(a.world().Join("etc/nvidia-smi.csv"));
+  Reaper reaper;
+  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
   a.world().HoldMemory(0, holder, 70000, "python3");
   ASSERT_TRUE(a.Launch(a.Spec(0, {"quiet"}), "a1", 1).ok());
   a.guard().Step();
@@ -504,7 +533,8 @@ TEST(AgentGpu, GpuBusyPastTheWaitFailsTheAttemptNamingTheHolder) {
 
 TEST(AgentGpu, StopWhileWaitingEndsTheAttemptWithoutLaunching) {
   AgentWithGuard a(/*with_guard=*/true);
-  const pid_t holder = HoldOpen(a.world().Join("etc/nvidia-smi.csv"));
+  Reaper reaper;
+  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
   a.world().HoldMemory(0, holder, 70000, "python3");
   ASSERT_TRUE(a.Launch(a.Spec(0, {"quiet"}), "a1", 1).ok());
   a.guard().Step();
@@ -532,8 +562,10 @@ TEST(AgentGpu, RelaunchKillsOnlyTheLeftoverOfItsOwnServer) {
     if (p.stat.pid != server) leftover = p.stat.pid;
   }
   ASSERT_GT(leftover, 0);
+  Reaper reaper;
+  reaper.Add(leftover);
   const uint64_t leftover_ticks = StartTicks(leftover);
-  const pid_t bystander = HoldOpen(device);
+  const pid_t bystander = reaper.Add(HoldOpen(device));
   const uint64_t bystander_ticks = StartTicks(bystander);
 
   // The server dies; its child, in a process group of its own, outlives the group's kill.
