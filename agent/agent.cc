@@ -64,6 +64,25 @@ void RedactDiagnosis(const std::map<std::string, std::string>& env, fleet::v1::D
   d->set_summary(RedactText(d->summary(), env));
 }
 
+// What the GPU check of `request` needs besides the previous server: the GPU, the attempt, and
+// the container's nvidia-smi with the server's environment.
+void FillGpuRequest(const fleet::v1::LaunchRequest& request, GpuRequest* out) {
+  const ServerSpec& spec = request.spec();
+  out->gpu = spec.server().gpu();
+  out->key = request.attempt_id();
+  out->nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
+  out->env = EnvOf(spec);
+}
+
+// A check that did something, found someone, or could not look is said in the agent's log.
+void LogGpuCheck(const std::string& attempt_id, const GpuCheck& check, bool busy) {
+  if (check.reclaimed.empty() && check.stuck.empty() && check.others.empty() &&
+      check.notes.empty() && !busy) {
+    return;
+  }
+  fprintf(stderr, "fleet-agent: attempt %s: %s\n", attempt_id.c_str(), check.Summary().c_str());
+}
+
 }  // namespace
 
 // One attempt of one server: its process, its log follower and classifier, its timers. Lives in
@@ -638,7 +657,7 @@ void Agent::Readopt(const fleet::v1::ServerRecord& record) {
     request.set_attempt_id(record.attempt_id());
     request.set_attempt_number(record.attempt_number());
     *request.mutable_spec() = record.spec();
-    WaitForGpu(request, /*previous_attempt=*/0, nullptr);
+    WaitForGpu(request, /*previous_attempt=*/0, PreviousServer(), nullptr);
     return;
   }
   absl::StatusOr<UniqueFd> pidfd = OpenPidfd(record.pid(), record.start_ticks());
@@ -741,30 +760,34 @@ absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchR
     return absl::InvalidArgumentError("launch: spec.log_path must be an absolute path");
   }
   if (spec.server().gpu() < 0) return absl::InvalidArgumentError("launch: spec.server.gpu < 0");
+  const int32_t gpu = spec.server().gpu();
   fleet::v1::LaunchResponse response;
+  // Who may use the GPU is decided under the lock, twice when it is checked: before the check
+  // (without the lock: it runs nvidia-smi and may reap leftovers) and after it.
+  std::optional<GpuCheck> check;
+  if (deps_.gpu_guard != nullptr) {
+    GpuRequest gpu_request;
+    {
+      absl::MutexLock lock(&mu_);
+      int64_t previous_attempt = 0;
+      absl::Status refused = Admit(request, &response, &previous_attempt, &gpu_request.previous);
+      if (!refused.ok()) return refused;
+      if (response.already_running()) return response;
+    }
+    FillGpuRequest(request, &gpu_request);
+    check = deps_.gpu_guard->Check(gpu_request);
+    LogGpuCheck(request.attempt_id(), *check, /*busy=*/!check->free);
+  }
   {
     absl::MutexLock lock(&mu_);
-    const int32_t gpu = spec.server().gpu();
-    auto existing = servers_.find(gpu);
     int64_t previous_attempt = 0;
-    if (existing != servers_.end()) {
-      ServerRun& old = *existing->second;
-      if (old.attempt_id() == request.attempt_id()) {
-        *response.mutable_status() = StatusOf(old);
-        response.set_already_running(true);
-        return response;
-      }
-      if (old.alive() || old.waiting_for_gpu()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "launch: gpu ", gpu, old.alive() ? " runs attempt " : " waits for attempt ",
-            old.attempt_id(), "; stop it before launching ", request.attempt_id()));
-      }
-      previous_attempt = old.attempt_number();
-    }
-    if (deps_.gpu_guard != nullptr) {
-      // The launch happens once the GPU is free (OnGpuCheck), off this call and off the loop.
-      WaitForGpu(request, previous_attempt,
-                 existing == servers_.end() ? nullptr : existing->second.get());
+    PreviousServer previous;
+    absl::Status refused = Admit(request, &response, &previous_attempt, &previous);
+    if (!refused.ok()) return refused;
+    if (response.already_running()) return response;
+    if (check.has_value() && !check->free) {
+      // Busy: the attempt waits for its GPU, checked again off this call and off the loop.
+      WaitForGpu(request, previous_attempt, previous, &*check);
       *response.mutable_status() = StatusOf(*servers_[gpu]);
     } else {
       absl::StatusOr<fleet::v1::ServerStatus> started = StartAttempt(request, previous_attempt);
@@ -775,6 +798,30 @@ absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchR
   NotifySubscribers();
   Wake();
   return response;
+}
+
+absl::Status Agent::Admit(const fleet::v1::LaunchRequest& request,
+                          fleet::v1::LaunchResponse* response, int64_t* previous_attempt,
+                          PreviousServer* previous) {
+  const int32_t gpu = request.spec().server().gpu();
+  auto existing = servers_.find(gpu);
+  if (existing == servers_.end()) return absl::OkStatus();
+  ServerRun& old = *existing->second;
+  if (old.attempt_id() == request.attempt_id()) {
+    *response->mutable_status() = StatusOf(old);
+    response->set_already_running(true);
+    return absl::OkStatus();
+  }
+  if (old.alive() || old.waiting_for_gpu()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("launch: gpu ", gpu, old.alive() ? " runs attempt " : " waits for attempt ",
+                     old.attempt_id(), "; stop it before launching ", request.attempt_id()));
+  }
+  *previous_attempt = old.attempt_number();
+  // The server that ran there before: its leftovers are the only processes a GPU check kills.
+  const fleet::v1::ServerRecord r = old.Record();
+  *previous = {static_cast<pid_t>(r.pid()), r.start_ticks()};
+  return absl::OkStatus();
 }
 
 namespace {
@@ -842,26 +889,22 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
 // --- Waiting for a free GPU (gpu_guard.h) ---------------------------------------------------
 
 void Agent::WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous_attempt,
-                       const ServerRun* previous) {
+                       PreviousServer previous, const GpuCheck* first) {
   const ServerSpec& spec = request.spec();
   const int32_t gpu = spec.server().gpu();
   GpuRequest check;
-  check.gpu = gpu;
-  check.key = request.attempt_id();
-  if (previous != nullptr) {
-    // The server that ran there before: its leftovers are the only processes the check kills.
-    const fleet::v1::ServerRecord r = previous->Record();
-    check.previous = {static_cast<pid_t>(r.pid()), r.start_ticks()};
-  }
-  check.nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
-  check.env = EnvOf(spec);
+  check.previous = previous;
+  FillGpuRequest(request, &check);
   auto run = std::make_unique<ServerRun>(this, EffectiveSpec(spec, options_), request.attempt_id(),
                                          request.attempt_number());
   run->WaitForGpu(deps_.clock->Now(), absl::StrCat("checking that gpu ", gpu, " is free"));
+  if (first != nullptr) {
+    run->GpuBusy(absl::StrCat("waiting for gpu ", gpu, " to be free: ", first->Summary()));
+  }
   Persist(*run);
   servers_[gpu] = std::move(run);
   gpu_waits_[gpu] = GpuWait{request, previous_attempt};
-  deps_.gpu_guard->Submit(std::move(check));
+  deps_.gpu_guard->Submit(std::move(check), /*checked_now=*/first != nullptr);
 }
 
 void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
@@ -877,10 +920,7 @@ void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
         !run->second->waiting_for_gpu()) {
       return;
     }
-    if (!check.reclaimed.empty() || !check.stuck.empty() || !check.others.empty() ||
-        !check.notes.empty() || verdict != GpuGuard::Verdict::kFree) {
-      fprintf(stderr, "fleet-agent: attempt %s: %s\n", request.key.c_str(), summary.c_str());
-    }
+    LogGpuCheck(request.key, check, verdict != GpuGuard::Verdict::kFree);
     const absl::Time now = deps_.clock->Now();
     if (verdict == GpuGuard::Verdict::kWaiting) {
       run->second->GpuBusy(absl::StrCat("waiting for gpu ", request.gpu, " to be free: ", summary));

@@ -144,9 +144,17 @@ class Agent {
   absl::StatusOr<fleet::v1::ServerStatus> StartAttempt(const fleet::v1::LaunchRequest& request,
                                                        int64_t previous_attempt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Holds the GPU's place with an attempt that has no process yet, and asks the guard.
+  // Whether `request` may start on its GPU now: an error when another attempt runs or waits
+  // there; OK with `response` filled and already_running set when it is this very attempt (a
+  // repeat); else OK, with the previous attempt's number and server filled in.
+  absl::Status Admit(const fleet::v1::LaunchRequest& request, fleet::v1::LaunchResponse* response,
+                     int64_t* previous_attempt, PreviousServer* previous)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Holds the GPU's place with an attempt that has no process yet (its phase says who holds
+  // the GPU, from `first`, the check that found it busy, when there was one), and asks the guard.
   void WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous_attempt,
-                  const ServerRun* previous) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                  PreviousServer previous, const GpuCheck* first)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The guard's answer (on its thread): launch, say who holds the GPU, or give up.
   void OnGpuCheck(const GpuRequest& request, const GpuCheck& check, GpuGuard::Verdict verdict)
       ABSL_LOCKS_EXCLUDED(mu_);

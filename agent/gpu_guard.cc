@@ -324,11 +324,12 @@ void GpuGuard::SetListener(Listener listener) {
   listener_ = std::move(listener);
 }
 
-void GpuGuard::Submit(GpuRequest request) {
+void GpuGuard::Submit(GpuRequest request, bool checked_now) {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   const int32_t gpu = request.gpu;
-  waiting_[gpu] = Waiting{std::move(request), now, now};
+  waiting_[gpu] =
+      Waiting{std::move(request), now, checked_now ? now + options_.recheck_interval : now};
   ++generation_;
 }
 

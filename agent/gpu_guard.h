@@ -15,7 +15,8 @@
 // No nvidia-smi (or one that fails): the memory is unknown and the GPU counts as free, with a
 // note; the leftovers are still reclaimed.
 //
-// Waiting (Submit/Step/Start): a launch whose GPU is busy is checked again every
+// The agent checks once in its Launch call (no lock of its own held) and starts at once when the
+// GPU is free. Waiting (Submit/Step/Start): a launch whose GPU is busy is checked again every
 // recheck_interval until it is free (kFree: launch now) or max_wait has passed (kGaveUp: report
 // who holds it instead of launching into an out-of-memory). Each check's result goes to the
 // listener, on the guard's thread (or the caller of Step), so the agent's loop never blocks on
@@ -58,8 +59,10 @@ struct GpuGuardOptions {
   absl::Duration max_wait = absl::Minutes(5);
   absl::Duration recheck_interval = absl::Seconds(2);
   // How long a killed leftover may take to die before it is reported as still there.
-  absl::Duration reap_timeout = absl::Seconds(10);
-  absl::Duration nvidia_smi_timeout = absl::Seconds(20);
+  // The first check runs inside the agent's Launch call (a caller's deadline is 15 s; a repeat of
+  // the call is idempotent): at most 3 nvidia-smi runs and one reap, each bounded.
+  absl::Duration reap_timeout = absl::Seconds(5);
+  absl::Duration nvidia_smi_timeout = absl::Seconds(5);
 };
 
 // The server that ran on the GPU before, as the agent recorded it: its session (its pid: it is
@@ -145,9 +148,9 @@ class GpuGuard {
   GpuCheck Check(const GpuRequest& request);
 
   void SetListener(Listener listener) ABSL_LOCKS_EXCLUDED(listener_mu_);
-  // Queues a launch that waits for its GPU; checked at the next Step. Replaces a request already
-  // queued for the same GPU.
-  void Submit(GpuRequest request) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues a launch that waits for its GPU: checked at the next Step, or one recheck_interval
+  // from now when the caller has just checked it. Replaces a request queued for the same GPU.
+  void Submit(GpuRequest request, bool checked_now = false) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets the queued request of `gpu` when its key is `key` (a stopped or replaced launch).
   void Cancel(int32_t gpu, const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Checks every queued request that is due at the clock's now and tells the listener; returns
