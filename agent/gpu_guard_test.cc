@@ -364,6 +364,11 @@ class AgentWithGuard {
  public:
   explicit AgentWithGuard(bool with_guard) {
     if (with_guard) guard_ = std::make_unique<GpuGuard>(world_.Options(), &runner_, &clock_);
+    Restart();
+  }
+  // A new agent on the same state dir (the first, if any, goes: an agent restart).
+  void Restart() {
+    agent_.reset();
     AgentOptions options;
     options.state_dir = dir_.Join("state");
     options.stop_grace = absl::Milliseconds(300);
@@ -546,6 +551,31 @@ TEST(AgentGpu, StopWhileWaitingEndsTheAttemptWithoutLaunching) {
   a.clock().Advance(absl::Seconds(2));
   EXPECT_EQ(a.guard().Step(), absl::InfiniteFuture()) << "the wait was cancelled";
   EXPECT_EQ(a.StatusOf(0).pid(), 0);
+}
+
+TEST(AgentGpu, AnAgentRestartedWhileALaunchWaitsKeepsWaitingThenLaunches) {
+  AgentWithGuard a(/*with_guard=*/true);
+  Reaper reaper;
+  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
+  a.world().HoldMemory(0, holder, 70000, "python3");
+  ASSERT_TRUE(a.Launch(a.Spec(0, {"quiet"}), "a1", 1).ok());
+  EXPECT_EQ(a.StatusOf(0).pid(), 0);
+
+  a.Restart();
+  fleet::v1::ServerStatus s = a.StatusOf(0);
+  EXPECT_EQ(s.attempt_id(), "a1");
+  EXPECT_EQ(s.state(), "STARTING");
+  EXPECT_EQ(s.pid(), 0) << "not launched, and not taken for a dead server";
+  a.guard().Step();
+  EXPECT_THAT(a.StatusOf(0).phase_detail(), HasSubstr(absl::StrCat("held by pid ", holder)));
+
+  Finish(holder);
+  a.clock().Advance(absl::Seconds(2));
+  a.guard().Step();
+  s = a.StatusOf(0);
+  EXPECT_EQ(s.attempt_id(), "a1");
+  EXPECT_GT(s.pid(), 0);
+  EXPECT_TRUE(a.RunUntilLog(0, "loading"));
 }
 
 TEST(AgentGpu, RelaunchKillsOnlyTheLeftoverOfItsOwnServer) {
