@@ -65,6 +65,25 @@ void RedactDiagnosis(const std::map<std::string, std::string>& env, fleet::v1::D
   d->set_summary(RedactText(d->summary(), env));
 }
 
+// What the GPU check of `request` needs besides the previous server: the GPU, the attempt, and
+// the container's nvidia-smi with the server's environment.
+void FillGpuRequest(const fleet::v1::LaunchRequest& request, GpuRequest* out) {
+  const ServerSpec& spec = request.spec();
+  out->gpu = spec.server().gpu();
+  out->key = request.attempt_id();
+  out->nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
+  out->env = EnvOf(spec);
+}
+
+// A check that did something, found someone, or could not look is said in the agent's log.
+void LogGpuCheck(const std::string& attempt_id, const GpuCheck& check, bool busy) {
+  if (check.reclaimed.empty() && check.stuck.empty() && check.others.empty() &&
+      check.notes.empty() && !busy) {
+    return;
+  }
+  fprintf(stderr, "fleet-agent: attempt %s: %s\n", attempt_id.c_str(), check.Summary().c_str());
+}
+
 }  // namespace
 
 // One attempt of one server: its process, its log follower and classifier, its timers. Lives in
@@ -285,6 +304,10 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
 
   void RequestStop(absl::Time now, absl::Duration grace) {
     agent_->mu_.AssertHeld();
+    if (waiting_for_gpu_) {
+      NotLaunched(now, diagnosis::Diagnosis());
+      return;
+    }
     if (!alive_) return;
     stop_requested_ = true;
     stop_deadline_ = now + grace;
@@ -327,6 +350,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   // agent's to wait for).
   bool ReapGroup() {
     if (group_gone_) return true;
+    if (pid_ <= 0) return group_gone_ = true;  // never launched (it waited for its GPU): no group
     const std::optional<ProcStat> leader = ReadProcStat(pid_, agent_->options_.proc_root);
     if (group_unverified_ || !leader || leader->start_ticks != start_ticks_) {
       group_gone_ = true;
@@ -465,6 +489,45 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   }
 
   bool alive() const { return alive_; }
+
+  // --- waiting for a free GPU (gpu_guard.h): the attempt holds its GPU's place, no process yet.
+  bool waiting_for_gpu() const { return waiting_for_gpu_; }
+  void WaitForGpu(absl::Time now, std::string detail) {
+    waiting_for_gpu_ = true;
+    started_at_ = now;
+    state_ = kStarting;
+    phase_detail_ = std::move(detail);
+  }
+  // A look at the GPU found it busy: says who holds it (an event when that changed).
+  void GpuBusy(const std::string& detail) {
+    agent_->mu_.AssertHeld();
+    if (detail == phase_detail_) return;
+    phase_detail_ = detail;
+    AgentEvent e = NewEvent();
+    e.mutable_phase()->set_state(state_);
+    e.mutable_phase()->set_detail(phase_detail_);
+    agent_->Emit(std::move(e));
+  }
+  // The attempt ends without a process: stopped while it waited (`failure` empty), or failed
+  // with `failure` as its diagnosis (the GPU stayed busy, or the launch itself failed).
+  void NotLaunched(absl::Time now, const diagnosis::Diagnosis& failure) {
+    agent_->mu_.AssertHeld();
+    waiting_for_gpu_ = false;
+    exited_ = finished_ = group_gone_ = true;
+    exit_.Clear();
+    *exit_.mutable_at() = ToTimestamp(now);
+    phase_detail_.clear();
+    if (failure.diagnosis_class == "none") {
+      stop_requested_ = true;
+      state_ = kStopped;
+    } else {
+      state_ = kFailed;
+      EmitDiagnosis(failure, /*final=*/true);
+    }
+    AgentEvent e = NewEvent();
+    e.mutable_phase()->set_state(state_);
+    agent_->Emit(std::move(e));
+  }
   bool ready() const { return ready_; }
   // Exited, and nothing of its group is left to kill or reap.
   bool drained() const { return exited_ && group_gone_; }
@@ -543,6 +606,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   bool group_unverified_ = false;  // its leader's pid is gone or another process's: never signal
   bool ready_ = false;
   bool stop_requested_ = false;
+  bool waiting_for_gpu_ = false;  // no process yet: the launch waits for its GPU
   bool replaying_ = false;
   bool probe_in_flight_ = false;
   bool stall_reported_ = false;
@@ -579,6 +643,10 @@ absl::Status Agent::Init() {
   if (!wake_.valid()) return ErrnoToStatus(errno, "agent: eventfd");
   auto store = AgentStore::Open(options_.state_dir, options_.event_retention);
   if (!store.ok()) return store.status();
+  if (deps_.gpu_guard != nullptr) {
+    deps_.gpu_guard->SetListener([this](const GpuRequest& r, const GpuCheck& c,
+                                        GpuGuard::Verdict v) { OnGpuCheck(r, c, v); });
+  }
   {
     absl::MutexLock lock(&mu_);
     store_ = *std::move(store);
@@ -594,9 +662,14 @@ absl::Status Agent::Init() {
 }
 
 Agent::~Agent() {
+  // No check result reaches the agent after this (a call in flight is waited for).
+  if (deps_.gpu_guard != nullptr) deps_.gpu_guard->SetListener(nullptr);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    for (const auto& [gpu, wait] : gpu_waits_) {
+      deps_.gpu_guard->Cancel(gpu, wait.request.attempt_id());
+    }
   }
   Wake();
   if (loop_thread_.joinable()) loop_thread_.join();
@@ -611,6 +684,16 @@ void Agent::Readopt(const fleet::v1::ServerRecord& record) {
   if (record.has_exit()) {
     run->Restored(record);
     servers_[gpu] = std::move(run);
+    return;
+  }
+  if (record.pid() == 0 && deps_.gpu_guard != nullptr) {
+    // It waited for its GPU when the agent stopped: it waits again (never launched, nothing to
+    // adopt; the previous server's identity went with the record it replaced).
+    fleet::v1::LaunchRequest request;
+    request.set_attempt_id(record.attempt_id());
+    request.set_attempt_number(record.attempt_number());
+    *request.mutable_spec() = record.spec();
+    WaitForGpu(request, /*previous_attempt=*/0, PreviousServer(), nullptr);
     return;
   }
   absl::StatusOr<UniqueFd> pidfd = OpenPidfd(record.pid(), record.start_ticks());
@@ -719,65 +802,210 @@ absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchR
     return absl::InvalidArgumentError("launch: spec.log_path must be an absolute path");
   }
   if (spec.server().gpu() < 0) return absl::InvalidArgumentError("launch: spec.server.gpu < 0");
+  const int32_t gpu = spec.server().gpu();
   fleet::v1::LaunchResponse response;
+  // Who may use the GPU is decided under the lock, twice when it is checked: before the check
+  // (without the lock: it runs nvidia-smi and may reap leftovers) and after it.
+  std::optional<GpuCheck> check;
+  if (deps_.gpu_guard != nullptr) {
+    GpuRequest gpu_request;
+    {
+      absl::MutexLock lock(&mu_);
+      int64_t previous_attempt = 0;
+      absl::Status refused = Admit(request, &response, &previous_attempt, &gpu_request.previous);
+      if (!refused.ok()) return refused;
+      if (response.already_running()) return response;
+    }
+    FillGpuRequest(request, &gpu_request);
+    check = deps_.gpu_guard->Check(gpu_request);
+    LogGpuCheck(request.attempt_id(), *check, /*busy=*/!check->free);
+  }
   {
     absl::MutexLock lock(&mu_);
-    const int32_t gpu = spec.server().gpu();
-    auto existing = servers_.find(gpu);
     int64_t previous_attempt = 0;
-    if (existing != servers_.end()) {
-      ServerRun& old = *existing->second;
-      if (old.attempt_id() == request.attempt_id()) {
-        *response.mutable_status() = StatusOf(old);
-        response.set_already_running(true);
-        return response;
-      }
-      if (old.alive()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("launch: gpu ", gpu, " runs attempt ", old.attempt_id(),
-                         "; stop it before launching ", request.attempt_id()));
-      }
-      previous_attempt = old.attempt_number();
-      // Its group may still be dying (its leader kept as a zombie until then): drained aside.
-      if (!old.drained()) draining_.push_back(std::move(existing->second));
+    PreviousServer previous;
+    absl::Status refused = Admit(request, &response, &previous_attempt, &previous);
+    if (!refused.ok()) return refused;
+    if (response.already_running()) return response;
+    if (check.has_value() && !check->free) {
+      // Busy: the attempt waits for its GPU, checked again off this call and off the loop.
+      WaitForGpu(request, previous_attempt, previous, &*check);
+      *response.mutable_status() = StatusOf(*servers_[gpu]);
+    } else {
+      absl::StatusOr<fleet::v1::ServerStatus> started = StartAttempt(request, previous_attempt);
+      if (!started.ok()) return started.status();
+      *response.mutable_status() = *std::move(started);
     }
-    RotateLog(spec.log_path(), previous_attempt);
-    ServerCommand command;
-    command.argv.assign(spec.argv().begin(), spec.argv().end());
-    command.env = EnvOf(spec);
-    command.env["CUDA_VISIBLE_DEVICES"] = absl::StrCat(gpu);
-    command.cwd = spec.workdir();
-    command.log_path = spec.log_path();
-    ServerSpec effective = spec;
-    (*effective.mutable_env())["CUDA_VISIBLE_DEVICES"] = absl::StrCat(gpu);
-    if (effective.server().host().empty()) effective.mutable_server()->set_host(options_.host);
-    if (effective.server().container().empty()) {
-      effective.mutable_server()->set_container(options_.container);
-    }
-    absl::StatusOr<ServerProcess> process = deps_.launcher->Launch(command);
-    if (!process.ok()) return process.status();
-    auto run = std::make_unique<ServerRun>(this, effective, request.attempt_id(),
-                                           request.attempt_number());
-    run->Launched(*std::move(process), deps_.clock->Now());
-    ServerRun* raw = run.get();
-    servers_[gpu] = std::move(run);
-    Persist(*raw);
-    AgentEvent e;
-    *e.mutable_at() = ToTimestamp(deps_.clock->Now());
-    *e.mutable_server() = effective.server();
-    e.set_attempt_id(request.attempt_id());
-    e.mutable_phase()->set_state(kStarting);
-    Emit(std::move(e));
-    absl::Status follow = raw->StartFollowing(/*replay=*/false);
-    if (!follow.ok()) {
-      // The server runs; its log is not readable yet. The periodic look will pick it up.
-      raw->PollLog();
-    }
-    *response.mutable_status() = StatusOf(*raw);
   }
   NotifySubscribers();
   Wake();
   return response;
+}
+
+absl::Status Agent::Admit(const fleet::v1::LaunchRequest& request,
+                          fleet::v1::LaunchResponse* response, int64_t* previous_attempt,
+                          PreviousServer* previous) {
+  const int32_t gpu = request.spec().server().gpu();
+  auto existing = servers_.find(gpu);
+  if (existing == servers_.end()) return absl::OkStatus();
+  ServerRun& old = *existing->second;
+  if (old.attempt_id() == request.attempt_id()) {
+    *response->mutable_status() = StatusOf(old);
+    response->set_already_running(true);
+    return absl::OkStatus();
+  }
+  if (old.alive() || old.waiting_for_gpu()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("launch: gpu ", gpu, old.alive() ? " runs attempt " : " waits for attempt ",
+                     old.attempt_id(), "; stop it before launching ", request.attempt_id()));
+  }
+  *previous_attempt = old.attempt_number();
+  // The server that ran there before: its leftovers are the only processes a GPU check kills.
+  const fleet::v1::ServerRecord r = old.Record();
+  *previous = {static_cast<pid_t>(r.pid()), r.start_ticks()};
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The spec as the agent runs it: CUDA_VISIBLE_DEVICES is the config's GPU index, and
+// CUDA_DEVICE_ORDER=PCI_BUS_ID makes that index nvidia-smi's (CUDA's default order puts the
+// fastest GPU first, which differs on a machine with mixed GPUs). A spec's own values of either
+// are replaced, and said so: the GPU check, the config and the logs all mean this index.
+ServerSpec EffectiveSpec(const ServerSpec& spec, const AgentOptions& options) {
+  ServerSpec effective = spec;
+  const int32_t gpu = spec.server().gpu();
+  auto& env = *effective.mutable_env();
+  const std::pair<const char*, std::string> pinned[] = {{"CUDA_VISIBLE_DEVICES", absl::StrCat(gpu)},
+                                                        {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}};
+  for (const auto& [name, value] : pinned) {
+    auto it = env.find(name);
+    if (it != env.end() && it->second != value) {
+      fprintf(stderr, "fleet-agent: gpu %d: the spec's %s=%s replaced by %s\n", gpu, name,
+              it->second.c_str(), value.c_str());
+    }
+    env[name] = value;
+  }
+  if (effective.server().host().empty()) effective.mutable_server()->set_host(options.host);
+  if (effective.server().container().empty()) {
+    effective.mutable_server()->set_container(options.container);
+  }
+  return effective;
+}
+
+}  // namespace
+
+absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::LaunchRequest& request,
+                                                            int64_t previous_attempt) {
+  const ServerSpec& spec = request.spec();
+  const int32_t gpu = spec.server().gpu();
+  RotateLog(spec.log_path(), previous_attempt);
+  const ServerSpec effective = EffectiveSpec(spec, options_);
+  ServerCommand command;
+  command.argv.assign(spec.argv().begin(), spec.argv().end());
+  command.env = EnvOf(effective);
+  command.cwd = spec.workdir();
+  command.log_path = spec.log_path();
+  absl::StatusOr<ServerProcess> process = deps_.launcher->Launch(command);
+  if (!process.ok()) return process.status();
+  auto run =
+      std::make_unique<ServerRun>(this, effective, request.attempt_id(), request.attempt_number());
+  run->Launched(*std::move(process), deps_.clock->Now());
+  ServerRun* raw = run.get();
+  Install(gpu, std::move(run));
+  Persist(*raw);
+  AgentEvent e;
+  *e.mutable_at() = ToTimestamp(deps_.clock->Now());
+  *e.mutable_server() = effective.server();
+  e.set_attempt_id(request.attempt_id());
+  e.mutable_phase()->set_state(kStarting);
+  Emit(std::move(e));
+  absl::Status follow = raw->StartFollowing(/*replay=*/false);
+  if (!follow.ok()) {
+    // The server runs; its log is not readable yet. The periodic look will pick it up.
+    raw->PollLog();
+  }
+  return StatusOf(*raw);
+}
+
+void Agent::Install(int32_t gpu, std::unique_ptr<ServerRun> run) {
+  auto existing = servers_.find(gpu);
+  // The server it replaces may still be dying (its group killed, its leader kept as a zombie
+  // until the members are reaped): it is drained aside, ticked until nothing of it is left.
+  if (existing != servers_.end() && existing->second != nullptr && !existing->second->drained()) {
+    draining_.push_back(std::move(existing->second));
+  }
+  servers_[gpu] = std::move(run);
+}
+
+// --- Waiting for a free GPU (gpu_guard.h) ---------------------------------------------------
+
+void Agent::WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous_attempt,
+                       PreviousServer previous, const GpuCheck* first) {
+  const ServerSpec& spec = request.spec();
+  const int32_t gpu = spec.server().gpu();
+  GpuRequest check;
+  check.previous = previous;
+  FillGpuRequest(request, &check);
+  auto run = std::make_unique<ServerRun>(this, EffectiveSpec(spec, options_), request.attempt_id(),
+                                         request.attempt_number());
+  run->WaitForGpu(deps_.clock->Now(), absl::StrCat("checking that gpu ", gpu, " is free"));
+  if (first != nullptr) {
+    run->GpuBusy(absl::StrCat("waiting for gpu ", gpu, " to be free: ", first->Summary()));
+  }
+  Persist(*run);
+  Install(gpu, std::move(run));
+  gpu_waits_[gpu] = GpuWait{request, previous_attempt};
+  deps_.gpu_guard->Submit(std::move(check), /*checked_now=*/first != nullptr);
+}
+
+void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
+                       GpuGuard::Verdict verdict) {
+  const std::string summary = check.Summary();
+  {
+    absl::MutexLock lock(&mu_);
+    auto wait = gpu_waits_.find(request.gpu);
+    auto run = servers_.find(request.gpu);
+    // A stale answer: the attempt was stopped or replaced meanwhile.
+    if (wait == gpu_waits_.end() || wait->second.request.attempt_id() != request.key ||
+        run == servers_.end() || run->second->attempt_id() != request.key ||
+        !run->second->waiting_for_gpu()) {
+      return;
+    }
+    LogGpuCheck(request.key, check, verdict != GpuGuard::Verdict::kFree);
+    const absl::Time now = deps_.clock->Now();
+    if (verdict == GpuGuard::Verdict::kWaiting) {
+      run->second->GpuBusy(absl::StrCat("waiting for gpu ", request.gpu, " to be free: ", summary));
+    } else {
+      GpuWait w = std::move(wait->second);
+      gpu_waits_.erase(wait);
+      diagnosis::Diagnosis failure;
+      failure.fix = diagnosis::FixKind::kReport;
+      failure.toolchain_fix = false;
+      if (verdict == GpuGuard::Verdict::kGaveUp) {
+        // Launching now would end in CUDA out of memory beside whoever holds the GPU.
+        failure.diagnosis_class = "cuda_out_of_memory";
+        failure.summary =
+            absl::StrCat("not launched: gpu ", request.gpu, " still busy after ",
+                         absl::FormatDuration(deps_.gpu_guard->options().max_wait), ": ", summary);
+      } else {
+        absl::StatusOr<fleet::v1::ServerStatus> started =
+            StartAttempt(w.request, w.previous_attempt);
+        if (!started.ok()) {
+          failure.diagnosis_class = "unknown";
+          failure.summary = std::string(started.status().message());
+        }
+      }
+      auto current = servers_.find(request.gpu);
+      if (failure.diagnosis_class != "none" && current != servers_.end() &&
+          current->second->waiting_for_gpu()) {
+        current->second->NotLaunched(now, failure);
+        Persist(*current->second);
+      }
+    }
+  }
+  NotifySubscribers();
+  Wake();
 }
 
 absl::StatusOr<fleet::v1::StopResponse> Agent::Stop(const fleet::v1::StopRequest& request) {
@@ -789,6 +1017,10 @@ absl::StatusOr<fleet::v1::StopResponse> Agent::Stop(const fleet::v1::StopRequest
       return absl::NotFoundError(absl::StrCat("stop: no server on gpu ", request.server().gpu()));
     }
     it->second->RequestStop(deps_.clock->Now(), DurationOr(request.grace(), options_.stop_grace));
+    if (auto wait = gpu_waits_.find(request.server().gpu()); wait != gpu_waits_.end()) {
+      deps_.gpu_guard->Cancel(wait->first, wait->second.request.attempt_id());
+      gpu_waits_.erase(wait);
+    }
     Persist(*it->second);
     *response.mutable_status() = StatusOf(*it->second);
   }

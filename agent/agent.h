@@ -39,6 +39,7 @@
 #include "agent/action_runner.h"
 #include "agent/agent_store.h"
 #include "agent/command_runner.h"
+#include "agent/gpu_guard.h"
 #include "agent/process_launcher.h"
 #include "agent/readiness.h"
 #include "agent/toolchain_probe.h"
@@ -88,6 +89,9 @@ class Agent {
     ProcessLauncher* launcher;
     ReadinessProber* prober;
     CommandRunner* runner;  // probes and actions
+    // Checks that a GPU is free before each launch on it (the launch waits for it, off the
+    // loop); null: launches at once, unchecked.
+    GpuGuard* gpu_guard = nullptr;
   };
 
   // Opens the state dir, re-adopts live servers and reports the dead ones. The dependencies must
@@ -141,7 +145,33 @@ class Agent {
     ReadinessResult result;
   };
 
+  // A launch waiting for its GPU: what to start once the guard says it is free.
+  struct GpuWait {
+    fleet::v1::LaunchRequest request;
+    int64_t previous_attempt = 0;
+  };
+
   Agent(AgentOptions options, Dependencies deps);
+  // Starts the attempt's process now (the GPU is free, or unchecked).
+  absl::StatusOr<fleet::v1::ServerStatus> StartAttempt(const fleet::v1::LaunchRequest& request,
+                                                       int64_t previous_attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts `run` in its GPU's place; the run it replaces is drained aside while its group dies.
+  void Install(int32_t gpu, std::unique_ptr<ServerRun> run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `request` may start on its GPU now: an error when another attempt runs or waits
+  // there; OK with `response` filled and already_running set when it is this very attempt (a
+  // repeat); else OK, with the previous attempt's number and server filled in.
+  absl::Status Admit(const fleet::v1::LaunchRequest& request, fleet::v1::LaunchResponse* response,
+                     int64_t* previous_attempt, PreviousServer* previous)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Holds the GPU's place with an attempt that has no process yet (its phase says who holds
+  // the GPU, from `first`, the check that found it busy, when there was one), and asks the guard.
+  void WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous_attempt,
+                  PreviousServer previous, const GpuCheck* first)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The guard's answer (on its thread): launch, say who holds the GPU, or give up.
+  void OnGpuCheck(const GpuRequest& request, const GpuCheck& check, GpuGuard::Verdict verdict)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Init();
   void Readopt(const fleet::v1::ServerRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleTimers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -191,6 +221,7 @@ class Agent {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<ProbeJob> probe_jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<ProbeOutcome> probe_outcomes_ ABSL_GUARDED_BY(mu_);
+  std::map<int32_t, GpuWait> gpu_waits_ ABSL_GUARDED_BY(mu_);
 
   // Serialises Probe/Apply: one change of a container's toolchain at a time.
   absl::Mutex tool_mu_;

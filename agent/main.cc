@@ -196,6 +196,9 @@ int main(int argc, char** argv) {
   double stop_grace = 30;
   std::vector<std::string> jit_cache_roots;
   std::vector<std::string> toolkit_roots;
+  fleet::agent::GpuGuardOptions gpu_guard;
+  int64_t gpu_free_mib = gpu_guard.free_threshold_mib;
+  double gpu_wait = absl::ToDoubleSeconds(gpu_guard.max_wait);
   std::string http_probe = fleet::agent::ProcessReadinessProber::HelperNextToExecutable();
   std::string tls_cert;
   std::string tls_key;
@@ -227,6 +230,16 @@ int main(int argc, char** argv) {
                     "ClearJitCache may act below this directory (repeatable)", "DIR");
   flags.AddRepeated("toolkit-root", '\0', &toolkit_roots,
                     "Symlink may act below this directory (repeatable)", "DIR");
+  flags.AddInt("gpu-free-mib", '\0', &gpu_free_mib,
+               "a launch starts once its GPU's memory.used (nvidia-smi) is below this; 0: no GPU "
+               "check before a launch",
+               "MIB");
+  flags.AddDouble("gpu-wait", '\0', &gpu_wait,
+                  "how long a launch waits for a busy GPU before it fails, naming the holder", "S");
+  flags.AddString("gpu-device", '\0', &gpu_guard.device_pattern,
+                  "the device node of GPU N (%d: its minor number), whose holders are leftovers "
+                  "or bystanders",
+                  "PATTERN");
   flags.AddString("http-probe", '\0', &http_probe,
                   "the readiness helper (fleet-http-probe) to run for each HTTP readiness check",
                   "PATH");
@@ -348,7 +361,20 @@ int main(int argc, char** argv) {
   options.stop_grace = Seconds(stop_grace);
   options.jit_cache_roots = jit_cache_roots;
   options.toolkit_roots = toolkit_roots;
-  auto agent = fleet::agent::Agent::Create(options, {&clock, &launcher, &prober, &runner});
+  if (gpu_guard.device_pattern.find("%d") == std::string::npos) {
+    std::cerr << "fleet-agent: --gpu-device must hold %d (the GPU's minor number)\n";
+    return 1;
+  }
+  // Before each launch: the GPU free, the previous server's leftovers reclaimed (gpu_guard.h).
+  gpu_guard.free_threshold_mib = gpu_free_mib;
+  gpu_guard.max_wait = Seconds(gpu_wait);
+  std::unique_ptr<fleet::agent::GpuGuard> guard;
+  if (gpu_free_mib > 0) {
+    guard = std::make_unique<fleet::agent::GpuGuard>(gpu_guard, &runner, &clock);
+    guard->Start();
+  }
+  auto agent =
+      fleet::agent::Agent::Create(options, {&clock, &launcher, &prober, &runner, guard.get()});
   if (!agent.ok()) {
     std::cerr << "fleet-agent: " << agent.status().message() << "\n";
     return 1;

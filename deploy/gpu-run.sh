@@ -29,6 +29,15 @@
 #                    extension links -lcuda                      -> link_error
 #   f oom            GPU memory exhausted on one GPU (the last)  -> cuda_out_of_memory, no fix
 #   g combo          b + c + e together
+#   h leftover       a server killed (SIGKILL) while a child it forked, in a process group of its
+#                    own, still holds GPU memory; a bystander outside fleet holds 2 GiB more for a
+#                    while. The relaunch must find the GPU busy, kill only the server's own
+#                    leftover, report the bystander (never signal it), wait for its memory, start
+#   i pci_order      one server on a GPU whose index differs between CUDA's default order
+#                    (fastest first) and PCI order (nvidia-smi's): the server must run on
+#                    nvidia-smi's GPU of that index. Only meaningful with GPUs of different kinds:
+#                    on a machine where both orders agree it says so and skips
+# h and i run on the first GPU of --gpus (h) or the one GPU that shows the difference (i).
 # For each: `fleetctl deploy -f`, `fleetctl status --watch --until-ready` (bounded), then
 # `fleetctl attempts -o json`, `fleetctl remediations -o json` (where the verb exists),
 # `fleetctl explain --server S --attempt N -o json` of every failed attempt, `fleetctl stop --all`
@@ -46,9 +55,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 server_py=$repo/deploy/examples/real-gpu/server.py
 
-readonly all_scenarios=(clean no_ninja bad_cuda_home ptx_newer needs_stub oom combo)
+readonly all_scenarios=(clean no_ninja bad_cuda_home ptx_newer needs_stub oom combo leftover
+  pci_order)
 declare -A letter_of=([clean]=a [no_ninja]=b [bad_cuda_home]=c [ptx_newer]=d [needs_stub]=e
-  [oom]=f [combo]=g)
+  [oom]=f [combo]=g [leftover]=h [pci_order]=i)
 declare -A what_of=(
   [clean]="no fault: every GPU READY"
   [no_ninja]="ninja not on the servers' PATH (expect ninja_not_found)"
@@ -57,6 +67,8 @@ declare -A what_of=(
   [needs_stub]="toolkit copy without the libcuda stub, extension links -lcuda (expect link_error)"
   [oom]="GPU memory exhausted on the last GPU (expect cuda_out_of_memory, no toolchain action)"
   [combo]="no ninja + wrong CUDA_HOME + missing libcuda stub together"
+  [leftover]="server killed while its child holds GPU memory (expect: leftover killed, bystander reported, relaunch READY)"
+  [pci_order]="GPU index where CUDA's default order and PCI order differ (skipped when they agree)"
 )
 
 usage() {
@@ -408,6 +420,7 @@ scenario_env() {  # NAME SCENARIO_DIR: fills env
       env[FLEET_GPU_FAULT]=needs_stub
       ;;
     oom) env[FLEET_GPU_FAULT]=oom@$last_gpu ;;
+    leftover) env[FLEET_GPU_FAULT]=leftover@${scenario_gpus[0]} ;;
     combo)
       make_toolkit_copy "$toolkit"
       env[PATH]=$(path_without_ninja "$toolkit/bin:${env[PATH]}" "$sdir/no-ninja")
@@ -424,7 +437,7 @@ write_config() {  # NAME SCENARIO_DIR BASE_PORT
     printf 'hosts:\n  - name: local\n    containers:\n      - ctid: "gpu"\n'
     printf '        channel: {kind: loopback, address: %s}\n' "$(yaml_string "unix:$sock/agent.sock")"
     printf '        gpus: ['
-    for g in "${gpus[@]}"; do printf '%s%s' "$sep" "$g"; sep=', '; done
+    for g in "${scenario_gpus[@]}"; do printf '%s%s' "$sep" "$g"; sep=', '; done
     printf ']\n        template: real\n'
     printf '        base_port: %d\n' "$3"
     printf '        tools:\n'
@@ -571,12 +584,179 @@ print("\n".join(out))
 EOF
 }
 
+# --- Scenarios h and i: the GPU check before a launch, and which GPU an index names -------------
+
+# The GPUs a scenario deploys on: all of --gpus, or one for h and i.
+scenario_gpus=("${gpus[@]}")
+
+smi_used() {  # GPU: memory.used in MiB, as the agent reads it
+  "$nvidia_smi" --query-gpu=memory.used --format=csv,noheader,nounits -i "$1" 2>/dev/null | tr -d ' '
+}
+server_state() {  # SERVER: its state in fleetd's status
+  fleetctl --timeout 5s status -o json 2>/dev/null | "$python" -c '
+import json, sys
+rows = [r for r in json.load(sys.stdin).get("servers", []) if r.get("server") == sys.argv[1]]
+print(rows[0].get("state", "") if rows else "")' "$1"
+}
+# Pids of this run's processes on GPU $1: with $2 = yes the leftover children
+# (FLEET_GPU_LEFTOVER=1), with $2 = no the servers themselves (session leaders without the mark).
+run_pids_on_gpu() {  # GPU yes|no
+  local environ pid vars stat rest
+  local -a f
+  for environ in /proc/[0-9]*/environ; do
+    pid=${environ#/proc/}
+    pid=${pid%/environ}
+    vars=$(tr '\0' '\n' 2>/dev/null <"$environ") || continue
+    grep -qxF "FLEET_RUN_ID=$run_id" <<<"$vars" || continue
+    grep -qxF "CUDA_VISIBLE_DEVICES=$1" <<<"$vars" || continue
+    if grep -qxF "FLEET_GPU_LEFTOVER=1" <<<"$vars"; then
+      [[ $2 == yes ]] && printf '%s\n' "$pid"
+      continue
+    fi
+    [[ $2 == no ]] || continue
+    read -r stat 2>/dev/null <"/proc/$pid/stat" || continue
+    rest=${stat##*) }
+    read -ra f <<<"$rest"
+    [[ ${f[3]} == "$pid" ]] && printf '%s\n' "$pid"  # f[3] is field 6, the session: a leader
+  done
+  return 0
+}
+
+# h, after every GPU is READY: kill -9 the server of the scenario's GPU (its leftover child
+# survives, holding memory), start a bystander that holds 2 GiB of the same GPU for
+# $bystander_s seconds (a session of its own, not fleet's), `fleetctl restart --now`, and check
+# that the relaunch killed the leftover and only it, waited for the bystander's memory, and got
+# READY.
+bystander_s=40
+leftover_relaunch() {  # SCENARIO_DIR
+  local sdir=$1 g=${scenario_gpus[0]} server leftover bystander=0 byst_pid=0 byst_rc=0 state=
+  local name="local/gpu/gpu$g" tries t_restart t_ready relaunch_rc=0 agent_log=$1/state/agent.log
+  local -a lines=()
+  server=$(run_pids_on_gpu "$g" no | head -1)
+  leftover=$(run_pids_on_gpu "$g" yes | head -1)
+  if [[ -z $server || -z $leftover ]]; then
+    printf '  leftover: not set up (server pid "%s", leftover pid "%s"): see %s/logs\n' \
+      "$server" "$leftover" "$sdir" >>"$sdir/extra.txt"
+    return 0
+  fi
+  lines+=("server pid $server, its leftover child pid $leftover (own group, same session); gpu $g: $(smi_used "$g") MiB used")
+  kill -KILL "$server"
+  for ((tries = 0; tries < 240; tries++)); do
+    state=$(server_state "$name")
+    [[ -n $state && $state != READY ]] && break
+    sleep 0.5  # a poll interval, not a synchronisation guess
+  done
+  lines+=("after kill -9 of the server: fleetd says $state; leftover alive: $(kill -0 "$leftover" 2>/dev/null && echo yes || echo no); gpu $g: $(smi_used "$g") MiB used")
+  # The bystander: not fleet's (no FLEET_RUN_ID, a session of its own), 2 GiB for a while.
+  rm -f -- "$sdir/bystander.pid"
+  env -u FLEET_RUN_ID CUDA_VISIBLE_DEVICES="$g" CUDA_DEVICE_ORDER=PCI_BUS_ID \
+    setsid -w "$python" -c '
+import os, sys, time, torch
+torch.cuda.set_device(0)
+hold = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(f"{os.getpid()}\n")
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(float(sys.argv[2]))' "$sdir/bystander.pid" "$bystander_s" >"$sdir/bystander.log" 2>&1 &
+  bystander=$!
+  for ((tries = 0; tries < 240; tries++)); do
+    [[ -s $sdir/bystander.pid ]] && break
+    kill -0 "$bystander" 2>/dev/null || break
+    sleep 0.5  # a poll interval: the bystander's CUDA start has no event to wait on
+  done
+  byst_pid=$(cat "$sdir/bystander.pid" 2>/dev/null || echo 0)
+  lines+=("bystander pid $byst_pid holds 2 GiB for ${bystander_s} s; gpu $g: $(smi_used "$g") MiB used")
+  t_restart=$(date +%s)
+  fleetctl restart "$name" --now >"$sdir/restart.txt" 2>&1 ||
+    lines+=("restart failed: $(head -c 300 "$sdir/restart.txt")")
+  timeout "$timeout_s" "$bin_dir/fleetctl" --socket "$sock/fleetd.sock" --timeout 30s \
+    status --watch --until-ready >"$sdir/watch-relaunch.txt" 2>&1 </dev/null || relaunch_rc=$?
+  t_ready=$(date +%s)
+  wait "$bystander" 2>/dev/null || byst_rc=$?
+  lines+=("relaunch: status --until-ready exited $relaunch_rc after $((t_ready - t_restart)) s (the bystander held its memory for ${bystander_s} s)")
+  lines+=("leftover pid $leftover after the relaunch: $(kill -0 "$leftover" 2>/dev/null && echo 'STILL ALIVE (wrong)' || echo 'gone (right)')")
+  lines+=("bystander exit status $byst_rc: $([[ $byst_rc == 0 ]] && echo 'ran to its end, never signalled (right)' || echo 'ended abnormally (wrong if it was signalled)')")
+  if grep -q "killed the previous server's leftovers: pid $leftover " "$agent_log"; then
+    lines+=("agent: killed the previous server's leftover pid $leftover (right)")
+  else
+    lines+=("agent: no line saying it killed pid $leftover (wrong)")
+  fi
+  if [[ $byst_pid != 0 ]] && grep -q "pid $byst_pid " "$agent_log"; then
+    lines+=("agent: reported the bystander: $(grep -m1 -o "gpu $g: [0-9]* MiB used.*pid $byst_pid [^;]*" "$agent_log" | head -c 400)")
+  else
+    lines+=("agent: did not name the bystander pid $byst_pid (wrong unless its memory was gone first)")
+  fi
+  grep 'fleet-agent: attempt' "$agent_log" >"$sdir/gpu-checks.txt" 2>/dev/null || true
+  printf '  %s\n' "${lines[@]}" >>"$sdir/extra.txt"
+  return 0
+}
+
+# i: the first GPU of --gpus whose index, in CUDA's default order (fastest first), is another
+# physical GPU than nvidia-smi's GPU of that index; empty when the orders agree. What it saw goes
+# to FILE.
+pci_order_gpu() {  # FILE
+  CUDA_DEVICE_ORDER=FASTEST_FIRST "$python" - "$nvidia_smi" "$1" "${gpus[@]}" <<'EOF'
+import os, subprocess, sys
+os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+import torch
+smi, out, wanted = sys.argv[1], sys.argv[2], [int(g) for g in sys.argv[3:]]
+rows = subprocess.run([smi, "--query-gpu=index,uuid,name,pci.bus_id", "--format=csv,noheader"],
+                      stdout=subprocess.PIPE, text=True, check=True).stdout.splitlines()
+pci = {int(r.split(", ")[0]): r.split(", ")[1:] for r in rows if r.strip()}
+found, report = "", []
+for i in range(torch.cuda.device_count()):
+    p = torch.cuda.get_device_properties(i)
+    uuid = f"GPU-{p.uuid}" if getattr(p, "uuid", None) is not None else None
+    same = (uuid == pci[i][0]) if uuid else (p.name == pci[i][1])
+    report.append(f"index {i}: CUDA's default order: {p.name} {uuid or '(torch gives no uuid)'}; "
+                  f"nvidia-smi: {pci[i][1]} {pci[i][0]} {pci[i][2]}" + ("" if same else "  <- differs"))
+    if not same and not found and i in wanted:
+        found = str(i)
+with open(out, "w") as f:
+    f.write("\n".join(report) + "\n")
+print(found)
+EOF
+}
+
+# i, after READY: the server of the scenario's GPU ran on nvidia-smi's GPU of that index.
+pci_order_check() {  # SCENARIO_DIR
+  local sdir=$1 g=${scenario_gpus[0]} want got
+  want=$("$nvidia_smi" --query-gpu=uuid --format=csv,noheader -i "$g" | tr -d ' ')
+  got=$(grep -m1 -o 'uuid GPU-[0-9a-f-]*' "$sdir/logs/server_gpu$g.log" | sed 's/^uuid //') || got=
+  {
+    sed 's/^/  /' "$sdir/orders.txt"
+    printf '  config gpu %s: the server ran on %s; nvidia-smi gpu %s is %s: %s\n' "$g" \
+      "${got:-(no uuid in its log)}" "$g" "$want" \
+      "$([[ -n $got && $got == "$want" ]] && echo 'the same GPU (right)' || echo 'NOT the same (wrong, or no uuid in the log)')"
+  } >>"$sdir/extra.txt"
+}
+
 run_scenario() {  # NAME
   local name=$1 sdir=$out/$1 base_port t0 t1 watch_rc=0 server number
   step "Scenario ${letter_of[$name]} $name: ${what_of[$name]}"
   rm -rf -- "$sdir" "$out/jit/$name" "$out/toolkits/$name"
   mkdir -p "$sdir/logs" "$out/jit/$name"
   sock=$sock_dir/${letter_of[$name]}
+  scenario_gpus=("${gpus[@]}")
+  case $name in
+    leftover) scenario_gpus=("${gpus[0]}") ;;
+    pci_order)
+      local differs
+      differs=$(pci_order_gpu "$sdir/orders.txt") || differs=
+      if [[ -z $differs ]]; then
+        note "skipped: on this machine CUDA's default order and PCI order agree for GPUs ${gpus[*]}"
+        {
+          printf '== %s  (skipped)\n' "$name"
+          printf '  CUDA default order and PCI order agree here (GPUs of one kind): nothing to show\n'
+          sed 's/^/  /' "$sdir/orders.txt" 2>/dev/null || true
+        } >"$sdir/result.txt"
+        return 0
+      fi
+      scenario_gpus=("$differs")
+      note "GPU $differs: CUDA's default order puts another GPU at this index (see orders.txt)"
+      ;;
+  esac
   start_daemons "$sdir/state"
   base_port=$(free_base_port) || die "no $((max_gpu + 1)) consecutive free ports"
   scenario_env "$name" "$sdir"
@@ -611,6 +791,18 @@ run_scenario() {  # NAME
   fi
   t1=$(date +%s.%N)
   note "status --until-ready exited $watch_rc after $((${t1%.*} - ${t0%.*})) s"
+  : >"$sdir/extra.txt"
+  case $name in
+    leftover)
+      if [[ $watch_rc == 0 ]]; then
+        leftover_relaunch "$sdir"
+      else
+        printf '  leftover: not every server got READY first (watch exit %s): nothing killed\n' \
+          "$watch_rc" >>"$sdir/extra.txt"
+      fi
+      ;;
+    pci_order) pci_order_check "$sdir" ;;
+  esac
 
   fleetctl status -o json >"$sdir/status.json" 2>"$sdir/status.err" || true
   fleetctl status -o wide >"$sdir/status.txt" 2>&1 || true
@@ -622,6 +814,7 @@ run_scenario() {  # NAME
   fleetctl remediations -o wide >"$sdir/remediations.txt" 2>&1 || true
 
   analyse "$sdir" "$name" "$t0" "$t1" "$watch_rc" >/dev/null || note "analysis failed"
+  cat -- "$sdir/extra.txt" >>"$sdir/result.txt" 2>/dev/null || true
   : >"$sdir/explain.jsonl"
   : >"$sdir/explain.txt"
   if [[ -f $sdir/failed.tsv ]]; then

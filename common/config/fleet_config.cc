@@ -220,6 +220,10 @@ class Checker {
                                      ": use letters, digits and '_', not starting with a digit"));
       } else if (name == "CUDA_VISIBLE_DEVICES") {
         Add(entry_path, "CUDA_VISIBLE_DEVICES is set for each server from the container's gpus");
+      } else if (name == "CUDA_DEVICE_ORDER" && value != "PCI_BUS_ID") {
+        // The agent runs every server with PCI_BUS_ID, so that gpus name nvidia-smi's indexes.
+        Add(entry_path, absl::StrCat("CUDA_DEVICE_ORDER must be PCI_BUS_ID, got ", Quoted(value),
+                                     ": the gpus are nvidia-smi's indexes, which are PCI order"));
       }
       if (value.find('\0') != std::string::npos) {
         Add(entry_path, "an environment value cannot hold a NUL byte");

@@ -603,6 +603,11 @@ TEST(FleetConfigErrors, Environment) {
                          "    model: /models/m\n    env: {CUDA_VISIBLE_DEVICES: '0'}\n")),
             "fleet.yaml:11: templates[0].env.CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES is set for "
             "each server from the container's gpus");
+  EXPECT_EQ(ErrorOf(Edit("    model: /models/m\n",
+                         "    model: /models/m\n    env: {CUDA_DEVICE_ORDER: FASTEST_FIRST}\n")),
+            "fleet.yaml:11: templates[0].env.CUDA_DEVICE_ORDER: CUDA_DEVICE_ORDER must be "
+            "PCI_BUS_ID, got 'FASTEST_FIRST': the gpus are nvidia-smi's indexes, which are PCI "
+            "order");
   EXPECT_EQ(ErrorOf(Edit("        base_port: 30000\n",
                          "        base_port: 30000\n        env: {1BAD: x}\n")),
             "fleet.yaml:8: hosts[0].containers[0].env.1BAD: invalid environment variable name "

@@ -1,5 +1,12 @@
 #include "tests/sim/gpu_info.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -61,6 +68,33 @@ absl::StatusOr<GpuInfo> VisibleGpu(const std::vector<GpuInfo>& gpus, const Envir
     if (g.index == visible[static_cast<size_t>(ordinal)]) return g;
   }
   return absl::OutOfRangeError("invalid device ordinal");
+}
+
+void HoldGpuMemory(const Environment& env, int index, int64_t mib) {
+  const std::string smi = FindExecutable("nvidia-smi", env.List("PATH"));
+  if (smi.empty()) return;
+  const std::filesystem::path world = std::filesystem::path(smi).parent_path().parent_path();
+  // This process's start time, field 22 of /proc/self/stat (after the command's parentheses).
+  std::ifstream in("/proc/self/stat");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string stat = text.str();
+  const size_t close = stat.rfind(')');
+  std::string ticks;
+  if (close != std::string::npos) {
+    std::vector<std::string> fields =
+        absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+    if (fields.size() > 19) ticks = fields[19];
+  }
+  std::error_code ec;
+  const std::filesystem::path dir = world / "run" / "gpu-mem" / absl::StrCat(index);
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream(dir / absl::StrCat(getpid())) << mib << " " << ticks << " python3\n";
+  std::filesystem::create_directories(world / "dev", ec);
+  // Kept open until the process ends, as CUDA keeps /dev/nvidiaN open.
+  const int fd = open((world / "dev" / absl::StrCat("nvidia", index)).c_str(),
+                      O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+  static_cast<void>(fd);
 }
 
 }  // namespace fleet::sim

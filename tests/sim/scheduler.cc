@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -51,8 +52,18 @@ class Scheduler {
         log_(setup.log_fd, absl::StrCat("TP", setup.rank)) {}
 
   [[noreturn]] void Run() {
+    // A leftover in the making: out of the launcher's group, still in its session, and no
+    // longer killed with the launcher.
+    if (setup_.fault == Fault::kLeftover) {
+      prctl(PR_SET_PDEATHSIG, 0);
+      setpgid(0, 0);
+    }
     for (;;) {
       std::optional<int32_t> command = ReadCommand(/*timeout_ms=*/-1);
+      if (!command && setup_.fault == Fault::kLeftover) {
+        // The launcher is gone: stay, holding the GPU, until killed.
+        for (;;) pause();
+      }
       if (!command) _exit(0);
       const bool ok = *command == kWarmupCommand
                           ? Warmup()
@@ -133,6 +144,7 @@ class Scheduler {
   }
 
   bool WeightsLoaded() {
+    HoldGpuMemory(setup_.env, gpu_.index, static_cast<int64_t>((kWeightsGb + KvGb()) * 1024));
     log_.Record(absl::StrFormat(
         "Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=%.2f GB, mem "
         "usage=%.2f GB.",

@@ -7,7 +7,7 @@
 //   WORLD/venv/bin/python -m sglang.launch_server --model-path M --port P ...
 //
 // Run under another name it takes its venv from $VIRTUAL_ENV. FLEET_SIM_SPEED (default 1) divides
-// every duration; FLEET_SIM_FAULT injects a fault (oom, nccl, hang_jit, watchdog).
+// every duration; FLEET_SIM_FAULT injects a fault (oom, nccl, hang_jit, watchdog, leftover).
 #include <unistd.h>
 
 #include <cstdio>

@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sim/sim_test_support.h"
@@ -256,6 +260,85 @@ TEST_F(SimServerTest, FixedWorldServesHttpAndShutsDownOnSigterm) {
   EXPECT_FALSE(s.GroupAlive()) << "a scheduler outlived the server";
   EXPECT_THAT(s.Log(), HasSubstr("INFO:     Finished server process"));
   EXPECT_EQ(Diagnose(s.log_path()).diagnosis_class, "none");
+}
+
+// What the world's nvidia-smi prints for `args` (its driver's view of the GPUs).
+std::string NvidiaSmi(const SimWorld& world, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {world.Path("bin/nvidia-smi")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  fleet::testing::RunOptions options;
+  options.env = std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"}};
+  options.output_path = world.Path(absl::StrCat("smi.", getpid(), ".out"));
+  absl::StatusOr<fleet::testing::RunResult> r = fleet::testing::Run(argv, options);
+  EXPECT_TRUE(r.ok() && r->exited && r->exit_code == 0) << (r.ok() ? r->output : "");
+  const std::string out = r.ok() ? r->output : "";
+  unlink(options.output_path.c_str());
+  return out;
+}
+
+int64_t MemoryUsed(const SimWorld& world, int gpu) {
+  int64_t used = -1;
+  const std::string out = NvidiaSmi(
+      world, {"--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", absl::StrCat(gpu)});
+  EXPECT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(out), &used)) << out;
+  return used;
+}
+
+TEST_F(SimServerTest, NvidiaSmiReportsTheServersGpuMemoryWhileItsSchedulerLives) {
+  SimWorld world = MakeWorld("fixed");
+  absl::StatusOr<std::unique_ptr<BackgroundProcess>> server =
+      BackgroundProcess::Start(world.ServerArgv(Port()), world.ServerEnv(/*gpu=*/3), LogPath());
+  ASSERT_TRUE(server.ok()) << server.status();
+  BackgroundProcess& s = **server;
+  EXPECT_EQ(MemoryUsed(world, 3), 1) << "an idle GPU";
+  ASSERT_TRUE(
+      s.WaitForLog([](const std::string& l) { return l.find(kReadyLine) != std::string::npos; },
+                   30s)
+          .ok())
+      << s.Log();
+  EXPECT_GT(MemoryUsed(world, 3), 1024) << "the weights and the KV cache";
+  EXPECT_EQ(MemoryUsed(world, 0), 1) << "another GPU";
+  const std::string apps = NvidiaSmi(world, {"--query-compute-apps=pid,process_name,used_memory",
+                                             "--format=csv,noheader,nounits", "-i", "3"});
+  std::vector<std::string> fields = absl::StrSplit(absl::StripAsciiWhitespace(apps), ", ");
+  ASSERT_EQ(fields.size(), 3u) << apps;
+  int64_t holder = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(fields[0], &holder));
+  EXPECT_NE(holder, s.pid()) << "the scheduler child holds the memory, not the launcher";
+  EXPECT_EQ(getpgid(static_cast<pid_t>(holder)), s.pid());
+
+  ASSERT_TRUE(s.Stop(SIGTERM, 10s).ok());
+  EXPECT_EQ(MemoryUsed(world, 3), 1) << "freed with the process";
+}
+
+TEST_F(SimServerTest, LeftoverFaultKeepsTheSchedulerAndItsMemoryAfterTheLauncherIsKilled) {
+  SimWorld world = MakeWorld("fixed");
+  Env env = world.ServerEnv(/*gpu=*/1);
+  env["FLEET_SIM_FAULT"] = "leftover";
+  absl::StatusOr<std::unique_ptr<BackgroundProcess>> server =
+      BackgroundProcess::Start(world.ServerArgv(Port()), env, LogPath());
+  ASSERT_TRUE(server.ok()) << server.status();
+  BackgroundProcess& s = **server;
+  ASSERT_TRUE(
+      s.WaitForLog([](const std::string& l) { return l.find(kReadyLine) != std::string::npos; },
+                   30s)
+          .ok())
+      << s.Log();
+  const std::string apps =
+      NvidiaSmi(world, {"--query-compute-apps=pid", "--format=csv,noheader,nounits", "-i", "1"});
+  int64_t scheduler = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(apps), &scheduler)) << apps;
+  const pid_t pid = static_cast<pid_t>(scheduler);
+  EXPECT_EQ(getsid(pid), getsid(s.pid())) << "still in the server's session";
+  EXPECT_EQ(getpgid(pid), pid) << "in a process group of its own";
+
+  ASSERT_TRUE(s.Stop(SIGKILL, 10s).ok());
+  EXPECT_EQ(kill(pid, 0), 0) << "the leftover outlives its launcher";
+  EXPECT_GT(MemoryUsed(world, 1), 1024) << "and still holds the GPU's memory";
+  EXPECT_TRUE(absl::StrContains(fleet::testing::ReadFile(absl::StrCat("/proc/", pid, "/cmdline")),
+                                "sglang"))
+      << "it is the server's own process";
+  kill(pid, SIGKILL);
 }
 
 TEST_F(SimServerTest, SecondStartLoadsJitOpsFromTheCache) {

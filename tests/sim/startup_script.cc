@@ -20,8 +20,9 @@ absl::StatusOr<Fault> ParseFault(const std::string& text) {
   if (text == "nccl") return Fault::kNccl;
   if (text == "hang_jit") return Fault::kHangJit;
   if (text == "watchdog") return Fault::kWatchdog;
-  return absl::InvalidArgumentError(
-      absl::StrCat("FLEET_SIM_FAULT: unknown fault '", text, "' (oom, nccl, hang_jit, watchdog)"));
+  if (text == "leftover") return Fault::kLeftover;
+  return absl::InvalidArgumentError(absl::StrCat("FLEET_SIM_FAULT: unknown fault '", text,
+                                                 "' (oom, nccl, hang_jit, watchdog, leftover)"));
 }
 
 std::vector<Step> BuildStartupScript(const ServerArgs& args, const std::vector<JitOp>& ops,

@@ -21,9 +21,12 @@ enum class Fault {
   kNccl,      // NCCL fails while the process group is set up
   kHangJit,   // the first JIT compile step never ends; the scheduler keeps using a little CPU
   kWatchdog,  // the scheduler's watchdog fires a while after the server is ready
+  // The scheduler leaves the launcher's process group (same session) and outlives a launcher
+  // killed with SIGKILL, still holding its GPU memory: a leftover the next launch must reclaim.
+  kLeftover,
 };
 
-// "" or one of oom, nccl, hang_jit, watchdog; InvalidArgument for anything else.
+// "" or one of oom, nccl, hang_jit, watchdog, leftover; InvalidArgument for anything else.
 absl::StatusOr<Fault> ParseFault(const std::string& text);
 
 // How a cached JIT library looks to a start.

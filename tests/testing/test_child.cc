@@ -10,7 +10,10 @@
 //   ready-line      print SGLang's ready line but serve nothing, then wait
 //   escaper         start a child that moves to a process group of its own (same session) and
 //                   burns CPU, print "escaper PID", wait for SIGTERM
+//   leftover FILE   start a child that leaves the process group (same session) and keeps FILE
+//                   open (a GPU's device node, as CUDA does), print "leftover PID", wait
 // Waits are on signals (sigsuspend/pause), never timed.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -111,6 +114,25 @@ int main(int argc, char** argv) {
       for (;;) x = x + 1;
     }
     std::printf("escaper %d\n", child);
+    std::fflush(stdout);
+    WaitForTerm();
+    return 0;
+  }
+  if (mode == "leftover" && argc > 2) {
+    int ready[2];
+    if (pipe(ready) != 0) return 3;
+    const pid_t child = fork();
+    if (child == 0) {
+      setpgid(0, 0);
+      const int fd = open(argv[2], O_RDONLY);
+      const char c = fd >= 0 ? 'k' : 'e';
+      if (write(ready[1], &c, 1) != 1) _exit(1);
+      for (;;) pause();
+    }
+    close(ready[1]);
+    char c = 0;
+    if (read(ready[0], &c, 1) != 1 || c != 'k') return 3;
+    std::printf("leftover %d\n", child);
     std::fflush(stdout);
     WaitForTerm();
     return 0;

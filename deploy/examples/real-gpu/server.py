@@ -28,6 +28,11 @@ CUDA_VISIBLE_DEVICES is GPU), each failing with the real tools' own output:
               libcuda.so elsewhere would satisfy -lcuda, the link asks for it with -Bstatic
               while the stub is missing, so it still fails the same way
   oom         after the weights, allocates twice the GPU's memory: torch.OutOfMemoryError
+  leftover    after the weights, starts a child (a fresh python) that leaves the server's process
+              group (same session) and holds FLEET_GPU_LEFTOVER_GIB (default 4) GiB of the GPU
+              until killed: a server killed with SIGKILL leaves it behind, as a real server's
+              stray worker would, for the next launch on that GPU to find (deploy/gpu-run.sh
+              scenario leftover)
 Ninja missing from PATH and a wrong CUDA_HOME need no switch: set the environment, and torch
 fails as it does ("Ninja is required to load C++ extensions", ".../bin/nvcc: not found").
 See README.md beside this file.
@@ -49,7 +54,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXTENSION = "fleet_ops"
-KNOWN_FAULTS = ("ptx_newer", "needs_stub", "oom")
+KNOWN_FAULTS = ("ptx_newer", "needs_stub", "oom", "leftover")
+
+# The `leftover` fault's child: CUDA on the server's GPU (CUDA_VISIBLE_DEVICES is inherited),
+# GIB of it held, "ready" on stdout, then nothing until killed.
+LEFTOVER_CHILD = r"""
+import signal, sys
+import torch
+torch.cuda.set_device(0)
+hold = torch.empty(int(float(sys.argv[1]) * (1 << 30)), dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+while True:
+    signal.pause()
+"""
 
 # CUDA release -> the highest PTX ISA its ptxas accepts (PTX ISA release notes). Checked against
 # the real ptxas at run time, so a release missing here still works.
@@ -531,6 +550,21 @@ def on_signal(signum, _frame):
     raise Terminated(signum)
 
 
+def start_leftover(gib):
+    """The `leftover` fault: a child in a process group of its own (the server's session) holding
+    `gib` GiB of this GPU. Returns once it holds them."""
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {
+        "preexec_fn": lambda: os.setpgid(0, 0)}
+    child = subprocess.Popen([sys.executable, "-c", LEFTOVER_CHILD, str(gib)],
+                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                             env=dict(os.environ, FLEET_GPU_LEFTOVER="1"), **group)
+    if child.stdout.readline().strip() != b"ready":
+        raise RuntimeError(f"the leftover child (pid {child.pid}) did not start: "
+                           f"exit {child.wait()}")
+    log(f"fleet fault leftover: child pid {child.pid} (its own process group, this server's "
+        f"session) holds {gib:.1f} GiB of this GPU until killed")
+
+
 def main(argv):
     args, unknown = parse_args(argv)
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -565,8 +599,17 @@ def main(argv):
     torch.cuda.init()  # torch's own error where the GPU or its driver cannot be reached
     torch.cuda.set_device(0)
     props = torch.cuda.get_device_properties(0)
+    # Which physical GPU device 0 is (uuid and PCI bus where this torch tells them): with
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID it is nvidia-smi's GPU CUDA_VISIBLE_DEVICES.
+    ident = ""
+    if getattr(props, "uuid", None) is not None:
+        ident += f", uuid GPU-{props.uuid}"
+    if getattr(props, "pci_bus_id", None) is not None:
+        ident += (f", pci {getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:"
+                  f"{getattr(props, 'pci_device_id', 0):02x}.0")
     log(f"GPU: {props.name}, compute capability {props.major}.{props.minor}, "
-        f"total capacity of {gib(props.total_memory):.2f} GiB")
+        f"total capacity of {gib(props.total_memory):.2f} GiB{ident}, "
+        f"CUDA_DEVICE_ORDER={os.environ.get('CUDA_DEVICE_ORDER', '(unset: fastest first)')}")
 
     # The kernels the model runs come from the JIT extension, built first (the model's layers
     # need them, as SGLang's need flashinfer's ops).
@@ -586,6 +629,8 @@ def main(argv):
         f"elapsed={time.monotonic() - started:.2f} s.")
     if "needs_stub" in faults:
         log(f"driver API through -lcuda: cuDriverGetVersion = {ops.driver_version()}")
+    if "leftover" in faults:
+        start_leftover(float(os.environ.get("FLEET_GPU_LEFTOVER_GIB", "4")))
     state.loaded = True
 
     if "oom" in faults:
