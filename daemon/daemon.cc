@@ -1128,8 +1128,13 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
       fresh->container = key;
       fresh->host = bare;
       fresh->config = c;
-      auto cursor = store_->Cursor(key);
-      if (cursor.ok()) fresh->cursor = *cursor;
+      if (link) {
+        // Where the old link read to: its events are stored, or wait in unsaved_ for a write
+        // (with this cursor), so the stored one may be behind.
+        fresh->cursor = link->cursor;
+      } else if (auto cursor = store_->Cursor(key); cursor.ok()) {
+        fresh->cursor = *cursor;
+      }
       link = std::move(fresh);
     }
   }

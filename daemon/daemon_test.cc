@@ -737,6 +737,33 @@ TEST_F(DaemonTest, EventsWhoseWriteFailsAreKeptAndStoredOnceWhenTheRecordIsBack)
   EXPECT_EQ((*attempt)->outcome, "ready");
 }
 
+TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheCursorOfEventsNotYetStored) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  const auto launch = agent_.launches[0];
+  auto outside = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  ASSERT_TRUE((*outside)->db().Exec("BEGIN IMMEDIATE").ok());
+  agent_.Say(Phase(launch, "LOADING"));
+  agent_.Say(Phase(launch, "JIT_COMPILING"));
+  daemon_->Step();  // applied, not stored
+  ASSERT_TRUE((*outside)->db().Exec("ROLLBACK").ok());
+  // The container's link is replaced before the events are written: the new one goes on from
+  // where the old one read, not from the stored cursor behind it.
+  Deploy(MovedChannel());
+  daemon_->Step();
+  daemon_->Step();
+  auto cursor = (*outside)->Cursor("local/200");
+  ASSERT_TRUE(cursor.ok());
+  EXPECT_EQ(cursor->sequence, agent_.sequence);
+  ASSERT_FALSE(agent_.follows.empty());
+  EXPECT_EQ(agent_.follows.back(), std::make_pair(std::string("inc-1"), agent_.sequence));
+  auto events = (*outside)->db().Prepare("SELECT count(*) FROM events WHERE kind != 'gap'");
+  ASSERT_TRUE(events.ok() && *events->Step());
+  EXPECT_EQ(events->ColumnInt(0), static_cast<int64_t>(agent_.sequence));
+}
+
 TEST_F(DaemonTest, StatusAnswersWhileAnAgentTakesItsTimeToAnswerAResync) {
   agent_.snapshot.set_incarnation("inc-1");
   Deploy(TwoGpuConfig());
