@@ -19,6 +19,29 @@ std::chrono::system_clock::time_point Deadline(absl::Duration d) {
 
 }  // namespace
 
+void CallCancel::Cancel() {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return;
+  cancelled_ = true;
+  if (end_) end_();
+}
+
+bool CallCancel::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+void CallCancel::Watch(std::function<void()> end) {
+  absl::MutexLock lock(&mu_);
+  end_ = std::move(end);
+  if (cancelled_ && end_) end_();
+}
+
+void CallCancel::Unwatch() {
+  absl::MutexLock lock(&mu_);
+  end_ = nullptr;
+}
+
 absl::Status FromGrpc(const grpc::Status& s, const std::string& container, const char* call) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(
@@ -280,11 +303,14 @@ absl::StatusOr<fleet::v1::ApplyResponse> GrpcAgentClient::Apply(const fleet::v1:
   return out;
 }
 
-absl::Status GrpcAgentClient::Logs(
-    const fleet::v1::LogsRequest& r,
-    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk) {
+absl::Status GrpcAgentClient::Logs(const fleet::v1::LogsRequest& r,
+                                   const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk,
+                                   CallCancel* cancel) {
   grpc::ClientContext c;
   if (!r.follow()) c.set_deadline(Deadline(kCallDeadline));
+  // A cancel ends the stream even while no chunk comes (gRPC cancels a call not started yet
+  // when it starts).
+  if (cancel != nullptr) cancel->Watch([&c] { c.TryCancel(); });
   auto reader = stub_->Logs(&c, r);
   fleet::v1::LogChunk chunk;
   while (reader->Read(&chunk)) {
@@ -294,6 +320,7 @@ absl::Status GrpcAgentClient::Logs(
     }
   }
   const grpc::Status s = reader->Finish();
+  if (cancel != nullptr) cancel->Unwatch();
   if (s.error_code() == grpc::StatusCode::CANCELLED) return absl::OkStatus();
   return FromGrpc(s, container_, "Logs");
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -34,6 +35,25 @@ class EventSink {
   virtual bool Admit(std::function<void()> resume) { return true; }
 };
 
+// Ends a blocking call (Logs) from another thread: the call says how it is ended (Watch), and
+// Cancel does that, at once, or when the call starts if the cancel came first. fleetd's Logs
+// handler cancels when its client goes away (a `fleetctl logs -f` interrupted on a quiet server:
+// no chunk comes that would let the call notice) and when fleetd stops. Thread-safe.
+class CallCancel {
+ public:
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
+  // `end` runs on Cancel (here, when cancelled already), under this object's lock: Unwatch,
+  // called when the call is over and before what `end` touches goes, waits for it.
+  void Watch(std::function<void()> end) ABSL_LOCKS_EXCLUDED(mu_);
+  void Unwatch() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> end_ ABSL_GUARDED_BY(mu_);
+};
+
 class AgentClient {
  public:
   virtual ~AgentClient() = default;
@@ -53,10 +73,11 @@ class AgentClient {
   virtual absl::StatusOr<fleet::v1::StatusResponse> Status() = 0;
   virtual absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec& s) = 0;
   virtual absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest& r) = 0;
-  // Streams a server's log: `on_chunk` for each piece until the agent ends it or `on_chunk`
-  // returns false. Blocks.
+  // Streams a server's log: `on_chunk` for each piece until the agent ends it, `on_chunk`
+  // returns false or `cancel` (may be null) is cancelled. Blocks.
   virtual absl::Status Logs(const fleet::v1::LogsRequest& r,
-                            const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk) = 0;
+                            const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk,
+                            CallCancel* cancel) = 0;
   // Starts following the event stream after (incarnation, sequence). One stream at a time.
   virtual void Follow(const std::string& incarnation, uint64_t after, EventSink* sink) = 0;
   // Cancels the stream (OnStreamEnded follows).
@@ -98,7 +119,8 @@ class GrpcAgentClient : public AgentClient {
   absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec& s) override;
   absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest& r) override;
   absl::Status Logs(const fleet::v1::LogsRequest& r,
-                    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk) override;
+                    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk,
+                    CallCancel* cancel) override;
   void Follow(const std::string& incarnation, uint64_t after, EventSink* sink) override;
   void CancelFollow() override;
 
@@ -153,7 +175,7 @@ class UnavailableAgentClient : public AgentClient {
     return status_;
   }
   absl::Status Logs(const fleet::v1::LogsRequest&,
-                    const std::function<bool(const fleet::v1::LogChunk&)>&) override {
+                    const std::function<bool(const fleet::v1::LogChunk&)>&, CallCancel*) override {
     return status_;
   }
   void Follow(const std::string&, uint64_t, EventSink* sink) override {

@@ -108,6 +108,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(std::unique_ptr<FleetStor
 
 Daemon::~Daemon() {
   {
+    // Log streams end first: a `logs -f` of a quiet server would wait for its next line forever.
+    absl::MutexLock lock(&logs_mu_);
+    logs_closed_ = true;
+    for (CallCancel* c : log_calls_) c->Cancel();
+    while (!log_calls_.empty()) logs_done_.Wait(&logs_mu_);
+  }
+  {
     absl::MutexLock lock(&queue_mu_);
     stopping_ = true;
     wake_ = true;
@@ -130,14 +137,19 @@ Daemon::~Daemon() {
     for (auto& r : resume) r();
   }
   {
-    // Calls not sent yet are dropped (the answers of those in flight start no more).
+    // Calls not sent yet are dropped (the answers of those in flight start no more), and a
+    // sender that holds a client lets it go: the clients are destroyed here, on this thread,
+    // never on one of gRPC's whose call the destructor would wait for.
     absl::MutexLock lock(&calls_mu_);
     calls_closed_ = true;
     pending_calls_.clear();
+    calls_mu_.Await(absl::Condition(
+        +[](Daemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->calls_mu_) { return d->sending_ == 0; },
+        this));
   }
   // The agents' clients go first (their streams end, their calls in flight are cancelled), then
   // the rest. Destroyed without the lock: a call's answer takes it.
-  std::vector<std::unique_ptr<AgentClient>> clients;
+  std::vector<std::shared_ptr<AgentClient>> clients;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [name, link] : links_) clients.push_back(std::move(link->client));
@@ -218,29 +230,51 @@ void Daemon::Step() {
   WriteUnsaved(now);
   std::vector<Call> calls;
   std::vector<FixJob> jobs;
+  std::set<std::string> persist;
+  std::set<std::string> unrecorded;  // servers whose rows this turn could not write
   mu_.Lock();
   store_mu_.Lock();
   {
     // The turn's attempts and rows: one commit, made before any Launch is sent. The rows are
     // copied under mu_ and written without it.
     FleetStore::Batch write(store_.get());
-    std::set<std::string> persist;
     ApplyFixResults(now, &persist);
     calls = Reconcile(now, &persist, &jobs);
     persist.merge(dirty_);
     dirty_.clear();
     const std::vector<RowWrite> rows = Collect(persist);
     mu_.Unlock();
-    WriteRows(rows);
+    WriteRows(rows, &unrecorded);
     if (absl::Status st = write.Commit(); !st.ok()) {
-      fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+      fprintf(stderr, "fleetd: record: %s (the turn's agent calls wait for a commit)\n",
+              st.ToString().c_str());
+      unrecorded = persist;
     }
+  }
+  {
+    // Nothing leaves without its record: a call whose server's rows (its attempt's among them)
+    // are not committed waits, its server keeping launch_in_flight or stop_sent so that no turn
+    // decides it again, and the rows are written again next turn. The calls of earlier turns go
+    // first once theirs are.
+    std::vector<Call> ready;
+    std::vector<Call> waiting;
+    for (std::vector<Call>* list : {&unrecorded_calls_, &calls}) {
+      for (Call& c : *list) {
+        (unrecorded.count(c.server) ? waiting : ready).push_back(std::move(c));
+      }
+    }
+    unrecorded_calls_ = std::move(waiting);
+    calls = std::move(ready);
   }
   if (now - last_prune_ > absl::Hours(1)) {
     last_prune_ = now;
     store_->PruneEvents(now - options_.event_retention, options_.max_events).IgnoreError();
   }
   store_mu_.Unlock();
+  if (!unrecorded.empty()) {
+    absl::MutexLock lock(&mu_);
+    dirty_.merge(unrecorded);
+  }
   Perform(std::move(calls));
   RunJobs(std::move(jobs));
   {
@@ -253,6 +287,7 @@ void Daemon::Step() {
       Persist(dirty);
     }
   }
+  ReleaseRetired();
   NotifySubscribers();
 }
 
@@ -266,7 +301,7 @@ void Daemon::OnEvent(const std::string& container, fleet::v1::AgentEvent event) 
 
 bool Daemon::Admit(std::function<void()> resume) {
   absl::MutexLock lock(&queue_mu_);
-  if (stopping_ || queue_.size() < options_.queue_limit) return true;
+  if (stopping_ || queue_.size() + unsaved_events_ < options_.queue_limit) return true;
   parked_.push_back(std::move(resume));
   return false;
 }
@@ -277,16 +312,27 @@ void Daemon::OnStreamEnded(const std::string& container, absl::Status status) {
   wake_ = true;
 }
 
-void Daemon::Ingest(absl::Time now) {
-  std::deque<Queued> batch;
+void Daemon::ResumeStreams() {
   std::vector<std::function<void()>> resume;
   {
     absl::MutexLock lock(&queue_mu_);
-    batch.swap(queue_);
+    if (!stopping_ && queue_.size() + unsaved_events_ >= options_.queue_limit) return;
     resume.swap(parked_);
   }
-  // The queue has room again: the streams that waited read on (while this turn records).
   for (auto& r : resume) r();
+}
+
+void Daemon::Ingest(absl::Time now) {
+  std::deque<Queued> batch;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    batch.swap(queue_);
+  }
+  // The queue has room again: the streams that waited read on (while this turn records), unless
+  // events whose write failed fill it.
+  ResumeStreams();
+  // Streams to end for a resynchronisation: cancelled after the lock is let go.
+  std::vector<std::shared_ptr<AgentClient>> resyncing;
   const size_t chunk = std::max<size_t>(options_.events_per_lock, 1);
   for (size_t first = 0; first < batch.size(); first += chunk) {
     // Applied in chunks: status queries get the lock between them.
@@ -298,22 +344,28 @@ void Daemon::Ingest(absl::Time now) {
       Link& l = *link->second;
       if (q.ended) {
         l.state = Link::kIdle;
+        if (l.resync) {
+          // Ended to resynchronise: connected again at once (Connect takes the snapshot).
+          l.retry_at = now;
+          continue;
+        }
         l.failures = std::min(l.failures + 1, 20);
         l.last_error = std::string(q.status.message());
         l.retry_at = now + std::min(options_.reconnect_max,
                                     options_.reconnect_initial * (1 << std::min(l.failures, 10)));
         continue;
       }
+      // What a stream said after its Resync: the snapshot of the next connection covers it.
+      if (l.resync) continue;
       const fleet::v1::AgentEvent& e = q.event;
       if (e.has_resync()) {
-        // The agent cannot replay from our position (reinstalled, or its log was pruned): take
-        // its snapshot, record the gap, and go on from where the snapshot is.
-        auto snapshot = l.client->Status();
-        if (snapshot.ok()) {
-          const AgentCursor from = l.cursor;
-          ApplySnapshot(l, *snapshot, now, &unsaved_.rows[q.container]);
-          unsaved_.gaps.push_back({q.container, from, l.cursor});
-        }
+        // The agent cannot replay from our position (reinstalled, or its log was pruned): its
+        // stream is ended and the link connected again, which takes the agent's snapshot (its
+        // Status, asked without any lock held), records the gap, and follows on from where the
+        // snapshot is. Asking here, under mu_, froze every status query for as long as the
+        // agent took to answer.
+        l.resync = true;
+        if (l.client) resyncing.push_back(l.client);
         continue;
       }
       if (e.incarnation() == l.cursor.incarnation && e.sequence() <= l.cursor.sequence) continue;
@@ -322,13 +374,16 @@ void Daemon::Ingest(absl::Time now) {
       unsaved_.events[q.container].push_back(std::move(q.event));
     }
   }
+  for (const std::shared_ptr<AgentClient>& client : resyncing) client->CancelFollow();
 }
 
 void Daemon::WriteUnsaved(absl::Time now) {
   // What to write: the events, the rows as they are now and each container's cursor, copied under
   // mu_; written with store_mu_ alone, taken before mu_ is let go, so that no write of a newer
   // state can come first. Per container all or nothing; the whole turn one commit (a row that
-  // many events changed is written once).
+  // many events changed is written once). What could not be written is put back, ahead of what
+  // came meanwhile, and written with the next turn: the stored cursor moves only with the
+  // events it covers, and no event is dropped.
   struct Write {
     std::vector<ServerRecord> servers;
     std::vector<AttemptRecord> attempts;
@@ -357,26 +412,67 @@ void Daemon::WriteUnsaved(absl::Time now) {
   for (auto& [container, w] : writes) w.cursor = links_[container]->cursor;
   store_mu_.Lock();
   mu_.Unlock();
+  std::set<std::string> failed;  // containers whose batch was not stored
+  std::vector<AttemptRecord> lost_failed;
+  std::vector<Unsaved::Gap> gaps_failed;
   {
     FleetStore::Batch write(store_.get());
     for (const AttemptRecord& a : u.lost) {
       if (absl::Status st = store_->PutAttempt(a); !st.ok()) {
         fprintf(stderr, "fleetd: record %s: %s\n", a.server.c_str(), st.ToString().c_str());
+        lost_failed.push_back(a);
       }
     }
     for (const Unsaved::Gap& g : u.gaps) {
-      store_->RecordGap(g.container, g.from, g.to, now).IgnoreError();
+      if (absl::Status st = store_->RecordGap(g.container, g.from, g.to, now); !st.ok()) {
+        gaps_failed.push_back(g);
+      }
     }
     for (auto& [container, w] : writes) {
       absl::Status st =
           store_->IngestBatch(container, u.events[container], w.servers, w.attempts, w.cursor, now);
-      if (!st.ok()) fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+      if (!st.ok()) {
+        fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+        failed.insert(container);
+      }
     }
     if (absl::Status st = write.Commit(); !st.ok()) {
       fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+      for (const auto& [container, w] : writes) failed.insert(container);
+      lost_failed = u.lost;
+      gaps_failed = u.gaps;
     }
   }
   store_mu_.Unlock();
+  size_t held = 0;
+  if (!failed.empty() || !lost_failed.empty() || !gaps_failed.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& container : failed) {
+      std::vector<fleet::v1::AgentEvent>& later = unsaved_.events[container];
+      std::vector<fleet::v1::AgentEvent>& kept = u.events[container];
+      kept.insert(kept.end(), std::make_move_iterator(later.begin()),
+                  std::make_move_iterator(later.end()));
+      later = std::move(kept);
+      if (later.empty()) unsaved_.events.erase(container);
+      auto rows = u.rows.find(container);
+      if (rows == u.rows.end()) continue;
+      for (const std::string& name : rows->second) {
+        Server& s = servers_[name];
+        if (!s.attempt.id.empty()) s.attempt_unsaved = true;
+      }
+      unsaved_.rows[container].merge(rows->second);
+    }
+    lost_failed.insert(lost_failed.end(), unsaved_.lost.begin(), unsaved_.lost.end());
+    unsaved_.lost = std::move(lost_failed);
+    gaps_failed.insert(gaps_failed.end(), unsaved_.gaps.begin(), unsaved_.gaps.end());
+    unsaved_.gaps = std::move(gaps_failed);
+    for (const auto& [container, list] : unsaved_.events) held += list.size();
+  }
+  {
+    absl::MutexLock lock(&queue_mu_);
+    unsaved_events_ = held;
+  }
+  ResumeStreams();
 }
 
 Daemon::Server* Daemon::FindServer(const fleet::v1::ServerRef& ref) {
@@ -556,7 +652,7 @@ void Daemon::Connect(absl::Time now) {
   // without it.
   struct Due {
     std::string container;
-    AgentClient* client;
+    std::shared_ptr<AgentClient> client;  // held for the call: a redeploy may retire it meanwhile
     AgentCursor cursor;
   };
   std::vector<Due> due;
@@ -573,20 +669,21 @@ void Daemon::Connect(absl::Time now) {
         }
       }
       link->state = Link::kConnecting;
-      due.push_back({key, link->client.get(), link->cursor});
+      due.push_back({key, link->client, link->cursor});
     }
   }
   // Know what each agent runs before following it: its incarnation tells whether its stream
   // can resume from our cursor. All asked at once; each answer is taken as it comes.
   for (const Due& d : due) {
-    d.client->StatusAsync([this, container = d.container,
-                           client = d.client](absl::StatusOr<fleet::v1::StatusResponse> snapshot) {
+    // The answer names the client it came from (compared, never used: the link's own is).
+    d.client->StatusAsync([this, container = d.container, client = d.client.get()](
+                              absl::StatusOr<fleet::v1::StatusResponse> snapshot) {
       Connected(container, client, snapshot);
     });
   }
 }
 
-void Daemon::Connected(const std::string& container, AgentClient* client,
+void Daemon::Connected(const std::string& container, const AgentClient* client,
                        const absl::StatusOr<fleet::v1::StatusResponse>& snapshot) {
   const absl::Time now = clock_->Now();
   {
@@ -603,16 +700,21 @@ void Daemon::Connected(const std::string& container, AgentClient* client,
                                   options_.reconnect_initial * (1 << std::min(l.failures, 10)));
       return;
     }
-    if (snapshot->incarnation() != l.cursor.incarnation) {
+    if (l.resync || snapshot->incarnation() != l.cursor.incarnation) {
       // The snapshot's rows, the gap and the new cursor are written with the loop's next writes
       // (a callback never waits for the record while it holds mu_).
       const AgentCursor from = l.cursor;
       ApplySnapshot(l, *snapshot, now, &unsaved_.rows[container]);
-      if (!from.incarnation.empty()) unsaved_.gaps.push_back({container, from, l.cursor});
+      if (l.resync || !from.incarnation.empty()) {
+        unsaved_.gaps.push_back({container, from, l.cursor});
+      }
+      l.resync = false;
     }
     l.state = Link::kFollowing;
     l.failures = 0;
     l.last_error.clear();
+    // Follow only starts the stream (its events come on gRPC's threads, to the queue): it does
+    // not wait for the agent.
     l.client->Follow(l.cursor.incarnation, l.cursor.sequence, this);
   }
   Wake();  // a turn: its servers can be launched now
@@ -784,12 +886,15 @@ void Daemon::StartCalls() {
       c = std::move(pending_calls_.front());
       pending_calls_.pop_front();
       ++in_flight_;
+      ++sending_;
     }
-    AgentClient* client = nullptr;
+    // Held while the call is handed over: a redeploy may retire the link's client meanwhile (it
+    // is destroyed, on a daemon thread, once no one holds it).
+    std::shared_ptr<AgentClient> client;
     {
       absl::MutexLock lock(&mu_);
       auto link = links_.find(c.container);
-      if (link != links_.end()) client = link->second->client.get();
+      if (link != links_.end()) client = link->second->client;
       if (c.kind == Call::kLaunch) {
         Server& s = servers_[c.server];
         if (s.attempt.id != c.launch.attempt_id()) {
@@ -803,6 +908,7 @@ void Daemon::StartCalls() {
     if (client == nullptr) {
       absl::MutexLock lock(&calls_mu_);
       --in_flight_;
+      --sending_;
       continue;
     }
     if (c.kind == Call::kStop) {
@@ -818,6 +924,9 @@ void Daemon::StartCalls() {
         CallFinished();
       });
     }
+    client.reset();
+    absl::MutexLock lock(&calls_mu_);
+    --sending_;
   }
   starting = false;
 }
@@ -887,10 +996,13 @@ void Daemon::Wake() {
 
 void Daemon::Persist(const std::set<std::string>& names) {
   FleetStore::Batch write(store_.get());
-  WriteRows(Collect(names));
+  std::set<std::string> failed;
+  WriteRows(Collect(names), &failed);
   if (absl::Status st = write.Commit(); !st.ok()) {
-    fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+    fprintf(stderr, "fleetd: record: %s (written again next turn)\n", st.ToString().c_str());
+    failed = names;
   }
+  dirty_.merge(failed);
 }
 
 std::vector<Daemon::RowWrite> Daemon::Collect(const std::set<std::string>& names) {
@@ -903,14 +1015,33 @@ std::vector<Daemon::RowWrite> Daemon::Collect(const std::set<std::string>& names
   return rows;
 }
 
-void Daemon::WriteRows(const std::vector<RowWrite>& rows) {
+void Daemon::WriteRows(const std::vector<RowWrite>& rows, std::set<std::string>* failed) {
   for (const RowWrite& row : rows) {
     absl::Status st = store_->PutServer(row.record);
     if (st.ok() && !row.attempt.id.empty()) st = store_->PutAttempt(row.attempt);
     if (!st.ok()) {
       fprintf(stderr, "fleetd: record %s: %s\n", row.record.name.c_str(), st.ToString().c_str());
+      failed->insert(row.record.name);
     }
   }
+}
+
+void Daemon::ReleaseRetired() {
+  std::vector<std::shared_ptr<AgentClient>> unused;
+  {
+    absl::MutexLock lock(&mu_);
+    // Only links_ and retired_ hand out a client (under mu_), and a retired one is no longer in
+    // links_: once only retired_ holds it, it stays so.
+    for (auto it = retired_.begin(); it != retired_.end();) {
+      if (it->use_count() == 1) {
+        unused.push_back(std::move(*it));
+        it = retired_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  unused.clear();
 }
 
 // --- Desired state --------------------------------------------------------------------------
@@ -1009,8 +1140,13 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
       fresh->container = key;
       fresh->host = bare;
       fresh->config = c;
-      auto cursor = store_->Cursor(key);
-      if (cursor.ok()) fresh->cursor = *cursor;
+      if (link) {
+        // Where the old link read to: its events are stored, or wait in unsaved_ for a write
+        // (with this cursor), so the stored one may be behind.
+        fresh->cursor = link->cursor;
+      } else if (auto cursor = store_->Cursor(key); cursor.ok()) {
+        fresh->cursor = *cursor;
+      }
       link = std::move(fresh);
     }
   }
@@ -1066,12 +1202,7 @@ absl::StatusOr<fleet::v1::DeployResponse> Daemon::Deploy(const fleet::v1::Deploy
       response.set_config_version(*version);
     }
   }
-  std::vector<std::unique_ptr<AgentClient>> retired;
-  {
-    absl::MutexLock lock(&mu_);
-    retired.swap(retired_);
-  }
-  retired.clear();
+  ReleaseRetired();
   {
     absl::MutexLock lock(&queue_mu_);
     wake_ = true;
@@ -1306,29 +1437,46 @@ absl::StatusOr<fleet::v1::ServersResponse> Daemon::Stop(const fleet::v1::Servers
 }
 
 absl::Status Daemon::Logs(const fleet::v1::ServerLogsRequest& request,
-                          const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk) {
-  AgentClient* client = nullptr;
-  fleet::v1::LogsRequest agent_request;
+                          const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk,
+                          CallCancel* cancel) {
+  CallCancel own;
+  if (cancel == nullptr) cancel = &own;
   {
-    absl::MutexLock lock(&mu_);
-    auto it = servers_.find(request.server());
-    if (it == servers_.end())
-      return absl::NotFoundError(absl::StrCat("no server ", request.server()));
-    const ServerRecord& r = it->second.record;
-    auto link = links_.find(ContainerKey(r.host, r.container));
-    if (link == links_.end() || !link->second->client) {
-      return absl::UnavailableError(
-          absl::StrCat("container ", r.host, "/", r.container, ": its agent is not connected"));
-    }
-    client = link->second->client.get();
-    agent_request.mutable_server()->set_host(r.host);
-    agent_request.mutable_server()->set_container(r.container);
-    agent_request.mutable_server()->set_gpu(r.gpu);
-    agent_request.set_attempt_number(request.attempt_number());
-    agent_request.set_follow(request.follow());
-    agent_request.set_tail_lines(request.tail_lines());
+    absl::MutexLock lock(&logs_mu_);
+    if (logs_closed_) return absl::UnavailableError("fleetd is stopping");
+    log_calls_.insert(cancel);
   }
-  return client->Logs(agent_request, on_chunk);
+  absl::Status status = [&]() -> absl::Status {
+    // The client is held for the stream's length: a redeploy that changes the container's
+    // channel retires it, and it is destroyed when this call lets it go.
+    std::shared_ptr<AgentClient> client;
+    fleet::v1::LogsRequest agent_request;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = servers_.find(request.server());
+      if (it == servers_.end()) {
+        return absl::NotFoundError(absl::StrCat("no server ", request.server()));
+      }
+      const ServerRecord& r = it->second.record;
+      auto link = links_.find(ContainerKey(r.host, r.container));
+      if (link == links_.end() || !link->second->client) {
+        return absl::UnavailableError(
+            absl::StrCat("container ", r.host, "/", r.container, ": its agent is not connected"));
+      }
+      client = link->second->client;
+      agent_request.mutable_server()->set_host(r.host);
+      agent_request.mutable_server()->set_container(r.container);
+      agent_request.mutable_server()->set_gpu(r.gpu);
+      agent_request.set_attempt_number(request.attempt_number());
+      agent_request.set_follow(request.follow());
+      agent_request.set_tail_lines(request.tail_lines());
+    }
+    return client->Logs(agent_request, on_chunk, cancel);
+  }();
+  absl::MutexLock lock(&logs_mu_);
+  log_calls_.erase(cancel);
+  logs_done_.SignalAll();
+  return status;
 }
 
 // --- Subscribers ----------------------------------------------------------------------------

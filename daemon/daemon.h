@@ -6,10 +6,19 @@
 // retry, gives up with the reason when nothing it can do would help, and stops what is no longer
 // wanted. It never stops servers when it goes away itself: they belong to the agents.
 //
+// Nothing leaves before its record: the agent calls a turn decides (Launch, Stop) are sent only
+// once the commit holding their attempt rows succeeded; when it fails (disk full, database busy)
+// they wait, with the rows, for a turn whose commit does (the same attempt, never a second one).
+// Events are stored with the agent's cursor in one commit; a batch whose write fails is kept in
+// memory and written again, and while it waits the agents' streams are held (Admit).
+//
 // Step(now) is the whole reconciler turn (ingest what the agents said, reconnect what is due,
 // act on every server); Start() runs it on a thread of its own; tests call it directly with a
-// FakeClock and fake agents. The public methods serve fleet.proto and are thread-safe; agent
-// calls are made without the lock held.
+// FakeClock and fake agents. The public methods serve fleet.proto and are thread-safe. No daemon
+// lock is held across an agent call (Status, Launch, Stop, Logs, Follow) or an SSH step: an agent
+// that does not answer delays its own container only. Each user of an agent client holds it (a
+// shared_ptr) for the length of its call; a client a redeploy replaced is destroyed, on a daemon
+// thread, once no call uses it.
 #pragma once
 
 #include <cstdint>
@@ -135,9 +144,11 @@ class Daemon : public EventSink {
   // Read from the record under its own lock, never the state lock.
   absl::StatusOr<std::optional<fleet::v1::FleetConfig>> CurrentConfig()
       ABSL_LOCKS_EXCLUDED(store_mu_);
-  // Streams a server's log from its agent until `on_chunk` returns false. Blocks.
+  // Streams a server's log from its agent until `on_chunk` returns false or `cancel` (may be
+  // null) is cancelled, or the daemon is destroyed (which cancels it and waits for it). Blocks.
   absl::Status Logs(const fleet::v1::ServerLogsRequest& request,
-                    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk);
+                    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk,
+                    CallCancel* cancel = nullptr) ABSL_LOCKS_EXCLUDED(mu_, logs_mu_);
 
   void Subscribe(StatusSubscriber* s);
   void Unsubscribe(StatusSubscriber* s);
@@ -213,8 +224,11 @@ class Daemon : public EventSink {
     std::string container;  // host/ctid
     fleet::v1::Host host;
     fleet::v1::Container config;
-    std::unique_ptr<AgentClient> client;
+    std::shared_ptr<AgentClient> client;
     enum State { kIdle, kConnecting, kFollowing } state = kIdle;
+    // The agent said it cannot replay from our cursor (Resync): its stream is ended, and the
+    // snapshot of the next connection is taken whatever its incarnation, the gap recorded.
+    bool resync = false;
     absl::Time retry_at = absl::InfinitePast();
     int failures = 0;
     AgentCursor cursor;
@@ -252,7 +266,7 @@ class Daemon : public EventSink {
                      std::set<std::string>* touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks every due link's agent for its Status (all at once); Connected follows each answer.
   void Connect(absl::Time now);
-  void Connected(const std::string& container, AgentClient* client,
+  void Connected(const std::string& container, const AgentClient* client,
                  const absl::StatusOr<fleet::v1::StatusResponse>& snapshot)
       ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   // Decides each server's next move; the names of the servers whose rows changed go to
@@ -273,6 +287,8 @@ class Daemon : public EventSink {
   void SetState(Server& s, const std::string& state, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the servers' rows and attempts in one commit; on failure they are left in dirty_ for
+  // the next turn.
   void Persist(const std::set<std::string>& servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
   // Persist in two halves: the rows copied under mu_, written with store_mu_ alone.
   struct RowWrite {
@@ -281,7 +297,15 @@ class Daemon : public EventSink {
   };
   std::vector<RowWrite> Collect(const std::set<std::string>& servers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WriteRows(const std::vector<RowWrite>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  // The names of the servers whose rows could not be written go to `failed`.
+  void WriteRows(const std::vector<RowWrite>& rows, std::set<std::string>* failed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  // Resumes the streams that wait (Admit) when the queue and the events waiting for the record
+  // leave room.
+  void ResumeStreams() ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // Destroys the retired clients no call uses any more (outside every lock: their destructors
+  // wait for their calls' answers, which take mu_).
+  void ReleaseRetired() ABSL_LOCKS_EXCLUDED(mu_);
   Server* FindServer(const fleet::v1::ServerRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   fleet::v1::ServerRow Row(const Server& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillRow(const Server& s, fleet::v1::ServerRow* row) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -356,8 +380,9 @@ class Daemon : public EventSink {
   // Servers whose row and attempt changed outside a turn (a Launch answered): written, together,
   // at the end of the next turn.
   std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);
-  // Clients of links a deploy replaced, destroyed once the deploy has released mu_.
-  std::vector<std::unique_ptr<AgentClient>> retired_ ABSL_GUARDED_BY(mu_);
+  // Clients of links a deploy replaced, destroyed (by ReleaseRetired, without mu_) once no call
+  // holds them.
+  std::vector<std::shared_ptr<AgentClient>> retired_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   std::set<StatusSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
@@ -370,12 +395,24 @@ class Daemon : public EventSink {
   // Streams waiting for room in queue_ (Admit), resumed when a turn takes the queue.
   std::vector<std::function<void()>> parked_ ABSL_GUARDED_BY(queue_mu_);
   bool wake_ ABSL_GUARDED_BY(queue_mu_) = false;
+  // Events applied whose write failed, kept in unsaved_ for the next one: they count against
+  // queue_limit, so the streams wait while the record cannot keep them.
+  size_t unsaved_events_ ABSL_GUARDED_BY(queue_mu_) = 0;
 
   // Agent calls waiting to be sent, and how many are unanswered.
   absl::Mutex calls_mu_;
   std::deque<Call> pending_calls_ ABSL_GUARDED_BY(calls_mu_);
+  // A turn's calls whose commit failed: sent after the next turn's commit succeeds.
+  std::vector<Call> unrecorded_calls_ ABSL_GUARDED_BY(store_mu_);
   int in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  int sending_ ABSL_GUARDED_BY(calls_mu_) = 0;  // StartCalls holding a client to hand a call over
   bool calls_closed_ ABSL_GUARDED_BY(calls_mu_) = false;
+
+  // The Logs calls in progress: the destructor cancels them and waits for them to end.
+  absl::Mutex logs_mu_;
+  std::set<CallCancel*> log_calls_ ABSL_GUARDED_BY(logs_mu_);
+  bool logs_closed_ ABSL_GUARDED_BY(logs_mu_) = false;
+  absl::CondVar logs_done_;
 
   absl::Mutex notify_mu_;  // held while subscribers are told: Unsubscribe waits for it
   std::thread loop_;

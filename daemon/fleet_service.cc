@@ -93,7 +93,9 @@ class WatchStream : public grpc::ServerWriteReactor<fleet::v1::FleetStatusRespon
   fleet::v1::FleetStatusResponse message_ ABSL_GUARDED_BY(mu_);
 };
 
-// Relays the agent's log stream on a thread of its own (the agent call blocks).
+// Relays the agent's log stream on a thread of its own (the agent call blocks). When the client
+// goes away the agent's stream is cancelled at once: on a quiet server no chunk would come to
+// notice it by, and the thread (and fleetd's shutdown) waited for the next line forever.
 class LogRelay : public grpc::ServerWriteReactor<fleet::v1::LogChunk> {
  public:
   LogRelay(Daemon* daemon, fleet::v1::ServerLogsRequest request)
@@ -102,14 +104,21 @@ class LogRelay : public grpc::ServerWriteReactor<fleet::v1::LogChunk> {
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) cancelled_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (ok) return;
+      cancelled_ = true;
+    }
+    cancel_.Cancel();
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+    }
+    cancel_.Cancel();
   }
 
   void OnDone() override {
@@ -119,18 +128,21 @@ class LogRelay : public grpc::ServerWriteReactor<fleet::v1::LogChunk> {
 
  private:
   void Run() {
-    absl::Status s = daemon_->Logs(request_, [this](const fleet::v1::LogChunk& chunk) {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](LogRelay* r)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return !r->writing_ || r->cancelled_; },
-          this));
-      if (cancelled_) return false;
-      chunk_ = chunk;
-      writing_ = true;
-      StartWrite(&chunk_);
-      return true;
-    });
+    absl::Status s = daemon_->Logs(
+        request_,
+        [this](const fleet::v1::LogChunk& chunk) {
+          absl::MutexLock lock(&mu_);
+          mu_.Await(absl::Condition(
+              +[](LogRelay* r)
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return !r->writing_ || r->cancelled_; },
+              this));
+          if (cancelled_) return false;
+          chunk_ = chunk;
+          writing_ = true;
+          StartWrite(&chunk_);
+          return true;
+        },
+        &cancel_);
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](LogRelay* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return !r->writing_; }, this));
@@ -143,6 +155,7 @@ class LogRelay : public grpc::ServerWriteReactor<fleet::v1::LogChunk> {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   fleet::v1::LogChunk chunk_ ABSL_GUARDED_BY(mu_);
+  CallCancel cancel_;  // ends the agent's stream
   std::thread thread_;
 };
 

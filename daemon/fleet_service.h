@@ -1,6 +1,7 @@
 // FleetService: fleet.proto's Fleet service (what fleetctl calls) over the Daemon, with gRPC's
 // callback API: thin unary handlers; one reactor per Watch stream (subscribed to status changes)
-// and per Logs stream (a thread relaying the agent's stream). TrustHost and ListHosts work on the
+// and per Logs stream (a thread relaying the agent's stream, which it cancels as soon as its
+// client goes away or fleetd stops). TrustHost and ListHosts work on the
 // stored config's hosts (ssh_reach.h), with known_hosts defaulting to STATE_DIR/known_hosts.
 // absl::Status becomes grpc::Status only here. Thread-safe; destroy after the gRPC server has
 // shut down.

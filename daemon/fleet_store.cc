@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -335,11 +336,13 @@ class FleetStore::Scope {
 
 FleetStore::Batch::Batch(FleetStore* store) : store_(store) {
   if (store_->depth_ > 0) return;  // already inside one
-  if (store_->db_->Exec("BEGIN IMMEDIATE").ok()) {
+  begin_ = store_->db_->Exec("BEGIN IMMEDIATE");
+  if (begin_.ok()) {
     open_ = true;
     ++store_->depth_;
   }
-  // When BEGIN fails, each write makes its own transaction (and reports its error).
+  // When BEGIN fails, each write makes its own transaction (and reports its error), and Commit
+  // says that the batch was not one.
 }
 
 FleetStore::Batch::~Batch() {
@@ -347,7 +350,12 @@ FleetStore::Batch::~Batch() {
 }
 
 absl::Status FleetStore::Batch::Commit() {
-  if (!open_) return absl::OkStatus();
+  if (!open_) {
+    absl::Status s = std::exchange(begin_, absl::OkStatus());
+    if (s.ok()) return s;
+    return absl::Status(s.code(),
+                        absl::StrCat("the batch's transaction did not begin: ", s.message()));
+  }
   absl::Status s = store_->db_->Exec("COMMIT");
   if (!s.ok()) {
     store_->db_->Exec("ROLLBACK").IgnoreError();
@@ -648,11 +656,21 @@ absl::StatusOr<AttemptRecord> FleetStore::CreateAttempt(const std::string& serve
 }
 
 absl::Status FleetStore::PutAttemptRow(const AttemptRecord& a) {
+  // The whole row when it is not there (a turn whose commit failed took it away with the rest of
+  // its writes, and the turn is written again), else its changing columns: never a write that
+  // silently changes nothing. A server without a row, or a number another attempt holds, fails.
   auto st = Prepare(
-      "UPDATE attempts SET launched_at = ?2, ended_at = ?3, outcome = ?4, exit_code = ?5, "
-      "signal = ?6, exit_status_unknown = ?7, diagnosis_class = ?8, root_cause_line = ?9, "
-      "summary = ?10, toolchain_fix = ?11, time_to_ready_ms = ?12, diagnosis = ?13 "
-      "WHERE id = ?1");
+      "INSERT INTO attempts (id, launched_at, ended_at, outcome, exit_code, signal, "
+      "exit_status_unknown, diagnosis_class, root_cause_line, summary, toolchain_fix, "
+      "time_to_ready_ms, diagnosis, server_id, number, trigger, created_at, spec) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+      "(SELECT id FROM servers WHERE name = ?14), ?15, ?16, ?17, ?18) "
+      "ON CONFLICT(id) DO UPDATE SET launched_at = excluded.launched_at, "
+      "ended_at = excluded.ended_at, outcome = excluded.outcome, exit_code = excluded.exit_code, "
+      "signal = excluded.signal, exit_status_unknown = excluded.exit_status_unknown, "
+      "diagnosis_class = excluded.diagnosis_class, root_cause_line = excluded.root_cause_line, "
+      "summary = excluded.summary, toolchain_fix = excluded.toolchain_fix, "
+      "time_to_ready_ms = excluded.time_to_ready_ms, diagnosis = excluded.diagnosis");
   if (!st.ok()) return st.status();
   (*st)->Bind(1, std::string_view(a.id));
   BindTime(**st, 2, a.launched_at);
@@ -685,7 +703,19 @@ absl::Status FleetStore::PutAttemptRow(const AttemptRecord& a) {
   } else {
     (*st)->BindBlob(13, a.diagnosis.SerializeAsString());
   }
-  return (*st)->Run();
+  (*st)
+      ->Bind(14, std::string_view(a.server))
+      .Bind(15, a.number)
+      .Bind(16, std::string_view(a.trigger))
+      .Bind(17, std::string_view(TimeText(a.created_at)))
+      .BindBlob(18, a.spec.SerializeAsString());
+  if (absl::Status s = (*st)->Run(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("attempt ", a.id, ": ", s.message()));
+  }
+  if (db_->Changes() == 0) {
+    return absl::InternalError(absl::StrCat("attempt ", a.id, ": its row was not written"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FleetStore::PutAttempt(const AttemptRecord& attempt) { return PutAttemptRow(attempt); }

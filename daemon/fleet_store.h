@@ -96,7 +96,9 @@ class FleetStore {
 
   // While a Batch lives, the store's writes share one transaction, committed by Commit() or at
   // the end of the batch; a write that fails still undoes only its own part (a savepoint).
-  // Batches do not nest (an inner one is a no-op).
+  // Batches do not nest (an inner one is a no-op). When the transaction could not begin (the
+  // database busy), each write is its own transaction and Commit returns BEGIN's error: the
+  // caller cannot count on the batch as one.
   class Batch {
    public:
     explicit Batch(FleetStore* store);
@@ -108,6 +110,7 @@ class FleetStore {
    private:
     FleetStore* const store_;
     bool open_ = false;
+    absl::Status begin_;  // BEGIN's result, when this batch tried to open one
   };
 
   // Desired state: the config as given (its YAML text too, and that text's digest), newest last.
@@ -127,6 +130,9 @@ class FleetStore {
   // row with outcome "pending" before anything is launched.
   absl::StatusOr<AttemptRecord> CreateAttempt(const std::string& server, const std::string& trigger,
                                               const fleet::v1::ServerSpec& spec, absl::Time now);
+  // Writes the attempt: the whole row when it is missing (its creation was rolled back with a
+  // failed commit), else what changes after creation (launch, end, outcome, exit, diagnosis). An
+  // error when no row was written (its server has no row, its number is another attempt's).
   absl::Status PutAttempt(const AttemptRecord& attempt);
   // The attempts of `server` (all servers when empty), oldest first.
   absl::StatusOr<std::vector<AttemptRecord>> Attempts(const std::string& server);

@@ -49,6 +49,43 @@ fleet::v1::AgentEvent Event(const std::string& incarnation, uint64_t sequence) {
   return e;
 }
 
+TEST(FleetStore, AnAttemptWhoseRowACommitLostIsWrittenWholeAndAMissingServerIsAnError) {
+  testing::TempDir dir;
+  auto store = Open(dir);
+  ASSERT_TRUE(store->PutServer(Server("0")).ok());
+  AttemptRecord a;
+  {
+    // Created in a batch whose commit is lost (rolled back): the daemon still holds the record.
+    FleetStore::Batch batch(store.get());
+    auto created = store->CreateAttempt("local/200/gpu0", "initial", {}, kNow);
+    ASSERT_TRUE(created.ok()) << created.status();
+    a = *created;
+    ASSERT_TRUE(store->db().Exec("ROLLBACK").ok());
+  }
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts"), 0);
+  a.outcome = "running";
+  a.launched_at = kNow + absl::Seconds(1);
+  ASSERT_TRUE(store->PutAttempt(a).ok());
+  auto stored = store->Attempt("local/200/gpu0", 1);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->id, a.id);
+  EXPECT_EQ((*stored)->trigger, "initial");
+  EXPECT_EQ((*stored)->outcome, "running");
+  // Written again: the same row, updated.
+  a.outcome = "ready";
+  ASSERT_TRUE(store->PutAttempt(a).ok());
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts WHERE outcome = 'ready'"), 1);
+  // An attempt of a server that has no row is not silently dropped.
+  AttemptRecord orphan = a;
+  orphan.id = "local/200/gpu7#1-00";
+  orphan.server = "local/200/gpu7";
+  EXPECT_FALSE(store->PutAttempt(orphan).ok());
+  // Nor is one whose number another attempt of its server holds.
+  AttemptRecord twin = a;
+  twin.id = "local/200/gpu0#1-ff";
+  EXPECT_FALSE(store->PutAttempt(twin).ok());
+}
+
 TEST(FleetStore, AttemptsAreNumberedPerServerWithUniqueIds) {
   testing::TempDir dir;
   auto store = Open(dir);

@@ -93,7 +93,7 @@ class Client : public AgentClient {
     return out;
   }
   absl::Status Logs(const fleet::v1::LogsRequest&,
-                    const std::function<bool(const fleet::v1::LogChunk&)>&) override {
+                    const std::function<bool(const fleet::v1::LogChunk&)>&, CallCancel*) override {
     return absl::OkStatus();
   }
   void Follow(const std::string&, uint64_t, EventSink* sink) override { a_->sink = sink; }

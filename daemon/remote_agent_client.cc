@@ -236,10 +236,10 @@ absl::StatusOr<fleet::v1::ApplyResponse> RemoteAgentClient::Apply(
 
 absl::Status RemoteAgentClient::Logs(
     const fleet::v1::LogsRequest& r,
-    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk) {
+    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk, CallCancel* cancel) {
   auto c = Ready(true);
   if (!c.ok()) return c.status();
-  return (*c)->Logs(r, on_chunk);
+  return (*c)->Logs(r, on_chunk, cancel);
 }
 
 void RemoteAgentClient::Follow(const std::string& incarnation, uint64_t after, EventSink* sink) {

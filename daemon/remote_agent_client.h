@@ -48,7 +48,8 @@ class RemoteAgentClient : public AgentClient {
   absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec& s) override;
   absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest& r) override;
   absl::Status Logs(const fleet::v1::LogsRequest& r,
-                    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk) override;
+                    const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk,
+                    CallCancel* cancel) override;
   void Follow(const std::string& incarnation, uint64_t after, EventSink* sink) override;
   void CancelFollow() override;
 
