@@ -68,8 +68,12 @@ std::string KindOf(const fleet::v1::AgentEvent& e) {
   }
 }
 
+// The agent's Launch says STARTING before the server wrote anything, as the attempt's first event
+// in that agent's log. The same phase read from the log later (SGLang logs it again after
+// loading) has its log line; a re-adoption announces the phase again, but never first.
 bool IsLaunch(const fleet::v1::AgentEvent& e) {
-  return e.kind_case() == fleet::v1::AgentEvent::kPhase && e.phase().state() == "STARTING";
+  return e.kind_case() == fleet::v1::AgentEvent::kPhase && e.phase().state() == "STARTING" &&
+         e.phase().log_line() == 0;
 }
 
 // One agent.db: its incarnation and its events by sequence (serialized AgentEvent).
@@ -225,18 +229,20 @@ absl::StatusOr<std::vector<Violation>> CheckInvariants(const CheckInput& input) 
     }
   }
 
-  // launched_once / launch_recorded: what the agents launched (their STARTING events, every
-  // incarnation) against the attempt rows.
+  // launched_once / launch_recorded: what the agents launched (every incarnation's launch
+  // events) against the attempt rows. A second launch of one attempt by the same incarnation has
+  // no event of its own: launches_match (the container's ledger) sees it.
   std::map<std::string, int> launches_of;                // attempt id -> STARTING events
   std::map<int64_t, std::set<std::string>> launched_on;  // gpu -> attempt ids
   for (const AgentLog& log : logs) {
+    std::set<std::string> seen;  // attempt ids with an event earlier in this log
     for (const auto& [seq, blob] : log.events) {
       fleet::v1::AgentEvent e;
       if (!e.ParseFromString(blob)) {
         violation("integrity", absl::StrCat(log.path, ": event #", seq, " is unreadable"));
         continue;
       }
-      if (!IsLaunch(e)) continue;
+      if (!seen.insert(e.attempt_id()).second || !IsLaunch(e)) continue;
       ++launches_of[e.attempt_id()];
       launched_on[e.server().gpu()].insert(e.attempt_id());
     }
