@@ -124,7 +124,7 @@ chmod 0700 "$out"
 
 # --- The state of one injection (reset by begin_run) --------------------------------------------
 
-run_dir='' fstate='' astate='' world='' logs='' ledger=''
+run_dir='' fstate='' astate='' world='' logs='' ledger='' base_port='' cursor_seen=''
 fleetd_pid='' ct_unshare='' ct_init='' agent_nsenter='' agent_pid=''
 mounts=()
 bystanders=()  # "HOSTPID STARTTICKS" of the processes that must survive
@@ -157,11 +157,16 @@ child_of() {
 }
 
 stop_pid() {  # stop_pid PID SIGNAL: signal a process we started and wait for it (bounded)
-  local pid=$1
+  local pid=$1 t
   [[ -n $pid ]] || return 0
+  t=$(now)
   kill "-$2" "$pid" 2>/dev/null || true
-  if ! timeout 30 tail -f --pid="$pid" /dev/null 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  if ! timeout 30 tail -f --pid="$pid" /dev/null 2>/dev/null; then
+    notes+=("pid $pid still ran 30 s after SIG$2: killed")
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
   wait "$pid" 2>/dev/null || true
+  [[ $2 == KILL ]] || notes+=("SIG$2 to exit $(elapsed "$t" "$(now)")s")
 }
 
 # --- fleetd -------------------------------------------------------------------------------------
@@ -224,12 +229,18 @@ mount_small_fs() {  # mount_small_fs DIR: a 32 MiB tmpfs (the disk that fills)
   mounts+=("$1")
 }
 
-teardown() {
+stop_fleet() {
   kill_fleetd TERM
   kill_container
+}
+unmount_all() {
   local m
   for m in ${mounts[@]+"${mounts[@]}"}; do umount -l "$m" 2>/dev/null || true; done
   mounts=()
+}
+teardown() {
+  stop_fleet
+  unmount_all
 }
 on_exit() {
   local rc=$?
@@ -265,7 +276,8 @@ begin_run() {  # begin_run ROW K SCENARIO
   printf '#!/bin/bash\nprintf "%%s %%s %%s\\n" "${CUDA_VISIBLE_DEVICES:-?}" "$$" "$EPOCHREALTIME" >>%q\nexec -a "$0" %q "$@"\n' \
     "$ledger" "$server_bin" >"$world/venv/bin/python"
   chmod 755 "$world/venv/bin/python"
-  local base_port='' candidate
+  local candidate
+  base_port=
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     candidate=$("$free_ports" 1)
     if ((candidate + gpus < 65536)); then base_port=$candidate; break; fi
@@ -276,35 +288,47 @@ begin_run() {  # begin_run ROW K SCENARIO
   start_fleetd && start_container && start_agent
 }
 
-# Waits until every server is READY, at most --settle seconds: a poll of `fleetctl status` every
-# 0.25 s. Not `status --watch --until-ready`: after a fleetd restart its first snapshot is empty
-# and nothing more comes on a fleet where nothing changes (docs/reliability.md, findings), so
-# a steady fleet would never be seen settled. Returns 2 as soon as a server GAVE_UP.
+# True when fleetd has read the agent's stream to its end: its cursor names the agent's
+# incarnation and last sequence (so it has seen what the fault did).
+cursor_caught_up() {
+  local agent_at fleet_at
+  agent_at=$(sqlite3 "file:$astate/agent.db?mode=ro" \
+    "SELECT (SELECT value FROM meta WHERE key = 'incarnation') || '#' || ifnull((SELECT max(seq) FROM events), 0)" 2>/dev/null || true)
+  fleet_at=$(sqlite3 "file:$fstate/fleet.db?mode=ro" \
+    "SELECT incarnation || '#' || sequence FROM agent_cursors" 2>/dev/null || true)
+  cursor_seen="fleetd at ${fleet_at:-none}, the agent at ${agent_at:-none}"
+  [[ -n $agent_at && $agent_at == "$fleet_at" ]]
+}
+
+# True when every server answers GET /health with 200 on its port (the servers really serve).
+servers_answer() {
+  local g line
+  for ((g = 0; g < gpus; g++)); do
+    # shellcheck disable=SC2016  # the inner script's own argument
+    line=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /health HTTP/1.0\r\n\r\n" >&3 && head -1 <&3' _ \
+      "$((base_port + g))" 2>/dev/null || true)
+    [[ $line == *" 200 "* ]] || return 1
+  done
+}
+
+# Waits until the fleet settled, at most --settle seconds: fleetd says every server is READY, it
+# has read the agent's stream to its end, and every server answers on its port. A poll every
+# 0.25 s (no single event says all three). Not `status --watch --until-ready`: after a fleetd
+# restart its first snapshot is empty and nothing more comes on a fleet where nothing changes
+# (docs/reliability.md, findings). Returns 2 as soon as a server GAVE_UP.
 wait_settled() {
   local deadline=$((SECONDS + settle)) json ready gave_up
+  cursor_seen=
   while ((SECONDS < deadline)); do
     json=$("$fleetctl_bin" --state-dir "$fstate" --timeout 5s status -o json 2>>"$run_dir/fleetctl.log" || true)
     ready=$(grep -o '"state":"READY"' <<<"$json" | wc -l || true)
     gave_up=$(grep -c '"state":"GAVE_UP"' <<<"$json" || true)
     if ((gave_up > 0)); then notes+=("a server gave up"); return 2; fi
-    ((ready == gpus)) && return 0
+    if ((ready == gpus)) && cursor_caught_up && servers_answer; then return 0; fi
     sleep 0.25
   done
-  notes+=("not settled within ${settle}s")
+  notes+=("not settled within ${settle}s (${cursor_seen:-cursor not read})")
   return 1
-}
-
-# After the fleet settled, fleetd reads the agent's stream to its end before we stop it: a
-# bounded poll of both records (nothing signals "the cursor caught up").
-wait_cursor() {
-  local tries agent_seq fleet_seq
-  for ((tries = 0; tries < 100; tries++)); do
-    agent_seq=$(sqlite3 "file:$astate/agent.db?mode=ro" 'SELECT max(seq) FROM events' 2>/dev/null || true)
-    fleet_seq=$(sqlite3 "file:$fstate/fleet.db?mode=ro" 'SELECT max(sequence) FROM agent_cursors' 2>/dev/null || true)
-    [[ -n $agent_seq && $agent_seq == "$fleet_seq" ]] && return 0
-    sleep 0.1
-  done
-  notes+=("fleetd's cursor at ${fleet_seq:-none}, the agent at ${agent_seq:-none}")
 }
 
 # A disk that fills: the filler takes every free block until the fault clears.
@@ -382,6 +406,7 @@ inject() {
       local take=$run_dir/take-pids
       "$check_bin" --recorded-pids "$astate/agent.db" 2>>"$run_dir/check.log" | awk '{ print $2 }' | sort -n >"$take" || true
       notes+=("recorded pids $(tr '\n' ' ' <"$take")")
+      bystanders=()  # the old container's died with it, as they should
       start_container "$take"
       fault_cleared=$(now); start_agent ;;
   esac
@@ -427,7 +452,6 @@ run_one() {  # run_one ROW K
   settled_at=$(now)
   if ((rc == 0)); then
     recovery=$(elapsed "$fault_cleared" "$settled_at")
-    wait_cursor
   elif ((rc == 1)); then
     # What fleetd says (its record may say otherwise: fault-check reads that).
     printf 'violation: settled: not every server READY %ss after the fault cleared; fleetd says: %s\n' \
@@ -439,7 +463,7 @@ run_one() {  # run_one ROW K
     [[ $(start_ticks "$pid") == "$ticks" ]] ||
       printf 'violation: bystanders: process %s (started at tick %s) is gone\n' "$pid" "$ticks" >>"$vfile"
   done
-  teardown
+  stop_fleet
   local args=(--fleet-db "$fstate/fleet.db" --container local/200 --agent-db "$astate/agent.db"
     --launches "$ledger")
   for v in ${old_agent_dbs[@]+"${old_agent_dbs[@]}"}; do args+=(--old-agent-db "$v"); done
@@ -447,7 +471,7 @@ run_one() {  # run_one ROW K
   if [[ -s $run_dir/check.log ]]; then
     printf 'violation: check: %s\n' "$(tr '\n' ' ' <"$run_dir/check.log")" >>"$vfile"
   fi
-  # A fleet that did not settle: the settled invariant is already in fault-check's output.
+  unmount_all
   local n
   n=$(grep -c '^violation:' "$vfile" || true)
   ((total += 1))
@@ -479,7 +503,6 @@ fleetctl deploy -f "$run_dir/fleet.yaml" >>"$run_dir/fleetctl.log" 2>&1
 c0=$(now)
 wait_settled || die "the clean start did not settle: ${notes[*]} (state in $run_dir)"
 seed_window_ms=$(awk -v a="$c0" -v b="$(now)" 'BEGIN { printf "%d", (b - a) * 1000 }')
-wait_cursor
 teardown
 if ! "$check_bin" --fleet-db "$fstate/fleet.db" --container local/200 --agent-db "$astate/agent.db" \
   --launches "$ledger" >"$run_dir/violations" 2>&1; then
