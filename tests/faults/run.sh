@@ -28,6 +28,7 @@
 #   --speed X        FLEET_SIM_SPEED of the simulated servers (default 20)
 #   --gpus N         GPUs of the simulated container (default 4)
 #   --settle S       seconds a fleet has to settle after a fault cleared (default 90)
+#   --partition S    how long the partition row cuts fleetd off the container (default 60)
 #   --build-dir DIR  the build with fleetd, fleet-agent, fleetctl, sglang-server-sim, fault-check
 #                    (default build/)
 #   --out DIR        each injection's state (default a new directory under /tmp); kept only for
@@ -44,7 +45,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 all_rows=(kill9-fleetd kill9-agent kill9-both fleetd-sigterm-remediation fleetd-busy
-  fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot)
+  fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot partition)
 quick_rows=(kill9-fleetd kill9-agent fleetd-busy reboot)
 
 mode=default
@@ -54,6 +55,7 @@ seed=
 speed=20
 gpus=4
 settle=90
+partition=60
 build_dir=$repo/build
 out=
 keep=false
@@ -71,6 +73,7 @@ while [[ $# -gt 0 ]]; do
     --speed) [[ $# -ge 2 ]] || usage; speed=$2; shift ;;
     --gpus) [[ $# -ge 2 ]] || usage; gpus=$2; shift ;;
     --settle) [[ $# -ge 2 ]] || usage; settle=$2; shift ;;
+    --partition) [[ $# -ge 2 ]] || usage; partition=$2; shift ;;
     --build-dir) [[ $# -ge 2 ]] || usage; build_dir=$2; shift ;;
     --out) [[ $# -ge 2 ]] || usage; out=$2; shift ;;
     --keep) keep=true ;;
@@ -99,6 +102,7 @@ fi
 [[ $per_row =~ ^[1-9][0-9]*$ ]] || die "--per-row must be a positive integer"
 [[ $gpus =~ ^[1-8]$ ]] || die "--gpus must be 1..8"
 [[ $settle =~ ^[1-9][0-9]*$ ]] || die "--settle must be a positive integer"
+[[ $partition =~ ^[1-9][0-9]*$ ]] || die "--partition must be a positive integer"
 [[ $speed =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--speed must be a positive number"
 seed=${seed:-$(( $(date +%s%N) % 1000000007 ))}
 [[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer"
@@ -111,8 +115,9 @@ fleetctl_bin=$bin/cli/fleetctl
 server_bin=$bin/tests/sim/sglang-server-sim
 free_ports=$bin/tests/sim/sim-free-ports
 check_bin=$bin/tests/faults/fault-check
-for b in "$fleetd_bin" "$agent_bin" "$fleetctl_bin" "$server_bin" "$free_ports" "$check_bin"; do
-  [[ -x $b ]] || die "missing $b (build fleetd fleet-agent fleet-http-probe fleetctl sglang-server-sim sim-free-ports fault-check)"
+proxy_bin=$bin/tests/faults/fault-proxy
+for b in "$fleetd_bin" "$agent_bin" "$fleetctl_bin" "$server_bin" "$free_ports" "$check_bin" "$proxy_bin"; do
+  [[ -x $b ]] || die "missing $b (build fleetd fleet-agent fleet-http-probe fleetctl sglang-server-sim sim-free-ports fault-check fault-proxy)"
 done
 if [[ -z $out ]]; then
   out=$(mktemp -d /tmp/gpu-fleet-faults.XXXXXX)
@@ -125,7 +130,7 @@ chmod 0700 "$out"
 # --- The state of one injection (reset by begin_run) --------------------------------------------
 
 run_dir='' fstate='' astate='' world='' logs='' ledger='' base_port='' cursor_seen=''
-fleetd_pid='' ct_unshare='' ct_init='' agent_nsenter='' agent_pid=''
+fleetd_pid='' ct_unshare='' ct_init='' agent_nsenter='' agent_pid='' proxy_pid=''
 mounts=()
 bystanders=()  # "HOSTPID STARTTICKS" of the processes that must survive
 old_agent_dbs=()
@@ -232,6 +237,11 @@ mount_small_fs() {  # mount_small_fs DIR: a 32 MiB tmpfs (the disk that fills)
 stop_fleet() {
   kill_fleetd TERM
   kill_container
+  if [[ -n $proxy_pid ]]; then
+    kill -CONT "$proxy_pid" 2>/dev/null || true
+    stop_pid "$proxy_pid" TERM
+    proxy_pid=''
+  fi
 }
 unmount_all() {
   local m
@@ -282,7 +292,14 @@ begin_run() {  # begin_run ROW K SCENARIO
     candidate=$("$free_ports" 1)
     if ((candidate + gpus < 65536)); then base_port=$candidate; break; fi
   done
-  bash "$repo/tests/sim/sim_fleet_config.sh" --world "$world" --socket "$run_dir/agent.sock" \
+  # The partition row puts a link (fault-proxy) between fleetd and the agent's socket.
+  local channel=$run_dir/agent.sock
+  if [[ $1 == partition ]]; then
+    channel=$run_dir/link.sock
+    "$proxy_bin" "$channel" "$run_dir/agent.sock" 2>>"$run_dir/proxy.log" &
+    proxy_pid=$!
+  fi
+  bash "$repo/tests/sim/sim_fleet_config.sh" --world "$world" --socket "$channel" \
     --base-port "$base_port" --logs "$logs" --speed "$speed" \
     --comment "written by tests/faults/run.sh" >"$run_dir/fleet.yaml"
   start_fleetd && start_container && start_agent
@@ -399,6 +416,14 @@ inject() {
       log=$(target_log); [[ -e $log ]] && : >"$log"; notes+=("truncated ${log##*/}"); fault_cleared=$(now) ;;
     log-rotate)
       log=$(target_log); [[ -e $log ]] && mv "$log" "$log.1"; notes+=("rotated ${log##*/}"); fault_cleared=$(now) ;;
+    partition)
+      # fleetd and the container cannot talk for --partition seconds (the link stops relaying;
+      # connections stay open, as when a route drops packets).
+      kill -STOP "$proxy_pid"
+      sleep "$partition"
+      kill -CONT "$proxy_pid"
+      notes+=("cut for ${partition}s")
+      fault_cleared=$(now) ;;
     reboot)
       # Every process of the container dies; in the new PID namespace bystanders take the pids
       # the agent recorded for its servers, before the agent starts again.
@@ -416,7 +441,7 @@ inject() {
 # a steady READY fleet.
 scenario_of() {
   case $1 in
-    fleetd-sigterm-remediation | fleetd-busy | fleetd-disk-full | agent-disk-full | log-*) echo seed ;;
+    fleetd-sigterm-remediation | fleetd-busy | fleetd-disk-full | agent-disk-full | log-* | partition) echo seed ;;
     *) (( $2 % 2 == 0 )) && echo seed || echo steady ;;
   esac
 }
