@@ -363,7 +363,21 @@ target_log() {
 # Sets fault_cleared (the time the fault ended) and adds what it did to notes.
 inject() {
   local row=$1 moment hold log holder_fifo holder line
-  moment=$(rand_ms 0 "$window_ms")
+  if [[ $row == fleetd-sigterm-remediation ]]; then
+    # The moment is inside a remediation: from the deploy, a poll of fleet.db until one is
+    # applying (nothing announces it), then 0-300 ms more.
+    local tries
+    for ((tries = 0; tries < 1500; tries++)); do
+      if [[ $(sqlite3 "file:$fstate/fleet.db?mode=ro" "SELECT count(*) FROM remediations WHERE status = 'applying'" 2>/dev/null) == [1-9]* ]]; then
+        notes+=("remediation applying")
+        break
+      fi
+      sleep 0.01
+    done
+    moment=$(rand_ms 0 300)
+  else
+    moment=$(rand_ms 0 "$window_ms")
+  fi
   sleep_ms "$moment"
   notes+=("at ${moment}ms")
   case $row in
@@ -374,19 +388,13 @@ inject() {
     kill9-both)
       kill_agent; kill_fleetd KILL; fault_cleared=$(now); start_fleetd; start_agent ;;
     fleetd-sigterm-remediation)
-      # The moment is when a remediation is applying (bounded poll of fleet.db; none: at once).
-      local tries
-      for ((tries = 0; tries < 300; tries++)); do
-        [[ $(sqlite3 "file:$fstate/fleet.db?mode=ro" "SELECT count(*) FROM remediations WHERE status = 'applying'" 2>/dev/null) == [1-9]* ]] && { notes+=("remediation applying"); break; }
-        sleep 0.02
-      done
       kill_fleetd TERM; fault_cleared=$(now); start_fleetd ;;
     fleetd-busy)
       # An outside writer holds BEGIN IMMEDIATE on fleet.db for 3-10 s (fleetd's busy timeout is 5 s).
       hold=$(rand_ms 3000 10000)
       holder_fifo=$run_dir/holder.fifo
       mkfifo "$holder_fifo"
-      { printf 'PRAGMA busy_timeout = 10000;\nBEGIN IMMEDIATE;\nSELECT '"'"'locked'"'"';\n'
+      { printf '.timeout 10000\nBEGIN IMMEDIATE;\nSELECT '"'"'locked'"'"';\n'
         sleep_ms "$hold"
         printf 'COMMIT;\n'; } | sqlite3 "$fstate/fleet.db" >"$holder_fifo" 2>>"$run_dir/holder.log" &
       holder=$!
@@ -475,6 +483,12 @@ run_one() {  # run_one ROW K
   rc=0
   wait_settled || rc=$?
   settled_at=$(now)
+  if ((rc != 0)); then
+    # Not settled: still let fleetd read the agent's stream to its end before it is stopped, so
+    # that events_once judges the product, not the moment of the stop (bounded poll, 10 s).
+    local tries
+    for ((tries = 0; tries < 40; tries++)); do cursor_caught_up && break; sleep 0.25; done
+  fi
   if ((rc == 0)); then
     recovery=$(elapsed "$fault_cleared" "$settled_at")
   elif ((rc == 1)); then
