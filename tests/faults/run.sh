@@ -362,11 +362,10 @@ target_log() {
 # inject ROW: the fault, at a random moment of the start (seed) or of a READY fleet (steady).
 # Sets fault_cleared (the time the fault ended) and adds what it did to notes.
 inject() {
-  local row=$1 moment hold log holder_fifo holder line
+  local row=$1 moment hold log holder_fifo holder line tries
   if [[ $row == fleetd-sigterm-remediation ]]; then
     # The moment is inside a remediation: from the deploy, a poll of fleet.db until one is
     # applying (nothing announces it), then 0-300 ms more.
-    local tries
     for ((tries = 0; tries < 1500; tries++)); do
       if [[ $(sqlite3 "file:$fstate/fleet.db?mode=ro" "SELECT count(*) FROM remediations WHERE status = 'applying'" 2>/dev/null) == [1-9]* ]]; then
         notes+=("remediation applying")
@@ -418,6 +417,11 @@ inject() {
       old_agent_dbs+=("$copy/agent.db")
       find "$astate" -mindepth 1 -delete
       fault_cleared=$(now); start_agent ;;
+    log-delete | log-truncate | log-rotate)
+      # The log must be there to be faulted: wait for it (bounded poll, 10 s).
+      log=$(target_log)
+      for ((tries = 0; tries < 100; tries++)); do [[ -e $log ]] && break; sleep 0.1; done
+      ;;&
     log-delete)
       log=$(target_log); rm -f "$log"; notes+=("deleted ${log##*/}"); fault_cleared=$(now) ;;
     log-truncate)
@@ -483,12 +487,6 @@ run_one() {  # run_one ROW K
   rc=0
   wait_settled || rc=$?
   settled_at=$(now)
-  if ((rc != 0)); then
-    # Not settled: still let fleetd read the agent's stream to its end before it is stopped, so
-    # that events_once judges the product, not the moment of the stop (bounded poll, 10 s).
-    local tries
-    for ((tries = 0; tries < 40; tries++)); do cursor_caught_up && break; sleep 0.25; done
-  fi
   if ((rc == 0)); then
     recovery=$(elapsed "$fault_cleared" "$settled_at")
   elif ((rc == 1)); then
@@ -502,6 +500,10 @@ run_one() {  # run_one ROW K
     [[ $(start_ticks "$pid") == "$ticks" ]] ||
       printf 'violation: bystanders: process %s (started at tick %s) is gone\n' "$pid" "$ticks" >>"$vfile"
   done
+  # Settled or not, fleetd reads the agent's stream to its end before it is stopped, so that
+  # events_once judges the product, not the moment of the stop (a bounded poll, 10 s).
+  local tries
+  for ((tries = 0; tries < 40; tries++)); do cursor_caught_up && break; sleep 0.25; done
   stop_fleet
   local args=(--fleet-db "$fstate/fleet.db" --container local/200 --agent-db "$astate/agent.db"
     --launches "$ledger")
@@ -521,7 +523,8 @@ run_one() {  # run_one ROW K
   else
     result="$n violations"
   fi
-  [[ $recovery == - ]] || recover[$row]+="$recovery "
+  # The time to recover counts where the fleet recovered: settled, and every invariant held.
+  if ((n == 0)) && [[ $recovery != - ]]; then recover[$row]+="$recovery "; fi
   printf '%-27s #%-2d %-6s %-9s recovered %6ss  %s  [%s]\n' "$row" "$k" "$scenario" \
     "$(elapsed "$t0" "$fault_cleared")s" "$recovery" "$result" "${notes[*]}"
   if ((n > 0)); then
