@@ -182,6 +182,7 @@ start_fleetd() {
   [[ ! -e $run_dir/fleetd.log ]] || mark=$(wc -l <"$run_dir/fleetd.log")
   "$fleetd_bin" --state-dir "$fstate" 2>>"$run_dir/fleetd.log" &
   fleetd_pid=$!
+  disown "$fleetd_pid"  # no job notice when it is killed; bash still reaps it
   if ! timeout 30 grep -q -m1 -F 'serving on' < <(exec tail -n +"$((mark + 1))" -F --pid="$fleetd_pid" "$run_dir/fleetd.log" 2>/dev/null); then
     notes+=("fleetd did not start")
     return 1
