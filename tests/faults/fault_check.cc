@@ -1,0 +1,67 @@
+// fault-check: the invariants of the fault matrix (tests/faults/fault_invariants.h) on one run's
+// records, for tests/faults/run.sh. Prints one line per violation (`violation: INVARIANT:
+// DETAIL`) and exits 0 when none, 1 when some, 2 when an input cannot be read or a flag is wrong.
+//
+//   fault-check --fleet-db F --container host/ctid --agent-db A [--old-agent-db A0]...
+//               [--launches LEDGER] [--allow-gave-up] [--no-settled]
+//   fault-check --recorded-pids A      the pids agent.db A records, one `GPU PID` a line
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/base/flag_set.h"
+#include "tests/faults/fault_invariants.h"
+
+int main(int argc, char** argv) {
+  fleet::faults::CheckInput input;
+  std::string recorded_pids;
+  bool allow_gave_up = false;
+  bool no_settled = false;
+  fleet::FlagSet flags(
+      "fault-check --fleet-db F --container host/ctid --agent-db A [flags]",
+      "Checks the fault matrix's invariants on a stopped fleet's records (docs/reliability.md).");
+  flags.AddString("fleet-db", '\0', &input.fleet_db, "fleetd's fleet.db", "FILE");
+  flags.AddString("container", '\0', &input.container, "the agent's container (host/ctid)");
+  flags.AddString("agent-db", '\0', &input.agent_db, "the agent's agent.db now", "FILE");
+  flags.AddRepeated("old-agent-db", '\0', &input.old_agent_dbs,
+                    "agent.db of an incarnation the run wiped (launches only)", "FILE");
+  flags.AddString("launches", '\0', &input.launch_ledger,
+                  "the container's ledger of started servers (`GPU PID TIME` a line)", "FILE");
+  flags.AddBool("allow-gave-up", '\0', &allow_gave_up, "accept GAVE_UP with a reason as settled");
+  flags.AddBool("no-settled", '\0', &no_settled, "skip the settled invariant");
+  flags.AddString("recorded-pids", '\0', &recorded_pids,
+                  "print the pids this agent.db records and exit", "FILE");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (absl::Status s = flags.Parse(args); !s.ok()) {
+    std::fprintf(stderr, "fault-check: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help().c_str());
+    return 0;
+  }
+  if (!recorded_pids.empty()) {
+    auto processes = fleet::faults::RecordedProcesses(recorded_pids);
+    if (!processes.ok()) {
+      std::fprintf(stderr, "fault-check: %s\n", std::string(processes.status().message()).c_str());
+      return 2;
+    }
+    for (const auto& p : *processes) std::printf("%d %d\n", p.gpu, p.pid);
+    return 0;
+  }
+  if (input.fleet_db.empty() || input.agent_db.empty() || input.container.empty()) {
+    std::fprintf(stderr, "fault-check: --fleet-db, --agent-db and --container are required\n");
+    return 2;
+  }
+  input.allow_gave_up = allow_gave_up;
+  input.expect_settled = !no_settled;
+  auto violations = fleet::faults::CheckInvariants(input);
+  if (!violations.ok()) {
+    std::fprintf(stderr, "fault-check: %s\n", std::string(violations.status().message()).c_str());
+    return 2;
+  }
+  for (const auto& v : *violations) {
+    std::printf("violation: %s: %s\n", v.invariant.c_str(), v.detail.c_str());
+  }
+  return violations->empty() ? 0 : 1;
+}

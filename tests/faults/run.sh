@@ -1,0 +1,578 @@
+#!/usr/bin/env bash
+# The fault matrix (issue 12; results in docs/reliability.md). Runs a real fleet (fleetd, one
+# fleet-agent in a simulated container in its own PID namespace, the simulated SGLang servers),
+# injects one fault at a random moment, lets it clear, and checks the invariants with fault-check
+# (tests/faults/fault_invariants.h) and the container's bystanders:
+#
+#   events_once          every event in the agent's agent.db is in fleet.db once, as written
+#   attempts_contiguous  each server's attempt numbers are 1..N
+#   launch_recorded      every launch an agent made has its attempt row; no row claims a launch
+#                        that no agent made
+#   launched_once        no attempt id launched twice
+#   launches_match       server processes the container started (its own ledger) = launches the
+#                        agents recorded, per GPU
+#   bystanders           the container's processes that are not the supervisor's are alive, with
+#                        the start time they had (nothing outside a server's group was signalled)
+#   settled              after the fault cleared, every server READY within --settle seconds, no
+#                        attempt left pending, no remediation left applying
+#   integrity            PRAGMA integrity_check ok on fleet.db and every agent.db
+#
+#   tests/faults/run.sh [--quick | --full] [--rows R1,R2,...] [--per-row N] [--seed S]
+#                       [--speed X] [--gpus N] [--settle S] [--build-dir DIR] [--out DIR] [--keep]
+#
+#   --quick          the cheapest rows, 1 injection each (the ctest subset, about 2 minutes)
+#   --full           every row, 20 injections each (the issue's matrix; see docs/reliability.md)
+#   --rows LIST      rows to run (default: all; --list prints them)
+#   --per-row N      injections per row (default 3; --full 20, --quick 1)
+#   --seed S         the random seed (default: from the clock; printed either way)
+#   --speed X        FLEET_SIM_SPEED of the simulated servers (default 20)
+#   --gpus N         GPUs of the simulated container (default 4)
+#   --settle S       seconds a fleet has to settle after a fault cleared (default 90)
+#   --partition S    how long the partition row cuts fleetd off the container (default 60)
+#   --build-dir DIR  the build with fleetd, fleet-agent, fleetctl, sglang-server-sim, fault-check
+#                    (default build/)
+#   --out DIR        each injection's state (default a new directory under /tmp); kept only for
+#                    injections with a violation, unless --keep
+#
+# Prints a line per injection, a table per row (fault, injections, invariants held, time to
+# recover median/max) and `faults: N injected, M invariant violations (seed S)`. Exits 0 when M is
+# 0, 1 when not, 2 on a usage or setup error, 77 (skipped) when not root. Needs root (PID and mount namespaces, tmpfs mounts).
+# Every process it starts is its own (pids, the namespaces it made), stopped on any exit; mounts
+# are undone. Waits are on fleetd's log, its `status --until-ready`, FIFOs and process exits;
+# the fault's own timing (when it strikes, how long it holds) is the only sleep.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+all_rows=(kill9-fleetd kill9-agent kill9-both fleetd-sigterm-remediation fleetd-busy
+  fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot partition)
+quick_rows=(kill9-fleetd kill9-agent fleetd-busy reboot)
+
+mode=default
+rows_arg=
+per_row=
+seed=
+speed=20
+gpus=4
+settle=90
+partition=60
+build_dir=$repo/build
+out=
+keep=false
+usage() {
+  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+  exit 2
+}
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --quick) mode=quick ;;
+    --full) mode=full ;;
+    --rows) [[ $# -ge 2 ]] || usage; rows_arg=$2; shift ;;
+    --per-row) [[ $# -ge 2 ]] || usage; per_row=$2; shift ;;
+    --seed) [[ $# -ge 2 ]] || usage; seed=$2; shift ;;
+    --speed) [[ $# -ge 2 ]] || usage; speed=$2; shift ;;
+    --gpus) [[ $# -ge 2 ]] || usage; gpus=$2; shift ;;
+    --settle) [[ $# -ge 2 ]] || usage; settle=$2; shift ;;
+    --partition) [[ $# -ge 2 ]] || usage; partition=$2; shift ;;
+    --build-dir) [[ $# -ge 2 ]] || usage; build_dir=$2; shift ;;
+    --out) [[ $# -ge 2 ]] || usage; out=$2; shift ;;
+    --keep) keep=true ;;
+    --list) printf '%s\n' "${all_rows[@]}"; exit 0 ;;
+    -h | --help) usage ;;
+    *) printf 'faults: unknown argument %s\n' "$1" >&2; usage ;;
+  esac
+  shift
+done
+die() { printf 'faults: %s\n' "$*" >&2; exit 2; }
+if [[ $(id -u) != 0 ]]; then
+  printf 'faults: skipped: needs root (PID and mount namespaces, tmpfs mounts)\n' >&2
+  exit 77
+fi
+case $mode in
+  quick) rows=("${quick_rows[@]}"); per_row=${per_row:-1} ;;
+  full) rows=("${all_rows[@]}"); per_row=${per_row:-20} ;;
+  *) rows=("${all_rows[@]}"); per_row=${per_row:-3} ;;
+esac
+if [[ -n $rows_arg ]]; then
+  IFS=, read -r -a rows <<<"$rows_arg"
+  for r in "${rows[@]}"; do
+    [[ " ${all_rows[*]} " == *" $r "* ]] || die "unknown row '$r' (--list)"
+  done
+fi
+[[ $per_row =~ ^[1-9][0-9]*$ ]] || die "--per-row must be a positive integer"
+[[ $gpus =~ ^[1-8]$ ]] || die "--gpus must be 1..8"
+[[ $settle =~ ^[1-9][0-9]*$ ]] || die "--settle must be a positive integer"
+[[ $partition =~ ^[1-9][0-9]*$ ]] || die "--partition must be a positive integer"
+[[ $speed =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--speed must be a positive number"
+seed=${seed:-$(( $(date +%s%N) % 1000000007 ))}
+[[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer"
+RANDOM=$seed
+
+bin=$(cd -- "$build_dir" && pwd) || die "no build dir $build_dir"
+fleetd_bin=$bin/daemon/fleetd
+agent_bin=$bin/agent/fleet-agent
+fleetctl_bin=$bin/cli/fleetctl
+server_bin=$bin/tests/sim/sglang-server-sim
+free_ports=$bin/tests/sim/sim-free-ports
+check_bin=$bin/tests/faults/fault-check
+proxy_bin=$bin/tests/faults/fault-proxy
+for b in "$fleetd_bin" "$agent_bin" "$fleetctl_bin" "$server_bin" "$free_ports" "$check_bin" "$proxy_bin"; do
+  [[ -x $b ]] || die "missing $b (build fleetd fleet-agent fleet-http-probe fleetctl sglang-server-sim sim-free-ports fault-check fault-proxy)"
+done
+if [[ -z $out ]]; then
+  out=$(mktemp -d /tmp/gpu-fleet-faults.XXXXXX)
+else
+  mkdir -p -- "$out"
+  out=$(cd -- "$out" && pwd)
+fi
+chmod 0700 "$out"
+
+# --- The state of one injection (reset by begin_run) --------------------------------------------
+
+run_dir='' fstate='' astate='' world='' logs='' ledger='' base_port='' cursor_seen=''
+fleetd_pid='' ct_unshare='' ct_init='' agent_nsenter='' agent_pid='' proxy_pid=''
+mounts=()
+bystanders=()  # "HOSTPID STARTTICKS" of the processes that must survive
+old_agent_dbs=()
+notes=()
+
+now() { printf '%s' "$EPOCHREALTIME"; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+# rand_ms LO HI: a random number of milliseconds in [LO, HI).
+rand_ms() { echo $(( $1 + (RANDOM * 32768 + RANDOM) % ($2 - $1) )); }
+sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
+start_ticks() { awk '{ print $22 }' "/proc/$1/stat" 2>/dev/null || true; }
+children_of() { cat "/proc/$1/task/$1/children" 2>/dev/null || true; }
+fleetctl() { "$fleetctl_bin" --state-dir "$fstate" "$@"; }
+
+# A process we started has a child we need (unshare's init, nsenter's agent): wait for it.
+# Bounded poll: the kernel gives no event for "forked".
+child_of() {
+  local parent=$1 tries c
+  for ((tries = 0; tries < 500; tries++)); do
+    c=$(children_of "$parent")
+    if [[ -n $c ]]; then
+      printf '%s' "${c%% *}"
+      return 0
+    fi
+    kill -0 "$parent" 2>/dev/null || return 1
+    sleep 0.01
+  done
+  return 1
+}
+
+stop_pid() {  # stop_pid PID SIGNAL: signal a process we started and wait for it (bounded)
+  local pid=$1 t
+  [[ -n $pid ]] || return 0
+  t=$(now)
+  kill "-$2" "$pid" 2>/dev/null || true
+  if ! timeout 30 tail -f --pid="$pid" /dev/null 2>/dev/null; then
+    notes+=("pid $pid still ran 30 s after SIG$2: killed")
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+  [[ $2 == KILL ]] || notes+=("SIG$2 to exit $(elapsed "$t" "$(now)")s")
+}
+
+# --- fleetd -------------------------------------------------------------------------------------
+
+start_fleetd() {
+  local mark
+  mark=0
+  [[ ! -e $run_dir/fleetd.log ]] || mark=$(wc -l <"$run_dir/fleetd.log")
+  "$fleetd_bin" --state-dir "$fstate" 2>>"$run_dir/fleetd.log" &
+  fleetd_pid=$!
+  disown "$fleetd_pid"  # no job notice when it is killed; bash still reaps it
+  if ! timeout 30 grep -q -m1 -F 'serving on' < <(exec tail -n +"$((mark + 1))" -F --pid="$fleetd_pid" "$run_dir/fleetd.log" 2>/dev/null); then
+    notes+=("fleetd did not start")
+    return 1
+  fi
+}
+kill_fleetd() { stop_pid "$fleetd_pid" "${1:-KILL}"; fleetd_pid=''; }
+
+# --- The container: a PID namespace with bystanders, the agent entered into it --------------------
+
+start_container() {  # start_container [TAKE_PIDS_FILE]
+  local fifo=$run_dir/ready.fifo line c
+  rm -f "$fifo"
+  mkfifo "$fifo"
+  unshare --pid --fork --mount-proc --propagation slave bash "$here/container_init.sh" "$fifo" "${1:-}" \
+    </dev/null >>"$run_dir/container.log" 2>&1 &
+  ct_unshare=$!
+  if ! read -r -t 20 line <"$fifo" || [[ $line != ready ]]; then
+    notes+=("the container did not start")
+    return 1
+  fi
+  ct_init=$(child_of "$ct_unshare") || { notes+=("no container init"); return 1; }
+  for c in $(children_of "$ct_init"); do bystanders+=("$c $(start_ticks "$c")"); done
+}
+
+start_agent() {
+  nsenter -t "$ct_init" -p -m -- "$agent_bin" --listen "unix:$run_dir/agent.sock" \
+    --state-dir "$astate" --host local --container 200 --readiness-interval 0.5 --stop-grace 5 \
+    </dev/null 2>>"$run_dir/agent.log" &
+  agent_nsenter=$!
+  agent_pid=$(child_of "$agent_nsenter") || { notes+=("the agent did not start"); return 1; }
+}
+kill_agent() {
+  if [[ -n $agent_pid ]]; then kill -KILL "$agent_pid" 2>/dev/null || true; fi
+  if [[ -n $agent_nsenter ]]; then wait "$agent_nsenter" 2>/dev/null || true; fi
+  agent_pid='' agent_nsenter=''
+}
+# Every process of the container dies at once (its init is killed: the kernel kills the rest).
+kill_container() {
+  if [[ -n $ct_init ]]; then kill -KILL "$ct_init" 2>/dev/null || true; fi
+  if [[ -n $ct_unshare ]]; then wait "$ct_unshare" 2>/dev/null || true; fi
+  if [[ -n $agent_nsenter ]]; then wait "$agent_nsenter" 2>/dev/null || true; fi
+  ct_init='' ct_unshare='' agent_pid='' agent_nsenter=''
+}
+
+# --- One injection ------------------------------------------------------------------------------
+
+mount_small_fs() {  # mount_small_fs DIR: a 32 MiB tmpfs (the disk that fills)
+  mkdir -p "$1"
+  mount -t tmpfs -o size=32m,mode=0700 tmpfs "$1"
+  mounts+=("$1")
+}
+
+stop_fleet() {
+  kill_fleetd TERM
+  kill_container
+  if [[ -n $proxy_pid ]]; then
+    kill -CONT "$proxy_pid" 2>/dev/null || true
+    stop_pid "$proxy_pid" TERM
+    proxy_pid=''
+  fi
+}
+unmount_all() {
+  local m
+  for m in ${mounts[@]+"${mounts[@]}"}; do umount -l "$m" 2>/dev/null || true; done
+  mounts=()
+}
+teardown() {
+  stop_fleet
+  unmount_all
+}
+on_exit() {
+  local rc=$?
+  trap - EXIT
+  teardown
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+begin_run() {  # begin_run ROW K SCENARIO
+  run_dir=$out/$1-$2
+  rm -rf -- "$run_dir"
+  mkdir -p "$run_dir"
+  fstate=$run_dir/fleetd astate=$run_dir/agent-state world=$run_dir/world logs=$run_dir/logs
+  ledger=$run_dir/launches
+  bystanders=() old_agent_dbs=() notes=()
+  mkdir -p "$logs"
+  : >"$ledger"
+  case $1 in
+    fleetd-disk-full) mount_small_fs "$fstate" ;;
+    agent-disk-full) mount_small_fs "$astate" ;;
+  esac
+  mkdir -p "$fstate" "$astate"
+  local state=seed
+  [[ $3 == steady ]] && state=fixed
+  bash "$repo/tests/sim/make_sim_world.sh" "$world" --state "$state" --server "$server_bin" \
+    --gpus "$gpus" >"$run_dir/world.log" 2>&1
+  # The world's python is a witness: it writes a line to the launch ledger (GPU, pid, time) and
+  # becomes the simulated server under its own name (the sim finds its venv from argv[0]).
+  rm "$world/venv/bin/python"
+  # shellcheck disable=SC2016  # the witness script's own variables
+  printf '#!/bin/bash\nprintf "%%s %%s %%s\\n" "${CUDA_VISIBLE_DEVICES:-?}" "$$" "$EPOCHREALTIME" >>%q\nexec -a "$0" %q "$@"\n' \
+    "$ledger" "$server_bin" >"$world/venv/bin/python"
+  chmod 755 "$world/venv/bin/python"
+  local candidate
+  base_port=
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    candidate=$("$free_ports" 1)
+    if ((candidate + gpus < 65536)); then base_port=$candidate; break; fi
+  done
+  # The partition row puts a link (fault-proxy) between fleetd and the agent's socket.
+  local channel=$run_dir/agent.sock
+  if [[ $1 == partition ]]; then
+    channel=$run_dir/link.sock
+    "$proxy_bin" "$channel" "$run_dir/agent.sock" 2>>"$run_dir/proxy.log" &
+    proxy_pid=$!
+  fi
+  bash "$repo/tests/sim/sim_fleet_config.sh" --world "$world" --socket "$channel" \
+    --base-port "$base_port" --logs "$logs" --speed "$speed" \
+    --comment "written by tests/faults/run.sh" >"$run_dir/fleet.yaml"
+  start_fleetd && start_container && start_agent
+}
+
+# True when fleetd has read the agent's stream to its end: its cursor names the agent's
+# incarnation and last sequence (so it has seen what the fault did).
+cursor_caught_up() {
+  local agent_at fleet_at
+  agent_at=$(sqlite3 "file:$astate/agent.db?mode=ro" \
+    "SELECT (SELECT value FROM meta WHERE key = 'incarnation') || '#' || ifnull((SELECT max(seq) FROM events), 0)" 2>/dev/null || true)
+  fleet_at=$(sqlite3 "file:$fstate/fleet.db?mode=ro" \
+    "SELECT incarnation || '#' || sequence FROM agent_cursors" 2>/dev/null || true)
+  cursor_seen="fleetd at ${fleet_at:-none}, the agent at ${agent_at:-none}"
+  [[ -n $agent_at && $agent_at == "$fleet_at" ]]
+}
+
+# True when every server answers GET /health with 200 on its port (the servers really serve).
+servers_answer() {
+  local g line
+  for ((g = 0; g < gpus; g++)); do
+    # shellcheck disable=SC2016  # the inner script's own argument
+    line=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /health HTTP/1.0\r\n\r\n" >&3 && head -1 <&3' _ \
+      "$((base_port + g))" 2>/dev/null || true)
+    [[ $line == *" 200 "* ]] || return 1
+  done
+}
+
+# Waits until the fleet settled, at most --settle seconds: fleetd says every server is READY, it
+# has read the agent's stream to its end, and every server answers on its port. A poll every
+# 0.25 s (no single event says all three). Not `status --watch --until-ready`: after a fleetd
+# restart its first snapshot is empty and nothing more comes on a fleet where nothing changes
+# (docs/reliability.md, findings). Returns 2 as soon as a server GAVE_UP.
+wait_settled() {
+  local deadline=$((SECONDS + settle)) json ready gave_up
+  cursor_seen=
+  while ((SECONDS < deadline)); do
+    json=$("$fleetctl_bin" --state-dir "$fstate" --timeout 5s status -o json 2>>"$run_dir/fleetctl.log" || true)
+    ready=$(grep -o '"state":"READY"' <<<"$json" | wc -l || true)
+    gave_up=$(grep -c '"state":"GAVE_UP"' <<<"$json" || true)
+    if ((gave_up > 0)); then notes+=("a server gave up"); return 2; fi
+    if ((ready == gpus)) && cursor_caught_up && servers_answer; then return 0; fi
+    sleep 0.25
+  done
+  notes+=("not settled within ${settle}s (${cursor_seen:-cursor not read})")
+  return 1
+}
+
+# A disk that fills: the filler takes every free block until the fault clears.
+fill_disk() { dd if=/dev/zero of="$1/.filler" bs=64k status=none 2>/dev/null || true; sync -f "$1" 2>/dev/null || true; }
+
+# The log of the server that started last, or of GPU 0.
+target_log() {
+  local gpu
+  gpu=$(awk 'END { print $1 }' "$ledger")
+  [[ $gpu =~ ^[0-9]+$ ]] || gpu=0
+  printf '%s/sglang_gpu%s.log' "$logs" "$gpu"
+}
+
+# inject ROW: the fault, at a random moment of the start (seed) or of a READY fleet (steady).
+# Sets fault_cleared (the time the fault ended) and adds what it did to notes.
+inject() {
+  local row=$1 moment hold log holder_fifo holder line tries
+  if [[ $row == fleetd-sigterm-remediation ]]; then
+    # The moment is inside a remediation: from the deploy, a poll of fleet.db until one is
+    # applying (nothing announces it), then 0-300 ms more.
+    for ((tries = 0; tries < 1500; tries++)); do
+      if [[ $(sqlite3 "file:$fstate/fleet.db?mode=ro" "SELECT count(*) FROM remediations WHERE status = 'applying'" 2>/dev/null) == [1-9]* ]]; then
+        notes+=("remediation applying")
+        break
+      fi
+      sleep 0.01
+    done
+    moment=$(rand_ms 0 300)
+  else
+    moment=$(rand_ms 0 "$window_ms")
+  fi
+  sleep_ms "$moment"
+  notes+=("at ${moment}ms")
+  case $row in
+    kill9-fleetd)
+      kill_fleetd KILL; fault_cleared=$(now); start_fleetd ;;
+    kill9-agent)
+      kill_agent; fault_cleared=$(now); start_agent ;;
+    kill9-both)
+      kill_agent; kill_fleetd KILL; fault_cleared=$(now); start_fleetd; start_agent ;;
+    fleetd-sigterm-remediation)
+      kill_fleetd TERM; fault_cleared=$(now); start_fleetd ;;
+    fleetd-busy)
+      # An outside writer holds BEGIN IMMEDIATE on fleet.db for 3-10 s (fleetd's busy timeout is 5 s).
+      hold=$(rand_ms 3000 10000)
+      holder_fifo=$run_dir/holder.fifo
+      mkfifo "$holder_fifo"
+      { printf '.timeout 10000\nBEGIN IMMEDIATE;\nSELECT '"'"'locked'"'"';\n'
+        sleep_ms "$hold"
+        printf 'COMMIT;\n'; } | sqlite3 "$fstate/fleet.db" >"$holder_fifo" 2>>"$run_dir/holder.log" &
+      holder=$!
+      read -r -t 15 line <"$holder_fifo" || true
+      notes+=("held ${hold}ms ($line)")
+      wait "$holder" 2>/dev/null || true
+      fault_cleared=$(now) ;;
+    fleetd-disk-full | agent-disk-full)
+      local fs=$fstate
+      [[ $row == agent-disk-full ]] && fs=$astate
+      hold=$(rand_ms 2000 8000)
+      fill_disk "$fs"
+      sleep_ms "$hold"
+      rm -f "$fs/.filler"
+      notes+=("full for ${hold}ms")
+      fault_cleared=$(now) ;;
+    agent-wipe)
+      kill_agent
+      local copy=$run_dir/agent-state.wiped.${#old_agent_dbs[@]}
+      cp -a "$astate" "$copy"
+      old_agent_dbs+=("$copy/agent.db")
+      find "$astate" -mindepth 1 -delete
+      fault_cleared=$(now); start_agent ;;
+    log-delete | log-truncate | log-rotate)
+      # The log must be there to be faulted: wait for it (bounded poll, 10 s).
+      log=$(target_log)
+      for ((tries = 0; tries < 100; tries++)); do [[ -e $log ]] && break; sleep 0.1; done
+      ;;&
+    log-delete)
+      log=$(target_log); rm -f "$log"; notes+=("deleted ${log##*/}"); fault_cleared=$(now) ;;
+    log-truncate)
+      log=$(target_log); [[ -e $log ]] && : >"$log"; notes+=("truncated ${log##*/}"); fault_cleared=$(now) ;;
+    log-rotate)
+      log=$(target_log); [[ -e $log ]] && mv "$log" "$log.1"; notes+=("rotated ${log##*/}"); fault_cleared=$(now) ;;
+    partition)
+      # fleetd and the container cannot talk for --partition seconds (the link stops relaying;
+      # connections stay open, as when a route drops packets).
+      kill -STOP "$proxy_pid"
+      sleep "$partition"
+      kill -CONT "$proxy_pid"
+      notes+=("cut for ${partition}s")
+      fault_cleared=$(now) ;;
+    reboot)
+      # Every process of the container dies; in the new PID namespace bystanders take the pids
+      # the agent recorded for its servers, before the agent starts again.
+      kill_container
+      local take=$run_dir/take-pids
+      "$check_bin" --recorded-pids "$astate/agent.db" 2>>"$run_dir/check.log" | awk '{ print $2 }' | sort -n >"$take" || true
+      notes+=("recorded pids $(tr '\n' ' ' <"$take")")
+      bystanders=()  # the old container's died with it, as they should
+      start_container "$take"
+      fault_cleared=$(now); start_agent ;;
+  esac
+}
+
+# The scenario of injection K of a row: the seed (a start with preflight, remediation, canary) or
+# a steady READY fleet.
+scenario_of() {
+  case $1 in
+    fleetd-sigterm-remediation | fleetd-busy | fleetd-disk-full | agent-disk-full | log-* | partition) echo seed ;;
+    *) (( $2 % 2 == 0 )) && echo seed || echo steady ;;
+  esac
+}
+
+declare -A injected=() held=() recover=()
+total=0
+violations_total=0
+window_ms=8000
+
+run_one() {  # run_one ROW K
+  local row=$1 k=$2 scenario result=ok rc v t0 settled_at recovery=-
+  scenario=$(scenario_of "$row" "$k")
+  fault_cleared=''
+  local vfile
+  if ! begin_run "$row" "$k" "$scenario"; then
+    printf 'faults: %s #%d: setup failed: %s\n' "$row" "$k" "${notes[*]}" >&2
+    teardown
+    return 2
+  fi
+  vfile=$run_dir/violations
+  : >"$vfile"
+  fleetctl deploy -f "$run_dir/fleet.yaml" >>"$run_dir/fleetctl.log" 2>&1 || notes+=("deploy failed")
+  t0=$(now)
+  if [[ $scenario == steady ]]; then
+    wait_settled || printf 'violation: settled: the fleet did not get READY before the fault\n' >>"$vfile"
+    window_ms=2000
+  else
+    window_ms=$seed_window_ms
+  fi
+  inject "$row"
+  rc=0
+  wait_settled || rc=$?
+  settled_at=$(now)
+  if ((rc == 0)); then
+    recovery=$(elapsed "$fault_cleared" "$settled_at")
+  elif ((rc == 1)); then
+    # What fleetd says (its record may say otherwise: fault-check reads that).
+    printf 'violation: settled: not every server READY %ss after the fault cleared; fleetd says: %s\n' \
+      "$settle" "$(fleetctl --timeout 5s status 2>&1 | tail -n +2 | awk '{ print $1, $2 }' | tr '\n' ';')" >>"$vfile"
+  fi
+  # Bystanders: alive, with the start time they had.
+  for v in ${bystanders[@]+"${bystanders[@]}"}; do
+    local pid=${v%% *} ticks=${v#* }
+    [[ $(start_ticks "$pid") == "$ticks" ]] ||
+      printf 'violation: bystanders: process %s (started at tick %s) is gone\n' "$pid" "$ticks" >>"$vfile"
+  done
+  # Settled or not, fleetd reads the agent's stream to its end before it is stopped, so that
+  # events_once judges the product, not the moment of the stop (a bounded poll, 10 s).
+  local tries
+  for ((tries = 0; tries < 40; tries++)); do cursor_caught_up && break; sleep 0.25; done
+  stop_fleet
+  local args=(--fleet-db "$fstate/fleet.db" --container local/200 --agent-db "$astate/agent.db"
+    --launches "$ledger")
+  for v in ${old_agent_dbs[@]+"${old_agent_dbs[@]}"}; do args+=(--old-agent-db "$v"); done
+  "$check_bin" "${args[@]}" >>"$vfile" 2>>"$run_dir/check.log" || true
+  if [[ -s $run_dir/check.log ]]; then
+    printf 'violation: check: %s\n' "$(tr '\n' ' ' <"$run_dir/check.log")" >>"$vfile"
+  fi
+  unmount_all
+  local n
+  n=$(grep -c '^violation:' "$vfile" || true)
+  ((total += 1))
+  ((violations_total += n))
+  injected[$row]=$((${injected[$row]:-0} + 1))
+  if ((n == 0)); then
+    held[$row]=$((${held[$row]:-0} + 1))
+  else
+    result="$n violations"
+  fi
+  # The time to recover counts where the fleet recovered: settled, and every invariant held.
+  if ((n == 0)) && [[ $recovery != - ]]; then recover[$row]+="$recovery "; fi
+  printf '%-27s #%-2d %-6s %-9s recovered %6ss  %s  [%s]\n' "$row" "$k" "$scenario" \
+    "$(elapsed "$t0" "$fault_cleared")s" "$recovery" "$result" "${notes[*]}"
+  if ((n > 0)); then
+    sed 's/^/      /' "$vfile"
+    printf '      (state kept in %s)\n' "$run_dir"
+  elif [[ $keep != true ]]; then
+    rm -rf -- "$run_dir"
+  fi
+}
+
+printf 'faults: seed %s, rows %s, %d each, speed %s, %d GPUs, out %s, revision %s\n' "$seed" \
+  "${rows[*]}" "$per_row" "$speed" "$gpus" "$out" "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# Calibration: one clean seed start, no fault; its time to READY is the window the random
+# moments of seed injections fall in. Its invariants count as the control row.
+begin_run none 0 seed || die "setup failed: ${notes[*]}"
+fleetctl deploy -f "$run_dir/fleet.yaml" >>"$run_dir/fleetctl.log" 2>&1
+c0=$(now)
+wait_settled || die "the clean start did not settle: ${notes[*]} (state in $run_dir)"
+seed_window_ms=$(awk -v a="$c0" -v b="$(now)" 'BEGIN { printf "%d", (b - a) * 1000 }')
+teardown
+if ! "$check_bin" --fleet-db "$fstate/fleet.db" --container local/200 --agent-db "$astate/agent.db" \
+  --launches "$ledger" >"$run_dir/violations" 2>&1; then
+  sed 's/^/      /' "$run_dir/violations"
+  die "the clean start already breaks an invariant (state in $run_dir)"
+fi
+printf 'faults: a clean seed start is READY in %s ms: seed-scenario faults strike within that\n' "$seed_window_ms"
+[[ $keep == true ]] || rm -rf -- "$run_dir"
+
+for row in "${rows[@]}"; do
+  for ((k = 1; k <= per_row; k++)); do
+    run_one "$row" "$k" || true
+  done
+done
+
+# The table: per row, injections, injections with every invariant held, time to recover.
+stats() {  # stats "T1 T2 ...": median/max
+  if [[ -z ${1// /} ]]; then printf -- '-'; return; fi
+  tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{ v[NR] = $1 } END {
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "%.1f s / %.1f s", m, v[NR] }'
+}
+printf '\n| fault | injections | invariants held | time to recover (median / max) |\n'
+printf '|---|---|---|---|\n'
+for row in "${rows[@]}"; do
+  printf '| %s | %d | %d/%d | %s |\n' "$row" "${injected[$row]:-0}" "${held[$row]:-0}" \
+    "${injected[$row]:-0}" "$(stats "${recover[$row]:-}")"
+done
+printf '\nfaults: %d injected, %d invariant violations (seed %s)\n' "$total" "$violations_total" "$seed"
+((violations_total == 0))
