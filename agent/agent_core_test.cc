@@ -288,7 +288,7 @@ TEST_F(AgentTest, SecretsAreMaskedInTheEvidence) {
     EXPECT_EQ(bytes.find("hf_supersecret123"), std::string::npos);
     if (e.has_diagnosis()) {
       for (const auto& line : e.diagnosis().diagnosis().evidence()) {
-        if (absl::StrContains(line.text(), "token ***")) saw_evidence = true;
+        if (absl::StrContains(line.text(), "token <redacted>")) saw_evidence = true;
       }
     }
   }
