@@ -584,5 +584,58 @@ TEST_F(DaemonTest, DeployParsesTheYamlItIsGivenAndReappliesTheStoredConfigWhenGi
   EXPECT_EQ(attempts->attempts(0).diagnosis_class(), "ptx_version_unsupported");
 }
 
+TEST_F(DaemonTest, AnAgentThatLostItsLogTailIsFollowedUnderItsNewIncarnationWithNothingSkipped) {
+  // The machine went down: the agent's agent.db lost its last commits (events 4, 5 the daemon
+  // had stored), so it starts a new incarnation whose numbers begin again at 1 while the server
+  // it launched still runs. None of the new events may be taken for one already seen.
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  const auto launch = agent_.launches[0];
+  for (const char* state : {"LOADING", "JIT_COMPILING", "CAPTURING_GRAPHS", "LOADING", "READY"}) {
+    agent_.Say(Phase(launch, state));
+  }
+  daemon_->Step();
+  ASSERT_EQ(Rows()["local/200/gpu0"].state(), "READY");
+  agent_.EndStream();
+  agent_.snapshot.set_incarnation("inc-2");
+  agent_.snapshot.set_sequence(0);
+  agent_.sequence = 0;
+  auto* running = agent_.snapshot.add_servers();
+  *running->mutable_server() = launch.spec().server();
+  running->set_attempt_id(launch.attempt_id());
+  running->set_attempt_number(launch.attempt_number());
+  running->set_state("READY");
+  daemon_->Step();
+  clock_.Advance(absl::Seconds(1));
+  daemon_->Step();
+  EXPECT_EQ(agent_.follows.back(), std::make_pair(std::string("inc-2"), uint64_t{0}));
+  agent_.Say(Phase(launch, "FAILED"));  // sequence 1 of inc-2
+  daemon_->Step();
+  EXPECT_NE(Rows()["local/200/gpu0"].state(), "READY");
+  auto store = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(store.ok());
+  auto stored = (*store)->db().Prepare(
+      "SELECT count(*) FROM events WHERE incarnation = 'inc-2' AND sequence = 1");
+  ASSERT_TRUE(stored.ok() && *stored->Step());
+  EXPECT_EQ(stored->ColumnInt(0), 1);
+}
+
+TEST_F(DaemonTest, AValueGivenByFileTravelsAndIsStoredAsItsPathOnly) {
+  agent_.snapshot.set_incarnation("inc-1");
+  fleet::v1::FleetConfig config = TwoGpuConfig();
+  (*config.mutable_hosts(0)->mutable_containers(0)->mutable_env_from_file())["HF_TOKEN"] =
+      "/etc/gpu-fleet/hf_token";
+  Deploy(config);
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  EXPECT_EQ(agent_.launches[0].spec().env_from_file().at("HF_TOKEN"), "/etc/gpu-fleet/hf_token");
+  EXPECT_EQ(agent_.launches[0].spec().env().count("HF_TOKEN"), 0u);
+  daemon_.reset();  // fleet.db whole, its WAL checkpointed
+  const std::string db = fleet::testing::ReadFile(dir_.Join("fleet.db")) +
+                         fleet::testing::ReadFile(dir_.Join("fleet.db-wal"));
+  EXPECT_NE(db.find("/etc/gpu-fleet/hf_token"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace fleet::daemon
