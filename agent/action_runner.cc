@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/errno_status.h"
+#include "common/base/secret_names.h"
 #include "common/base/status_macros.h"
 #include "common/base/string_view.h"
 #include "common/base/unique_fd.h"
@@ -39,7 +40,7 @@ constexpr size_t kMaxUrlLength = 2048;
 // The end of a tool's output is where its error is; the result travels over gRPC into the store.
 constexpr size_t kOutputTailBytes = 16 << 10;
 constexpr size_t kMinRedactedLength = 4;
-constexpr char kRedacted[] = "***";
+using ::fleet::kRedacted;
 constexpr char kNextLaunch[] =
     "valid; the daemon records it and it takes effect at the next launch";
 // apt-get and dpkg's maintainer scripts need the system's sbin directories, and must not find
@@ -859,13 +860,7 @@ absl::Status ValidateServerArg(std::string_view arg) {
   return absl::OkStatus();
 }
 
-bool IsSecretName(std::string_view name) {
-  const std::string upper = absl::AsciiStrToUpper(AsAbsl(name));
-  const std::string_view u = upper;
-  return (u.size() >= 6 && u.substr(u.size() - 6) == "_TOKEN") ||
-         (u.size() >= 4 && u.substr(u.size() - 4) == "_KEY") ||
-         u.find("PASSWORD") != std::string_view::npos;
-}
+bool IsSecretName(std::string_view name) { return IsSecretEnvName(name); }
 
 std::map<std::string, std::string> RedactEnvironment(
     const std::map<std::string, std::string>& env) {

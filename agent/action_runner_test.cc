@@ -346,7 +346,7 @@ TEST(ActionRunner, AFailedToolReportsItsExitAndARedactedTail) {
   EXPECT_FALSE(failed.ok());
   EXPECT_EQ(failed.message(), "pip install torch==9.9.9: exit status 1");
   EXPECT_THAT(failed.output_tail(), HasSubstr("No matching distribution found for torch==9.9.9"));
-  EXPECT_THAT(failed.output_tail(), HasSubstr("https://__token__:***@pypi"));
+  EXPECT_THAT(failed.output_tail(), HasSubstr("https://__token__:<redacted>@pypi"));
   EXPECT_THAT(failed.output_tail(), Not(HasSubstr("hf_s3cr3t_v4lue")));
 
   fake.next = CommandResult{.exited = false, .signal = 9, .timed_out = true};
@@ -395,8 +395,8 @@ TEST(ActionRunner, EnvAndArgumentActionsAreAnsweredWithoutRunningAnything) {
   secret.mutable_set_env()->set_value("brand-new-token-value");
   r = runner.Apply(secret, context);
   EXPECT_TRUE(r.ok());
-  EXPECT_THAT(r.message(), HasSubstr("HF_TOKEN=***"));
-  EXPECT_EQ(r.action().set_env().value(), "***");
+  EXPECT_THAT(r.message(), HasSubstr("HF_TOKEN=<redacted>"));
+  EXPECT_EQ(r.action().set_env().value(), "<redacted>");
   EXPECT_THAT(r.DebugString(), Not(HasSubstr("brand-new-token-value")));
   secret.mutable_set_env()->set_value("brand-new\ntoken");
   r = runner.Apply(secret, context);
@@ -724,7 +724,7 @@ TEST(Redaction, SecretNames) {
 TEST(Redaction, MasksEnvironmentValues) {
   const Env env = {{"PATH", "/usr/bin"}, {"HF_TOKEN", "hf_abcdef"}, {"DB_PASSWORD", "pw"}};
   EXPECT_EQ(RedactEnvironment(env),
-            (Env{{"PATH", "/usr/bin"}, {"HF_TOKEN", "***"}, {"DB_PASSWORD", "***"}}));
+            (Env{{"PATH", "/usr/bin"}, {"HF_TOKEN", "<redacted>"}, {"DB_PASSWORD", "<redacted>"}}));
 }
 
 TEST(Redaction, MasksEveryOccurrenceOfASecretInText) {
@@ -734,7 +734,7 @@ TEST(Redaction, MasksEveryOccurrenceOfASecretInText) {
                    {"SHORT_KEY", "abc"},
                    {"EMPTY_KEY", ""}};
   EXPECT_EQ(RedactText("a hf_abcdef b hf_abcdefhf_abcdef c hf_abcdef_longer /usr/bin abc", env),
-            "a *** b ****** c *** /usr/bin abc");
+            "a <redacted> b <redacted><redacted> c <redacted> /usr/bin abc");
   EXPECT_EQ(RedactText("nothing here", env), "nothing here");
   EXPECT_EQ(RedactText("", env), "");
 }

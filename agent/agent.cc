@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/env_files.h"
 #include "agent/log_follower.h"
 #include "agent/message_budget.h"
 #include "agent/proc.h"
@@ -55,8 +56,18 @@ absl::Duration DurationOr(const google::protobuf::Duration& d, absl::Duration fa
   return ns > 0 ? absl::Nanoseconds(ns) : fallback;
 }
 
+// The server's environment: the spec's env and, read now, its env_from_file values (best effort:
+// a file that cannot be read fails the Launch, which reads them itself). The values read are in
+// it so that they are masked wherever the server's text leaves the agent.
 std::map<std::string, std::string> EnvOf(const ServerSpec& spec) {
-  return {spec.env().begin(), spec.env().end()};
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  if (!spec.env_from_file().empty()) {
+    absl::StatusOr<std::map<std::string, std::string>> files = ReadEnvFiles(spec);
+    if (files.ok()) {
+      for (auto& [name, value] : *files) env[name] = std::move(value);
+    }
+  }
+  return env;
 }
 
 // Evidence that leaves the agent has secret values masked.
@@ -899,11 +910,23 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
                                                             int64_t previous_attempt) {
   const ServerSpec& spec = request.spec();
   const int32_t gpu = spec.server().gpu();
+  // The values given by file are read now, each launch (a rotated token is picked up); only
+  // their paths are recorded.
+  absl::StatusOr<std::map<std::string, std::string>> from_files = ReadEnvFiles(spec);
+  if (!from_files.ok()) {
+    return absl::Status(from_files.status().code(),
+                        absl::StrCat("launch: gpu ", gpu, ": ", from_files.status().message()));
+  }
   RotateLog(spec.log_path(), previous_attempt);
   const ServerSpec effective = EffectiveSpec(spec, options_);
   ServerCommand command;
   command.argv.assign(spec.argv().begin(), spec.argv().end());
-  command.env = EnvOf(effective);
+  command.env = {effective.env().begin(), effective.env().end()};
+  for (auto& [name, value] : *from_files) {
+    // The GPU pins of EffectiveSpec win over a file as they win over the spec's env.
+    if (name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DEVICE_ORDER") continue;
+    command.env[name] = std::move(value);
+  }
   command.cwd = spec.workdir();
   command.log_path = spec.log_path();
   absl::StatusOr<ServerProcess> process = deps_.launcher->Launch(command);

@@ -293,11 +293,49 @@ TEST_F(AgentTest, SecretsAreMaskedInTheEvidence) {
     EXPECT_EQ(bytes.find("hf_supersecret123"), std::string::npos);
     if (e.has_diagnosis()) {
       for (const auto& line : e.diagnosis().diagnosis().evidence()) {
-        if (absl::StrContains(line.text(), "token ***")) saw_evidence = true;
+        if (absl::StrContains(line.text(), "token <redacted>")) saw_evidence = true;
       }
     }
   }
   EXPECT_TRUE(saw_evidence);
+}
+
+TEST_F(AgentTest, AValueFromAFileReachesTheServerAndOnlyItsPathIsKept) {
+  AgentHarness h;
+  h.dir().WriteFile("secrets/hf_token", "hf_fromfile456\n");
+  auto spec = h.ChildSpec(0, {"leak", "HF_TOKEN"});
+  (*spec.mutable_env_from_file())["HF_TOKEN"] = h.dir().Join("secrets/hf_token");
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "FAILED"); }));
+  // The server had it in its environment (the child printed it, newline dropped)...
+  EXPECT_THAT(fleet::testing::ReadFile(spec.log_path()), HasSubstr("(token hf_fromfile456)"));
+  // ...and it left the agent in no event, and is not in its record.
+  bool saw_evidence = false;
+  for (const AgentEvent& e : h.events()) {
+    EXPECT_EQ(e.SerializeAsString().find("hf_fromfile456"), std::string::npos);
+    if (e.has_diagnosis()) {
+      for (const auto& line : e.diagnosis().diagnosis().evidence()) {
+        if (absl::StrContains(line.text(), "token <redacted>")) saw_evidence = true;
+      }
+    }
+  }
+  EXPECT_TRUE(saw_evidence);
+  h.Destroy();
+  const std::string db = fleet::testing::ReadFile(h.dir().Join("state/agent.db")) +
+                         fleet::testing::ReadFile(h.dir().Join("state/agent.db-wal"));
+  EXPECT_EQ(db.find("hf_fromfile456"), std::string::npos);
+  EXPECT_NE(db.find(h.dir().Join("secrets/hf_token")), std::string::npos);
+}
+
+TEST_F(AgentTest, AMissingEnvFileFailsTheLaunchNamingTheVariable) {
+  AgentHarness h;
+  auto spec = h.ChildSpec(0, {"lines", "1"});
+  (*spec.mutable_env_from_file())["HF_TOKEN"] = h.dir().Join("secrets/missing");
+  auto launched = h.Launch(spec, "a");
+  ASSERT_FALSE(launched.ok());
+  EXPECT_THAT(std::string(launched.status().message()),
+              HasSubstr("env_from_file HF_TOKEN: " + h.dir().Join("secrets/missing")));
+  EXPECT_EQ(h.agent().Status().servers_size(), 0);
 }
 
 TEST_F(AgentTest, AReadyLineIsOnlyAHintReadyIsAnHttpAnswer) {

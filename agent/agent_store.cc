@@ -5,9 +5,12 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/private_dir.h"
 
 namespace fleet::agent {
 namespace {
@@ -35,38 +38,118 @@ std::string NewIncarnation() {
   return out;
 }
 
+// The kernel's boot id (one line of 36 characters), or "" when it cannot be read.
+std::string ReadBootId(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line) || line.size() > 64) return "";
+  return line;
+}
+
+absl::Status PutMeta(sqlite::Database& db, std::string_view key, std::string_view value) {
+  auto put = db.Prepare(
+      "INSERT INTO meta (key, value) VALUES (?1, ?2) "
+      "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+  if (!put.ok()) return put.status();
+  put->Bind(1, key).Bind(2, value);
+  return put->Run();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AgentStore>> AgentStore::Open(const std::string& state_dir,
-                                                             int64_t retention) {
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("agent state dir ", state_dir, ": ", ec.message()));
+                                                             int64_t retention,
+                                                             const std::string& boot_id_path) {
+  absl::StatusOr<int> old_mode = MakePrivateDir(state_dir);
+  if (!old_mode.ok()) return old_mode.status();
+  if (*old_mode >= 0) {
+    fprintf(stderr, "fleet-agent: state dir %s: mode %04o narrowed to 0700 (it holds agent.db)\n",
+            state_dir.c_str(), *old_mode);
   }
-  auto db = sqlite::Database::Open(absl::StrCat(state_dir, "/agent.db"));
+  // NORMAL: see the header (a lost tail is detected by the boot id, and starts a new
+  // incarnation).
+  sqlite::OpenOptions options;
+  options.synchronous = sqlite::OpenOptions::Synchronous::kNormal;
+  options.mode = 0600;
+  auto db = sqlite::Database::Open(absl::StrCat(state_dir, "/agent.db"), options);
   if (!db.ok()) return db.status();
   if (absl::Status s = (*db)->Migrate(Migrations()); !s.ok()) return s;
   std::unique_ptr<AgentStore> store(new AgentStore(*std::move(db), retention));
-  if (absl::Status s = store->Load(); !s.ok()) return s;
+  if (absl::Status s = store->Load(ReadBootId(boot_id_path)); !s.ok()) return s;
   return store;
 }
 
-absl::Status AgentStore::Load() {
-  auto get = db_->Prepare("SELECT value FROM meta WHERE key = 'incarnation'");
-  if (!get.ok()) return get.status();
-  auto row = get->Step();
-  if (!row.ok()) return row.status();
-  if (*row) {
-    incarnation_ = get->ColumnText(0);
-  } else {
-    incarnation_ = NewIncarnation();
-    auto put = db_->Prepare("INSERT INTO meta (key, value) VALUES ('incarnation', ?1)");
-    if (!put.ok()) return put.status();
-    put->Bind(1, std::string_view(incarnation_));
-    if (absl::Status s = put->Run(); !s.ok()) return s;
+AgentStore::~AgentStore() {
+  // Only a store that marked itself open marks the close: one whose Load failed must leave an
+  // unclean mark from before as it found it.
+  if (open_mark_.empty()) return;
+  absl::Status s = MarkClosed();
+  if (!s.ok()) fprintf(stderr, "fleet-agent: agent.db: clean close: %s\n", s.ToString().c_str());
+}
+
+absl::Status AgentStore::MarkClosed() {
+  // Only this run's mark: an agent that replaced this one (and opened the file since) keeps its.
+  if (absl::Status s = db_->Exec("PRAGMA synchronous=FULL"); !s.ok()) return s;
+  absl::Status put = [&]() -> absl::Status {
+    auto update = db_->Prepare("UPDATE meta SET value = '0' WHERE key = 'open' AND value = ?1");
+    if (!update.ok()) return update.status();
+    update->Bind(1, std::string_view(open_mark_));
+    return update->Run();
+  }();
+  absl::Status back = db_->Exec("PRAGMA synchronous=NORMAL");
+  return put.ok() ? back : put;
+}
+
+absl::Status AgentStore::Load(const std::string& boot_id) {
+  std::map<std::string, std::string> meta;
+  {
+    auto get = db_->Prepare("SELECT key, value FROM meta");
+    if (!get.ok()) return get.status();
+    while (true) {
+      auto row = get->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      meta[get->ColumnText(0)] = get->ColumnText(1);
+    }
   }
+  incarnation_ = meta["incarnation"];
+  // Open when the machine went down: the log may have lost its last commits (and the daemon may
+  // have seen them), so its sequence numbers cannot be trusted to be new.
+  const bool was_open = !meta["open"].empty() && meta["open"] != "0";
+  const bool lost_tail = !incarnation_.empty() && !boot_id.empty() && was_open &&
+                         !meta["boot_id"].empty() && meta["boot_id"] != boot_id;
+  // This run's marks and, when needed, a new incarnation: one commit, synced. "open" holds a
+  // token of this run until its clean close sets it to "0".
+  const std::string mark = NewIncarnation();
+  if (absl::Status s = db_->Exec("PRAGMA synchronous=FULL"); !s.ok()) return s;
+  absl::Status written = [&]() -> absl::Status {
+    auto tx = sqlite::Transaction::Begin(*db_);
+    if (!tx.ok()) return tx.status();
+    if (incarnation_.empty() || lost_tail) {
+      const std::string previous = incarnation_;
+      incarnation_ = NewIncarnation();
+      if (absl::Status s = db_->Exec("DELETE FROM events; DELETE FROM meta WHERE key = "
+                                     "'last_sequence'");
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = PutMeta(*db_, "incarnation", incarnation_); !s.ok()) return s;
+      if (lost_tail) {
+        fprintf(stderr,
+                "fleet-agent: agent.db: the machine went down while the agent ran (boot id %s, "
+                "now %s): its last events may be lost; event stream %s replaces %s (the daemon "
+                "resynchronises)\n",
+                meta["boot_id"].c_str(), boot_id.c_str(), incarnation_.c_str(), previous.c_str());
+      }
+    }
+    if (absl::Status s = PutMeta(*db_, "boot_id", boot_id); !s.ok()) return s;
+    if (absl::Status s = PutMeta(*db_, "open", mark); !s.ok()) return s;
+    return (*tx)->Commit();
+  }();
+  absl::Status back = db_->Exec("PRAGMA synchronous=NORMAL");
+  if (!written.ok()) return written;
+  if (!back.ok()) return back;
+  open_mark_ = mark;
   auto range = db_->Prepare("SELECT min(seq), max(seq) FROM events");
   if (!range.ok()) return range.status();
   auto r = range->Step();

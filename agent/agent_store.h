@@ -3,6 +3,16 @@
 // runs, and its event log (sequence → event, the newest `retention` kept), so an event stream
 // resumes without a gap or a duplicate even across an agent restart.
 //
+// Durability: agent.db commits with synchronous=NORMAL (WAL fsynced at checkpoints only), which a
+// crash of the agent cannot hurt (the page cache survives it) but a crash of the machine can: the
+// last commits may be lost, and a log that lost its tail would give sequence numbers again that
+// the daemon has already seen (and skip as duplicates). So the store records the kernel's boot id
+// and whether it is open; opened after an unclean close under another boot id (the machine went
+// down while the agent ran), it starts a new incarnation (an empty log, sequences from 1): the
+// daemon, resuming from its old position, gets a Resync and takes a snapshot instead of skipping
+// reused numbers. Those two marks are written with synchronous=FULL. A clean close, or a restart
+// of the agent alone, keeps the incarnation.
+//
 // Not thread-safe: the agent calls it under its own lock.
 #pragma once
 
@@ -20,9 +30,17 @@ namespace fleet::agent {
 
 class AgentStore {
  public:
-  // Opens or creates STATE_DIR/agent.db (creating STATE_DIR).
-  static absl::StatusOr<std::unique_ptr<AgentStore>> Open(const std::string& state_dir,
-                                                          int64_t retention);
+  static constexpr char kBootIdPath[] = "/proc/sys/kernel/random/boot_id";
+
+  // Opens or creates STATE_DIR/agent.db (creating STATE_DIR, 0700; agent.db 0600). The boot id is
+  // read from `boot_id_path` (a seam for tests); an unreadable one disables the lost-tail check.
+  static absl::StatusOr<std::unique_ptr<AgentStore>> Open(
+      const std::string& state_dir, int64_t retention,
+      const std::string& boot_id_path = kBootIdPath);
+  // Marks the close clean (the incarnation survives a reboot after it).
+  ~AgentStore();
+  AgentStore(const AgentStore&) = delete;
+  AgentStore& operator=(const AgentStore&) = delete;
 
   const std::string& incarnation() const { return incarnation_; }
   // The sequence of the last event appended (0 when none yet).
@@ -43,13 +61,16 @@ class AgentStore {
  private:
   AgentStore(std::unique_ptr<sqlite::Database> db, int64_t retention)
       : db_(std::move(db)), retention_(retention) {}
-  absl::Status Load();
+  absl::Status Load(const std::string& boot_id);
+  // Sets the "open" mark to "0" (clean) if it is still this run's, synced at the commit.
+  absl::Status MarkClosed();
 
   std::unique_ptr<sqlite::Database> db_;
   const int64_t retention_;
   std::string incarnation_;
   uint64_t last_sequence_ = 0;
   uint64_t first_sequence_ = 1;
+  std::string open_mark_;  // this run's "open" mark, once written
 };
 
 }  // namespace fleet::agent

@@ -10,7 +10,9 @@
 #include "absl/time/time.h"
 #include "cli/status_format.h"
 #include "cli/text_table.h"
+#include "common/base/secret_names.h"
 #include "common/base/string_view.h"
+#include "common/config/secret_redaction.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace fleet::cli {
@@ -90,6 +92,13 @@ std::vector<std::string> Lines(const std::string& text) {
   return lines;
 }
 
+// What is shown of a plan: secret env values masked (fleetd masks them too; an older one did not).
+v1::Plan Redacted(const v1::Plan& plan) {
+  v1::Plan out = plan;
+  config::RedactPlan(&out);
+  return out;
+}
+
 }  // namespace
 
 std::string ActionKindName(const v1::Action& action) {
@@ -122,7 +131,9 @@ std::string DescribeAction(const v1::Action& action) {
   const std::string kind = ActionKindName(action);
   switch (action.kind_case()) {
     case v1::Action::kSetEnv:
-      return absl::StrCat(kind, " ", action.set_env().name(), "=", Quote(action.set_env().value()));
+      return absl::StrCat(
+          kind, " ", action.set_env().name(), "=",
+          Quote(RedactedEnvValue(action.set_env().name(), action.set_env().value())));
     case v1::Action::kPrependPath:
       return absl::StrCat(kind, " ", action.prepend_path().variable(), " ",
                           Quote(action.prepend_path().directory()));
@@ -177,7 +188,8 @@ std::string FormatTook(const google::protobuf::Duration& took) {
   return absl::FormatDuration(d);
 }
 
-std::string FormatPlan(const v1::Plan& plan) {
+std::string FormatPlan(const v1::Plan& given) {
+  const v1::Plan plan = Redacted(given);
   std::string out = plan.id().empty() ? "plan" : absl::StrCat("plan ", plan.id());
   absl::StrAppend(&out, ": ", plan.status().empty() ? "-" : plan.status());
   if (!plan.trigger().empty()) absl::StrAppend(&out, ", trigger ", plan.trigger());
@@ -226,7 +238,8 @@ std::string FormatPlan(const v1::Plan& plan) {
   return out;
 }
 
-std::string FormatApplyResults(const v1::Plan& plan, bool color) {
+std::string FormatApplyResults(const v1::Plan& given, bool color) {
+  const v1::Plan plan = Redacted(given);
   const MatchedResults m = MatchResults(plan);
   TextTable table({"#", "RESULT", "TOOK", "ACTION", "MESSAGE"});
   struct Failed {
@@ -262,7 +275,8 @@ std::string FormatApplyResults(const v1::Plan& plan, bool color) {
   return out;
 }
 
-void WriteRemediationJson(const v1::Plan& plan, JsonWriter* json) {
+void WriteRemediationJson(const v1::Plan& given, JsonWriter* json) {
+  const v1::Plan plan = Redacted(given);
   const MatchedResults m = MatchResults(plan);
   json->BeginObject();
   json->Key("id");

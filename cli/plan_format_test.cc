@@ -214,5 +214,41 @@ TEST(RemediationJson, ActionsNotRunHaveNullResults) {
   EXPECT_THAT(text, HasSubstr("\"created_at\":null,\"applied_at\":null,"));
 }
 
+// A plan that sets a secret: the value never reaches the text, the results or the JSON.
+v1::Plan PlanWithASecret() {
+  v1::Plan plan = MakePlan(kNow);
+  v1::PlannedAction* set = plan.add_actions();
+  set->mutable_action()->mutable_set_env()->set_name("HF_TOKEN");
+  set->mutable_action()->mutable_set_env()->set_value("hf_supersecret123");
+  set->set_reason("the model is gated");
+  (*plan.mutable_env_changes())["HF_TOKEN"] = "hf_supersecret123";
+  plan.set_summary("set HF_TOKEN=hf_supersecret123 for the gated model");
+  plan = AppliedPlan(plan, kNow);
+  v1::ActionResult* r = plan.add_results();
+  *r->mutable_action() = set->action();
+  r->set_ok(true);
+  r->set_message("HF_TOKEN=hf_supersecret123 recorded");
+  return plan;
+}
+
+TEST(Redaction, ASecretEnvValueIsShownRedactedInEveryPlanOutput) {
+  const v1::Plan plan = PlanWithASecret();
+  EXPECT_EQ(DescribeAction(plan.actions(plan.actions_size() - 1).action()),
+            "set_env HF_TOKEN=<redacted>");
+  const std::string report = FormatPlan(plan);
+  EXPECT_THAT(report, Not(HasSubstr("hf_supersecret123")));
+  EXPECT_THAT(report, HasSubstr("HF_TOKEN=<redacted>"));
+  const std::string applied = FormatApplyResults(plan, /*color=*/false);
+  EXPECT_THAT(applied, Not(HasSubstr("hf_supersecret123")));
+  EXPECT_THAT(applied, HasSubstr("HF_TOKEN=<redacted>"));
+  std::string text;
+  JsonWriter json(&text);
+  WriteRemediationJson(plan, &json);
+  EXPECT_THAT(text, Not(HasSubstr("hf_supersecret123")));
+  EXPECT_THAT(text, HasSubstr("\"HF_TOKEN\":\"<redacted>\""));
+  // Other values are shown as they are.
+  EXPECT_THAT(text, HasSubstr("\"CUDA_HOME\":\"/opt/venv/cu13\""));
+}
+
 }  // namespace
 }  // namespace fleet::cli

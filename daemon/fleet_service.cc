@@ -3,9 +3,11 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "common/config/secret_redaction.h"
 #include "daemon/ssh_reach.h"
 
 namespace fleet::daemon {
@@ -23,6 +25,25 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* c, absl::StatusOr<
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpc(result.status()));
   return reactor;
+}
+
+// Plans leave fleetd with secret env values masked (the stored plan blob keeps them).
+template <typename T>
+absl::StatusOr<T> WithPlansRedacted(absl::StatusOr<T> result) {
+  if (!result.ok()) return result;
+  if constexpr (std::is_same_v<T, fleet::v1::ListRemediationsResponse>) {
+    for (fleet::v1::Plan& plan : *result->mutable_plans()) config::RedactPlan(&plan);
+  } else {
+    config::RedactPlan(result->mutable_plan());
+    if constexpr (std::is_same_v<T, fleet::v1::ApplyPlanResponse>) {
+      // The results repeat the plan's actions.
+      fleet::v1::Plan results;
+      *results.mutable_results() = result->results();
+      config::RedactPlan(&results);
+      *result->mutable_results() = results.results();
+    }
+  }
+  return result;
 }
 
 grpc::ServerUnaryReactor* Fail(grpc::CallbackServerContext* c, const absl::Status& status) {
@@ -249,7 +270,7 @@ grpc::ServerUnaryReactor* FleetService::Plan(grpc::CallbackServerContext* c,
                                              const fleet::v1::PlanRequest* request,
                                              fleet::v1::PlanResponse* response) {
   // Blocks on the agent's probe (seconds): a CLI request, not on any hot path.
-  return Answer(c, daemon_->Plan(*request), response);
+  return Answer(c, WithPlansRedacted(daemon_->Plan(*request)), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::ApplyPlan(grpc::CallbackServerContext* c,
@@ -257,13 +278,13 @@ grpc::ServerUnaryReactor* FleetService::ApplyPlan(grpc::CallbackServerContext* c
                                                   fleet::v1::ApplyPlanResponse* response) {
   // Blocks while the agent applies it (a pip install may take minutes): `fleetctl apply` waits
   // for the outcome it prints.
-  return Answer(c, daemon_->ApplyPlan(*request), response);
+  return Answer(c, WithPlansRedacted(daemon_->ApplyPlan(*request)), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::ListRemediations(
     grpc::CallbackServerContext* c, const fleet::v1::ListRemediationsRequest* request,
     fleet::v1::ListRemediationsResponse* response) {
-  return Answer(c, daemon_->ListRemediations(*request), response);
+  return Answer(c, WithPlansRedacted(daemon_->ListRemediations(*request)), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::Restart(grpc::CallbackServerContext* c,

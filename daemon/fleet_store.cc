@@ -373,8 +373,12 @@ FleetStore::~FleetStore() {
   statements_.clear();
 }
 
-absl::StatusOr<std::unique_ptr<FleetStore>> FleetStore::Open(const std::string& path) {
-  auto db = sqlite::Database::Open(path);
+absl::StatusOr<std::unique_ptr<FleetStore>> FleetStore::Open(
+    const std::string& path, sqlite::OpenOptions::Synchronous synchronous) {
+  sqlite::OpenOptions options;
+  options.synchronous = synchronous;
+  options.mode = 0600;  // it holds the config's env values
+  auto db = sqlite::Database::Open(path, options);
   if (!db.ok()) return db.status();
   // A page cache of 16 MiB instead of SQLite's 2 MiB: a turn's writes touch the server and
   // attempt rows and the events' indexes all over; with the small cache, pages were spilled and

@@ -91,7 +91,12 @@ struct AgentCursor {
 
 class FleetStore {
  public:
-  static absl::StatusOr<std::unique_ptr<FleetStore>> Open(const std::string& path);
+  // Opens (creating, mode 0600) the record. Every commit is synced (synchronous=FULL): a row
+  // "written before launch" must survive a power loss, not only a crash of fleetd. kNormal is
+  // for measuring what that costs (fleetd --db-synchronous=normal, bench/daemon).
+  static absl::StatusOr<std::unique_ptr<FleetStore>> Open(
+      const std::string& path,
+      sqlite::OpenOptions::Synchronous synchronous = sqlite::OpenOptions::Synchronous::kFull);
   ~FleetStore();
 
   // While a Batch lives, the store's writes share one transaction, committed by Commit() or at

@@ -2,6 +2,8 @@
 // the same transaction, the config as desired state, retention, and a reopened file.
 #include "daemon/fleet_store.h"
 
+#include <sys/stat.h>
+
 #include <set>
 
 #include "absl/strings/match.h"
@@ -230,6 +232,21 @@ TEST(FleetStore, ConfigsKeepTheDigestOfTheirTextAndAVersionOneFileGainsTheColumn
   auto from = store->LastConfigFrom("/etc/fleet.yaml");
   ASSERT_TRUE(from.ok() && from->has_value());
   EXPECT_EQ((*from)->digest, ConfigDigest("hosts: []\n"));
+}
+
+TEST(FleetStore, EveryCommitIsSyncedAndTheFileIsOwnerOnly) {
+  testing::TempDir dir;
+  auto store = Open(dir);
+  ASSERT_NE(store, nullptr);
+  // synchronous=FULL: a row written before a launch survives a power loss, not only a crash.
+  EXPECT_EQ(*store->db().Synchronous(), 2);
+  fleet::v1::FleetConfig config;
+  ASSERT_TRUE(store->SaveConfig(config, "fleet.yaml", "env: {HF_TOKEN: x}", kNow).ok());
+  struct stat st = {};
+  ASSERT_EQ(stat(dir.Join("fleet.db").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(dir.Join("fleet.db-wal").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
 }  // namespace

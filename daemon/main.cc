@@ -17,9 +17,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/base/flag_set.h"
+#include "common/base/private_dir.h"
 #include "common/base/unique_fd.h"
 #include "common/base/version.h"
 #include "common/config/config_duration.h"
@@ -104,6 +106,7 @@ int main(int argc, char** argv) {
   int64_t max_events = 2000000;
   std::string agent_binary;
   std::string stop_timeout_text = absl::FormatDuration(fleet::daemon::kDefaultStopTimeout);
+  std::string db_synchronous = "full";
   fleet::FlagSet flags(
       "fleetd [flags]",
       "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
@@ -135,6 +138,10 @@ int main(int argc, char** argv) {
                   "DURATION");
   flags.AddInt("max-events", '\0', &max_events,
                "at most this many agent events are kept in fleet.db (the newest)", "N");
+  flags.AddString("db-synchronous", '\0', &db_synchronous,
+                  "how fleet.db commits: full (each commit synced: survives a power loss; the "
+                  "default) or normal (survives a crash of fleetd only; for measuring the cost)",
+                  "full|normal");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "fleetd: " << s.message() << "\n";
     return 1;
@@ -204,15 +211,25 @@ int main(int argc, char** argv) {
     yaml = text.str();
   }
 
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
-  if (ec) {
-    std::cerr << "fleetd: state dir " << state_dir << ": " << ec.message() << "\n";
+  if (db_synchronous != "full" && db_synchronous != "normal") {
+    std::cerr << "fleetd: --db-synchronous: full or normal, got '" << db_synchronous << "'\n";
     return 1;
+  }
+  // Owner-only: fleet.db holds the config's env values (docs/config.md, "Secrets").
+  absl::StatusOr<int> old_mode = fleet::MakePrivateDir(state_dir);
+  if (!old_mode.ok()) {
+    std::cerr << "fleetd: " << old_mode.status().message() << "\n";
+    return 1;
+  }
+  if (*old_mode >= 0) {
+    std::cerr << absl::StrFormat(
+        "fleetd: state dir %s: mode %04o narrowed to 0700 (it holds "
+        "fleet.db)\n",
+        state_dir, *old_mode);
   }
   // The lock first: one daemon per state dir.
   fleet::UniqueFd lock(
-      open((state_dir + "/fleetd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+      open((state_dir + "/fleetd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid() || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
     std::cerr << "fleetd: another fleetd runs on " << state_dir << " (" << state_dir
               << "/fleetd.lock is held)\n";
@@ -235,7 +252,10 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto store = fleet::daemon::FleetStore::Open(state_dir + "/fleet.db");
+  auto store = fleet::daemon::FleetStore::Open(
+      state_dir + "/fleet.db", db_synchronous == "normal"
+                                   ? fleet::sqlite::OpenOptions::Synchronous::kNormal
+                                   : fleet::sqlite::OpenOptions::Synchronous::kFull);
   if (!store.ok()) {
     std::cerr << "fleetd: " << store.status().message() << "\n";
     return 1;

@@ -73,6 +73,7 @@ struct Options {
   std::string json_path;
   std::string timeline_path;
   bool keep = false;
+  std::string db_synchronous;  // fleetd --db-synchronous (empty: fleetd's default, full)
 };
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
@@ -460,8 +461,11 @@ int Bench::Run() {
   testing::RunOptions fleetd_options;
   fleetd_options.output_path = dir_ + "/fleetd.log";
   const int64_t started_ms = NowMs();
-  auto fleetd =
-      testing::Spawn({o_.fleetd, "--config", config, "--state-dir", state_dir_}, fleetd_options);
+  std::vector<std::string> fleetd_argv = {o_.fleetd, "--config", config, "--state-dir", state_dir_};
+  if (!o_.db_synchronous.empty()) {
+    fleetd_argv.push_back(absl::StrCat("--db-synchronous=", o_.db_synchronous));
+  }
+  auto fleetd = testing::Spawn(fleetd_argv, fleetd_options);
   if (!fleetd.ok()) {
     std::cerr << "daemon_bench: " << fleetd.status() << "\n";
     Stop(&sim_);
@@ -618,6 +622,8 @@ int Bench::Run() {
   w.Double(o_.rate);
   w.Key("events_per_server");
   w.Int(o_.events_per_server);
+  w.Key("db_synchronous");
+  w.String(o_.db_synchronous.empty() ? "full" : o_.db_synchronous);
   w.Key("ok");
   w.Bool(ok);
   w.Key("events");
@@ -855,6 +861,9 @@ int main(int argc, char** argv) {
                   "write fleetd's samples here: ms since its start, RSS KiB, CPU ticks, events "
                   "stored; then every status call's start and latency",
                   "FILE");
+  flags.AddString("db-synchronous", '\0', &o.db_synchronous,
+                  "fleetd's --db-synchronous (full or normal; default: fleetd's, full)",
+                  "full|normal");
   flags.AddBool("keep", '\0', &o.keep, "keep the work dir (fleet.db, logs) after a good run");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "daemon_bench: " << s.message() << "\n";

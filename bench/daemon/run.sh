@@ -13,6 +13,8 @@
 #   BUILD_DIR=build-dbench bench/daemon/run.sh        another build directory (default: build/)
 #   SIZES="10 100" RATE=10000 bench/daemon/run.sh     other N, another offered rate
 #   DURATION=10 bench/daemon/run.sh                   seconds of event flow per N (default 20)
+#   DB_SYNC=normal bench/daemon/run.sh                fleet.db commits synchronous=NORMAL
+#                                                     (default: fleetd's, FULL)
 #
 # The agents offer RATE events/s (default 25000) for about DURATION seconds at every N: each
 # server's startup has RATE * DURATION / (8 N) events (at least 7). Then, at the largest N, more
@@ -35,6 +37,7 @@ duration=${DURATION:-20}
 capacity=${CAPACITY:-1}
 sweep=${SWEEP-10000}
 break_ms=${BREAK_MS:-1000}
+db_sync=${DB_SYNC:-full}
 out=.bench
 step() { printf '\n== %s\n' "$*"; }
 
@@ -86,7 +89,7 @@ for run in "${runs[@]}"; do
   if ! "$build/bench/daemon/daemon_bench" --containers "$n" --rate "$r" \
     --events-per-server "$per_server" --break-ms "$breaks" --fleetd "$build/daemon/fleetd" \
     --fleetctl "$build/cli/fleetctl" --sim "$build/bench/daemon/fleet-sim-agents" \
-    --json "$json" >/dev/null; then
+    --db-synchronous "$db_sync" --json "$json" >/dev/null; then
     echo "$label: FAILED" >&2
     rc=1
   fi

@@ -15,7 +15,8 @@
 // round-robin over the servers that are starting, at --rate events per second for the whole
 // process (0: as fast as the generator runs; the streams then deliver a backlog). Events streams
 // resume from (incarnation, sequence) as the agent's do. Status gives a snapshot with the stream
-// position; Stop stops a server (STOPPED); Logs, Probe and Apply are not simulated.
+// position; Stop stops a server (STOPPED); Probe answers a healthy toolchain (so that fleetd's
+// preflight passes); Logs and Apply are not simulated.
 //
 // When every server of every container has been launched and has emitted its whole script, it
 // writes --report (atomically): one line per container with its incarnation and last sequence,
@@ -43,6 +44,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/flag_set.h"
+#include "daemon/planner_testing.h"
 #include "google/protobuf/util/time_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/agent.grpc.pb.h"
@@ -490,7 +492,11 @@ grpc::ServerWriteReactor<fleet::v1::LogChunk>* SimAgent::Logs(
 grpc::ServerUnaryReactor* SimAgent::Probe(grpc::CallbackServerContext* c,
                                           const fleet::v1::ProbeRequest* request,
                                           fleet::v1::ProbeResponse* response) {
-  return Answer(c, grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "fleet-sim-agents: no probe"));
+  // A healthy container (the planner's "fixed" toolchain: CUDA 13.2 throughout, ninja, the link
+  // layout): fleetd's preflight finds nothing to fix and the servers launch. Unanswered, the
+  // preflight held every server PENDING (issue 13).
+  *response->mutable_snapshot() = fleet::daemon::plannertest::FixedSnapshot();
+  return Answer(c, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* SimAgent::Apply(grpc::CallbackServerContext* c,

@@ -57,6 +57,15 @@ absl::StatusOr<std::vector<DesiredServer>> ExpandServers(const FleetConfig& conf
         auto& env = *spec.mutable_env();
         for (const auto& [name, value] : tmpl.env()) env[name] = value;
         for (const auto& [name, value] : container.env()) env[name] = value;
+        // Read by the agent at launch (the value never reaches fleet.db); a file wins over a
+        // value of the same name from the other level.
+        auto& files = *spec.mutable_env_from_file();
+        for (const auto& [name, file] : tmpl.env_from_file()) files[name] = file;
+        for (const auto& [name, value] : container.env()) {
+          if (files.contains(name)) files.erase(name);
+        }
+        for (const auto& [name, file] : container.env_from_file()) files[name] = file;
+        for (const auto& [name, file] : files) env.erase(name);
         env["CUDA_VISIBLE_DEVICES"] = absl::StrCat(gpu);
         spec.set_workdir(tmpl.workdir());
         *spec.mutable_readiness() = tmpl.readiness();

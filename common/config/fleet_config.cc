@@ -142,6 +142,8 @@ bool IsEnvName(const std::string& name) {
   });
 }
 
+constexpr size_t kMaxEnvFilePath = 4096;
+
 bool IsAbsolute(const std::string& path) { return !path.empty() && path[0] == '/'; }
 
 std::string Quoted(const std::string& s) { return absl::StrCat("'", absl::CHexEscape(s), "'"); }
@@ -231,6 +233,31 @@ class Checker {
     }
   }
 
+  // env_from_file: name -> an absolute path in the container, read by the agent at launch. A name
+  // may not be in `env` of the same level too (which would win is not obvious).
+  void CheckEnvFromFile(const std::string& path,
+                        const google::protobuf::Map<std::string, std::string>& files,
+                        const google::protobuf::Map<std::string, std::string>& env,
+                        const std::string& env_path) {
+    std::map<std::string, std::string> sorted(files.begin(), files.end());
+    for (const auto& [name, file] : sorted) {
+      const std::string entry_path = KeyPath(path, name);
+      if (!IsEnvName(name)) {
+        Add(entry_path, absl::StrCat("invalid environment variable name ", Quoted(name),
+                                     ": use letters, digits and '_', not starting with a digit"));
+      } else if (name == "CUDA_VISIBLE_DEVICES") {
+        Add(entry_path, "CUDA_VISIBLE_DEVICES is set for each server from the container's gpus");
+      } else if (env.contains(name)) {
+        Add(entry_path, absl::StrCat(name, " is also set in ", env_path, ": give it one way"));
+      }
+      if (!IsAbsolute(file) || file.size() > kMaxEnvFilePath ||
+          file.find('\0') != std::string::npos) {
+        Add(entry_path, absl::StrCat("must be an absolute path (at most ", kMaxEnvFilePath,
+                                     " bytes) of a file in the container, got ", Quoted(file)));
+      }
+    }
+  }
+
   void CheckPositive(const std::string& path, const google::protobuf::Duration& d) {
     if (d.seconds() < 0 || d.nanos() < 0 || IsZero(d)) Add(path, "must be a positive duration");
   }
@@ -276,6 +303,8 @@ class Checker {
           absl::StrCat("must be an absolute path, got ", Quoted(tmpl.workdir())));
     }
     CheckEnv(FieldPath(path, "env"), tmpl.env());
+    CheckEnvFromFile(FieldPath(path, "env_from_file"), tmpl.env_from_file(), tmpl.env(),
+                     FieldPath(path, "env"));
     const std::string readiness = FieldPath(path, "readiness");
     if (!absl::StartsWith(tmpl.readiness().path(), "/")) {
       Add(FieldPath(readiness, "path"),
@@ -582,6 +611,8 @@ class Checker {
     if (ports_ok) CheckPorts(host, container, path, valid_gpus, loopback_ports);
 
     CheckEnv(FieldPath(path, "env"), container.env());
+    CheckEnvFromFile(FieldPath(path, "env_from_file"), container.env_from_file(), container.env(),
+                     FieldPath(path, "env"));
     CheckTools(container.tools(), FieldPath(path, "tools"));
 
     // One log file per server: a log_path without {gpu} or {port} would be shared.

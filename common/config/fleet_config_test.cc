@@ -265,11 +265,12 @@ TEST(FleetConfigErrors, BadIntegerInAList) {
 TEST(FleetConfigErrors, UnknownKeyNamesTheKnownOnesAndSuggests) {
   EXPECT_EQ(ErrorOf(Edit("gpus: [0, 1]", "gpu: [0, 1]")),
             "fleet.yaml:5: hosts[0].containers[0]: unknown field 'gpu' (did you mean 'gpus'?); "
-            "Container has: ctid, channel, gpus, template, policy, base_port, env, tools");
+            "Container has: ctid, channel, gpus, template, policy, base_port, env, env_from_file, "
+            "tools");
   EXPECT_EQ(ErrorOf(Edit("base_port:", "basePort:")),
             "fleet.yaml:7: hosts[0].containers[0]: unknown field 'basePort' (did you mean "
             "'base_port'?); Container has: ctid, channel, gpus, template, policy, base_port, env, "
-            "tools");
+            "env_from_file, tools");
   EXPECT_EQ(ErrorOf(absl::StrCat(kMinimal, "servers: []\n")),
             "fleet.yaml:12: unknown field 'servers'; FleetConfig has: hosts, templates, policies");
 }
@@ -612,6 +613,37 @@ TEST(FleetConfigErrors, Environment) {
                          "        base_port: 30000\n        env: {1BAD: x}\n")),
             "fleet.yaml:8: hosts[0].containers[0].env.1BAD: invalid environment variable name "
             "'1BAD': use letters, digits and '_', not starting with a digit");
+}
+
+TEST(FleetConfigErrors, EnvFromFile) {
+  EXPECT_EQ(
+      ErrorOf(Edit("        base_port: 30000\n",
+                   "        base_port: 30000\n        env_from_file: {HF_TOKEN: hf_token}\n")),
+      "fleet.yaml:8: hosts[0].containers[0].env_from_file.HF_TOKEN: must be an absolute "
+      "path (at most 4096 bytes) of a file in the container, got 'hf_token'");
+  EXPECT_EQ(ErrorOf(Edit("    model: /models/m\n",
+                         "    model: /models/m\n    env: {HF_TOKEN: x}\n"
+                         "    env_from_file: {HF_TOKEN: /etc/gpu-fleet/hf_token}\n")),
+            "fleet.yaml:12: templates[0].env_from_file.HF_TOKEN: HF_TOKEN is also set in "
+            "templates[0].env: give it one way");
+}
+
+TEST(ExpandServers, AValueFromAFileIsAPathInTheSpecAndWinsOverTheTemplatesValue) {
+  const std::string yaml =
+      Edit("    model: /models/m\n",
+           "    model: /models/m\n    env: {HF_TOKEN: from-template, OTHER: t}\n"
+           "    env_from_file: {WANDB_API_KEY: /etc/template/wandb}\n",
+           Edit("        base_port: 30000\n",
+                "        base_port: 30000\n        env_from_file: {HF_TOKEN: "
+                "/etc/gpu-fleet/hf_token}\n"));
+  absl::StatusOr<std::vector<DesiredServer>> servers = ExpandServers(Parse(yaml));
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  const DesiredServer& s = (*servers)[0];
+  EXPECT_THAT(s.spec.env_from_file(),
+              UnorderedElementsAre(Pair("HF_TOKEN", "/etc/gpu-fleet/hf_token"),
+                                   Pair("WANDB_API_KEY", "/etc/template/wandb")));
+  EXPECT_THAT(s.spec.env(),
+              UnorderedElementsAre(Pair("OTHER", "t"), Pair("CUDA_VISIBLE_DEVICES", "0")));
 }
 
 TEST(FleetConfigErrors, ToolsAndPolicies) {

@@ -1,6 +1,12 @@
 #include "common/sqlite/database.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/string_view.h"
@@ -35,7 +41,44 @@ absl::Status Database::Error(int rc, std::string_view what) const {
   }
 }
 
-absl::StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path) {
+namespace {
+
+// Gives `path` the mode `mode`: created with it when missing (so that SQLite, which creates its
+// -wal and -shm files with the database file's mode, never makes a readable one), changed to it
+// when it is there. `create` false: a missing file is left missing.
+absl::Status EnsureMode(const std::string& path, int mode, bool create) {
+  const int fd =
+      open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), static_cast<mode_t>(mode));
+  if (fd < 0) {
+    if (!create && errno == ENOENT) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat("database ", path, ": open: ", std::strerror(errno)));
+  }
+  struct stat st = {};
+  int rc = fstat(fd, &st);
+  if (rc == 0 && (st.st_mode & 07777) != static_cast<mode_t>(mode)) {
+    rc = fchmod(fd, static_cast<mode_t>(mode));
+  }
+  const int saved = errno;
+  close(fd);
+  if (rc != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("database ", path, ": mode: ", std::strerror(saved)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path,
+                                                         const OpenOptions& options) {
+  if (path != ":memory:") {
+    if (absl::Status s = EnsureMode(path, options.mode, /*create=*/true); !s.ok()) return s;
+    for (const char* suffix : {"-wal", "-shm"}) {
+      absl::Status s = EnsureMode(absl::StrCat(path, suffix), options.mode, /*create=*/false);
+      if (!s.ok()) return s;
+    }
+  }
   sqlite3* raw = nullptr;
   const int rc =
       sqlite3_open_v2(path.c_str(), &raw,
@@ -48,7 +91,9 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path
     absl::Status s = db->Exec("PRAGMA journal_mode=WAL");
     if (!s.ok()) return s;
   }
-  absl::Status s = db->Exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON");
+  absl::Status s = db->Exec(options.synchronous == OpenOptions::Synchronous::kFull
+                                ? "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON"
+                                : "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON");
   if (!s.ok()) return s;
   return db;
 }
@@ -97,6 +142,14 @@ absl::Status Database::Migrate(const std::vector<Migration>& migrations) {
     if (absl::Status s = (*tx)->Commit(); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Database::Synchronous() {
+  absl::StatusOr<Statement> st = Prepare("PRAGMA synchronous");
+  if (!st.ok()) return st.status();
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  return *row ? st->ColumnInt(0) : 0;
 }
 
 int64_t Database::LastInsertRowId() const { return sqlite3_last_insert_rowid(db_); }

@@ -61,14 +61,30 @@ class Statement {
   absl::Status bind_status_;
 };
 
+// How a Database is opened. The durability of a commit is a choice of the record's owner:
+// fleet.db (rows written before a launch) syncs every commit; agent.db may trade the last
+// commits before a power loss for speed only where its owner detects the lost tail.
+struct OpenOptions {
+  enum class Synchronous { kNormal, kFull };
+  // kFull: a commit is on disk when Commit() returns (the WAL is fsynced at each commit).
+  // kNormal: a commit survives a crash of the process, not of the machine (the WAL is fsynced
+  // only at checkpoints).
+  Synchronous synchronous = Synchronous::kNormal;
+  // The file's mode, given to the database file before SQLite opens it (created with it when
+  // new, changed to it when it exists) and to a -wal/-shm file already there; SQLite creates its
+  // -wal and -shm files with the database file's mode.
+  int mode = 0600;
+};
+
 // A migration brings the schema from version N-1 to N (N = its index + 1).
 using Migration = std::function<absl::Status(Database&)>;
 
 class Database {
  public:
-  // Opens (creating) the database file; WAL journal, synchronous=NORMAL, foreign keys on, a busy
-  // timeout. ":memory:" for an in-memory database.
-  static absl::StatusOr<std::unique_ptr<Database>> Open(const std::string& path);
+  // Opens (creating) the database file; WAL journal, synchronous as `options` says, foreign
+  // keys on, a busy timeout. ":memory:" for an in-memory database.
+  static absl::StatusOr<std::unique_ptr<Database>> Open(const std::string& path,
+                                                        const OpenOptions& options = {});
   ~Database();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
@@ -80,6 +96,8 @@ class Database {
   // FailedPrecondition when the file is newer than the migrations this binary knows.
   absl::Status Migrate(const std::vector<Migration>& migrations);
   absl::StatusOr<int64_t> UserVersion();
+  // PRAGMA synchronous as SQLite reports it: 1 NORMAL, 2 FULL.
+  absl::StatusOr<int64_t> Synchronous();
 
   int64_t LastInsertRowId() const;
   int Changes() const;

@@ -1,5 +1,7 @@
 #include "common/sqlite/database.h"
 
+#include <sys/stat.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -77,6 +79,55 @@ TEST(Database, ErrorsNameTheFileAndMapCodes) {
   dir.WriteFile("junk.db", std::string(4096, 'x'));
   auto junk = Database::Open(dir.Join("junk.db"));
   EXPECT_EQ(junk.status().code(), absl::StatusCode::kDataLoss) << junk.status();
+}
+
+int ModeOf(const std::string& path) {
+  struct stat st = {};
+  if (stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int>(st.st_mode & 07777);
+}
+
+TEST(Database, ANewDatabaseAndItsWalAndShmAreReadableByTheOwnerOnly) {
+  fleet::testing::TempDir dir;
+  const std::string path = dir.Join("x.db");
+  auto db = Database::Open(path);
+  ASSERT_TRUE(db.ok()) << db.status();
+  ASSERT_TRUE((*db)->Migrate(TwoMigrations()).ok());
+  ASSERT_TRUE((*db)->Exec("INSERT INTO t (v) VALUES ('secret')").ok());
+  EXPECT_EQ(ModeOf(path), 0600);
+  EXPECT_EQ(ModeOf(path + "-wal"), 0600);
+  EXPECT_EQ(ModeOf(path + "-shm"), 0600);
+}
+
+TEST(Database, AnExistingReadableDatabaseIsMadeOwnerOnlyWhenOpened) {
+  fleet::testing::TempDir dir;
+  const std::string path = dir.Join("x.db");
+  {
+    auto db = Database::Open(path);
+    ASSERT_TRUE(db.ok()) << db.status();
+    ASSERT_TRUE((*db)->Migrate(TwoMigrations()).ok());
+  }
+  // As an older fleetd left it, and a -wal left by a crash.
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  dir.WriteFile("x.db-wal", "");
+  ASSERT_EQ(chmod((path + "-wal").c_str(), 0644), 0);
+  auto db = Database::Open(path);
+  ASSERT_TRUE(db.ok()) << db.status();
+  EXPECT_EQ(ModeOf(path), 0600);
+  EXPECT_EQ(ModeOf(path + "-wal"), 0600);
+  EXPECT_EQ(*(*db)->UserVersion(), 2);
+}
+
+TEST(Database, SynchronousIsTheOpenersChoice) {
+  fleet::testing::TempDir dir;
+  auto normal = Database::Open(dir.Join("normal.db"));
+  ASSERT_TRUE(normal.ok()) << normal.status();
+  EXPECT_EQ(*(*normal)->Synchronous(), 1);  // NORMAL
+  OpenOptions full;
+  full.synchronous = OpenOptions::Synchronous::kFull;
+  auto durable = Database::Open(dir.Join("full.db"), full);
+  ASSERT_TRUE(durable.ok()) << durable.status();
+  EXPECT_EQ(*(*durable)->Synchronous(), 2);  // FULL
 }
 
 }  // namespace

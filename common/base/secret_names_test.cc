@@ -1,0 +1,34 @@
+#include "common/base/secret_names.h"
+
+#include "gtest/gtest.h"
+
+namespace fleet {
+namespace {
+
+TEST(SecretNames, NamesThatHoldSecrets) {
+  for (const char* secret :
+       {"HF_TOKEN", "hf_token", "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN", "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY", "aws_secret_key", "CLIENT_SECRET", "SECRET", "DB_PASSWORD",
+        "PASSWORD", "PGPASSWORD", "my_password_file", "DB_PASSWD", "GOOGLE_APPLICATION_CREDENTIALS",
+        "REGISTRY_AUTH", "PROXY_AUTHORIZATION", "SESSION_COOKIE", "WANDB_APIKEY"}) {
+    EXPECT_TRUE(IsSecretEnvName(secret)) << secret;
+  }
+}
+
+TEST(SecretNames, NamesThatDoNot) {
+  for (const char* plain :
+       {"PATH", "TOKEN", "KEY", "TOKENIZERS_PARALLELISM", "KEYRING_BACKEND", "CUDA_HOME",
+        "HF_TOKEN_PATH", "API_KEY_ID", "SSH_AUTH_SOCK", "CUDA_VISIBLE_DEVICES", "_TOKEN", ""}) {
+    EXPECT_FALSE(IsSecretEnvName(plain)) << plain;
+  }
+}
+
+TEST(SecretNames, RedactsValuesOfSecretsOnly) {
+  EXPECT_EQ(RedactedEnv({{"PATH", "/usr/bin"}, {"HF_TOKEN", "hf_abc"}}),
+            (std::map<std::string, std::string>{{"PATH", "/usr/bin"}, {"HF_TOKEN", "<redacted>"}}));
+  EXPECT_EQ(RedactedEnvValue("OPENAI_API_KEY", "sk-1"), "<redacted>");
+  EXPECT_EQ(RedactedEnvValue("CUDA_HOME", "/usr/local/cuda"), "/usr/local/cuda");
+}
+
+}  // namespace
+}  // namespace fleet
