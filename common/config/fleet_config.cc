@@ -711,6 +711,9 @@ absl::StatusOr<FleetConfig> LoadFleetConfig(const std::string& path) {
     if (n < 0) return ErrnoToStatus(errno, absl::StrCat("config ", path, ": read"));
     if (n == 0) break;
     text.append(buffer, static_cast<size_t>(n));
+    // Bounded: a config past the limit is refused (by size, before parsing) without reading it
+    // all.
+    if (text.size() > kMaxYamlBytes) break;
   }
   return ParseFleetConfig(text, path);
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/config_duration.h"
 #include "common/config/desired_server.h"
+#include "common/config/yaml_message_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -890,6 +891,76 @@ TEST(ApplyConfigDefaults, IsIdempotent) {
   ApplyConfigDefaults(&again);
   EXPECT_EQ(again.DebugString(), config.DebugString());
   EXPECT_TRUE(ValidateFleetConfig(config).ok());
+}
+
+}  // namespace
+}  // namespace fleet::config
+
+namespace fleet::config {
+namespace {
+
+// --- limits on what a document may hold ---------------------------------------------------------
+
+TEST(FleetConfigLimits, ABillionLaughsIsRefusedBeforeItIsWalked) {
+  // Ten aliases of ten aliases of ... : 10^9 nodes once expanded, in under a kilobyte.
+  std::string yaml = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 9; ++i) {
+    absl::StrAppend(&yaml, "l", i, ": &l", i, " [");
+    for (int j = 0; j < 10; ++j) absl::StrAppend(&yaml, j == 0 ? "" : ", ", "*l", i - 1);
+    absl::StrAppend(&yaml, "]\n");
+  }
+  absl::StrAppend(&yaml, kMinimal);
+  EXPECT_EQ(ErrorOf(yaml),
+            "fleet.yaml:6: the document holds more than 1000000 nodes once its aliases are "
+            "expanded (a config needs far fewer; aliases of aliases multiply)");
+}
+
+TEST(FleetConfigLimits, DeepNestingIsRefused) {
+  for (int depth : {65, 1000, 100000}) {
+    const std::string yaml =
+        absl::StrCat("hosts: ", std::string(depth, '['), std::string(depth, ']'), "\n");
+    EXPECT_EQ(ErrorOf(yaml),
+              "fleet.yaml:1: nested more than 64 levels deep (a config needs "
+              "fewer than 10)")
+        << depth;
+  }
+  const std::string blocks = [] {
+    std::string y = "hosts:\n";
+    for (int i = 0; i < 200; ++i) absl::StrAppend(&y, std::string(2 * i + 2, ' '), "- a:\n");
+    return y;
+  }();
+  EXPECT_THAT(ErrorOf(blocks), HasSubstr("nested more than 64 levels deep"));
+}
+
+TEST(FleetConfigLimits, ADocumentTooLargeIsRefusedBeforeParsing) {
+  std::string yaml = kMinimal;
+  yaml.append(kMaxYamlBytes - yaml.size(), '#');  // a comment: exactly at the limit, it loads
+  yaml.back() = '\n';
+  EXPECT_EQ(Parse(yaml).hosts_size(), 1);
+  yaml.push_back('#');
+  EXPECT_EQ(ErrorOf(yaml),
+            "fleet.yaml: the document has more than 4194304 bytes (4 MiB), the "
+            "most a config may have");
+  // From a file: read only up to the limit.
+  testing::TempDir dir;
+  dir.WriteFile("big.yaml", yaml + std::string(8 << 20, '#'));
+  absl::StatusOr<FleetConfig> big = LoadFleetConfig(dir.Join("big.yaml"));
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(std::string(big.status().message()), HasSubstr("more than 4194304 bytes"));
+}
+
+TEST(FleetConfigLimits, AliasesWithinTheLimitsStillWork) {
+  const FleetConfig config = Parse(Edit("        base_port: 30000\n", R"(        base_port: 30000
+        env: &common {HF_HOME: /hf}
+      - ctid: sim2
+        channel: {address: "unix:/run/agent2.sock"}
+        gpus: [0]
+        template: sglang
+        base_port: 31000
+        env: *common
+)"));
+  ASSERT_EQ(config.hosts(0).containers_size(), 2);
+  EXPECT_EQ(config.hosts(0).containers(1).env().at("HF_HOME"), "/hf");
 }
 
 }  // namespace
