@@ -69,6 +69,8 @@ class PeerCheckedListenerTest : public ::testing::Test {
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: the test connects as other users";
   }
+  // The listener's thread first: its callbacks write the members below.
+  void TearDown() override { listener_.reset(); }
 
   void Listen(ListenerOptions options) {
     auto l = PeerCheckedListener::Create(std::move(options));
@@ -76,8 +78,9 @@ class PeerCheckedListenerTest : public ::testing::Test {
     listener_ = *std::move(l);
     listener_->Start(
         [this](UniqueFd fd) {
-          if (write(fd.get(), "!", 1) != 1) ADD_FAILURE() << "write: " << std::strerror(errno);
+          // Noted before the answer: a child that read it finds the connection counted.
           if (!accepted_.HasBeenNotified()) accepted_.Notify();
+          if (write(fd.get(), "!", 1) != 1) ADD_FAILURE() << "write: " << std::strerror(errno);
         },
         [this](const absl::Status& why) {
           if (!refused_.HasBeenNotified()) {
