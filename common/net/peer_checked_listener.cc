@@ -27,6 +27,10 @@ namespace {
 // every group counted is one the policy may admit, so a cut list only ever refuses).
 constexpr size_t kMaxPeerGroups = 4096;
 
+// Refused connections are told (logged) one by one up to here, then one in kRefusalsTellEvery.
+constexpr int64_t kRefusalsTold = 10;
+constexpr int64_t kRefusalsTellEvery = 1000;
+
 absl::StatusOr<sockaddr_un> UnixAddress(const std::string& path) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -221,6 +225,7 @@ void PeerCheckedListener::Start(Accepted accepted, Refused refused) {
 }
 
 void PeerCheckedListener::Loop(const Accepted& accepted, const Refused& refused) {
+  int64_t refusals = 0;
   for (;;) {
     pollfd fds[2] = {{socket_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
@@ -242,9 +247,17 @@ void PeerCheckedListener::Loop(const Accepted& accepted, const Refused& refused)
     absl::Status verdict = peer.ok() ? CheckPeer(options_.policy, self_, *peer) : peer.status();
     if (!verdict.ok()) {
       conn.Reset();
-      if (refused) {
-        refused(absl::Status(verdict.code(),
-                             absl::StrCat("unix socket ", options_.path, ": ", verdict.message())));
+      // Bounded: whoever is refused may try again at once, as often as it likes.
+      ++refusals;
+      if (refused && (refusals <= kRefusalsTold || refusals % kRefusalsTellEvery == 0)) {
+        refused(absl::Status(
+            verdict.code(),
+            absl::StrCat(
+                "unix socket ", options_.path, ": ", verdict.message(),
+                refusals == kRefusalsTold
+                    ? absl::StrCat(" (from now on one refusal in ", kRefusalsTellEvery, " is told)")
+                : refusals > kRefusalsTold ? absl::StrCat(" (", refusals, " refused so far)")
+                                           : "")));
       }
       continue;
     }

@@ -65,7 +65,9 @@ class PeerCheckedListener {
  public:
   // Called on the listener's thread with each admitted connection (non-blocking, close-on-exec).
   using Accepted = std::function<void(UniqueFd)>;
-  // Called on the listener's thread for each refused one (already closed), with the reason.
+  // Called on the listener's thread for a refused one (already closed), with the reason: for
+  // each of the first 10, then for one in 1000 (a refused user may retry without end; the log
+  // stays bounded).
   using Refused = std::function<void(const absl::Status&)>;
 
   // Binds and listens. A stale socket file of a previous run is replaced; a socket something

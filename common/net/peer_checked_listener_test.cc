@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -157,6 +158,30 @@ TEST_F(PeerCheckedListenerTest, AnAllowedUidOrGroupIsAdmitted) {
   EXPECT_EQ(ConnectAs(socket_path(), kNobody, kNogroup, {}), kConnectDenied);
   ASSERT_EQ(chmod(socket_path().c_str(), 0666), 0);
   EXPECT_EQ(ConnectAs(socket_path(), kNobody, kNogroup, {}), kClosed);
+}
+
+TEST_F(PeerCheckedListenerTest, RefusalsAreToldOneByOneThenOneInAThousand) {
+  ListenerOptions options{socket_path(), std::nullopt, {}};
+  options.check_directory = false;
+  ASSERT_EQ(mkdir(dir_.Join("s").c_str(), 0755), 0);
+  auto l = PeerCheckedListener::Create(std::move(options));
+  ASSERT_TRUE(l.ok()) << l.status();
+  listener_ = *std::move(l);
+  absl::Mutex mu;
+  std::vector<std::string> told;
+  listener_->Start([](UniqueFd) {},
+                   [&](const absl::Status& why) {
+                     absl::MutexLock lock(&mu);
+                     told.emplace_back(why.message());
+                   });
+  OpenToEveryone();
+  for (int i = 0; i < 12; ++i) ASSERT_EQ(ConnectAs(socket_path(), kNobody, kNogroup, {}), kClosed);
+  // Every refusal was handled (the children saw their connections closed); joined, the count is
+  // final.
+  listener_.reset();
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(told.size(), 10u);
+  EXPECT_THAT(told.back(), HasSubstr("(from now on one refusal in 1000 is told)"));
 }
 
 TEST_F(PeerCheckedListenerTest, AnAllowedUidIsAdmitted) {
