@@ -23,9 +23,9 @@
 namespace fleet::agent {
 namespace {
 
-constexpr size_t kMaxBodyBytes = 64 << 10;
+constexpr size_t kMaxBodyBytes = kMaxHttpBodyBytes;
 // Reading stops here: headers and the body's first kMaxBodyBytes fit, the rest is not needed.
-constexpr size_t kMaxResponseBytes = 2 * kMaxBodyBytes;
+constexpr size_t kMaxResponseBytes = kMaxHttpResponseBytes;
 
 struct Address {
   sockaddr_storage storage{};
@@ -126,11 +126,10 @@ absl::StatusOr<bool> DecodeChunked(std::string_view in, bool partial_ok, std::st
   return partial_ok;
 }
 
-// Parses what was received so far: true with `*out` once a whole answer is there, false while
-// more is needed. `closed`: the peer closed the connection, nothing more will come. `capped`: we
-// stopped reading, what there is is all there will be.
-absl::StatusOr<bool> ParseResponse(std::string_view in, bool closed, bool capped,
-                                   HttpResponse* out) {
+}  // namespace
+
+absl::StatusOr<bool> ParseHttpResponse(std::string_view in, bool closed, bool capped,
+                                       HttpResponse* out) {
   while (true) {
     const size_t head_end = in.find("\r\n\r\n");
     if (head_end == std::string_view::npos) {
@@ -198,6 +197,8 @@ absl::StatusOr<bool> ParseResponse(std::string_view in, bool closed, bool capped
   }
 }
 
+namespace {
+
 // Sends `request` on the connected `fd` and reads the answer.
 absl::StatusOr<HttpResponse> Exchange(int fd, const Address& address, const std::string& request,
                                       absl::Time deadline, absl::Duration timeout) {
@@ -226,8 +227,8 @@ absl::StatusOr<HttpResponse> Exchange(int fd, const Address& address, const std:
     }
     in.append(buffer, static_cast<size_t>(n));
     HttpResponse response;
-    absl::StatusOr<bool> done =
-        ParseResponse(in, /*closed=*/n == 0, /*capped=*/in.size() >= kMaxResponseBytes, &response);
+    absl::StatusOr<bool> done = ParseHttpResponse(
+        in, /*closed=*/n == 0, /*capped=*/in.size() >= kMaxResponseBytes, &response);
     if (!done.ok()) {
       return absl::Status(done.status().code(),
                           absl::StrCat(address.text, ": ", done.status().message()));

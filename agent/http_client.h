@@ -12,7 +12,9 @@
 // Thread-safe: no shared state.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -32,6 +34,17 @@ struct HttpResponse {
   int status = 0;
   std::string body;  // the first 64 KiB of the body (decoded when chunked)
 };
+
+// The parser SendHttpRequest runs on what it received so far (exposed for its fuzz target,
+// tests/fuzz/http_response_fuzzer.cc): true with `*out` once a whole answer is there, false
+// while more is needed. `closed`: the peer closed the connection, nothing more will come.
+// `capped`: the reader stopped reading (at kMaxHttpResponseBytes), what there is is all there
+// will be. Unavailable for an answer that is not HTTP or is cut short. `out->body` holds at most
+// kMaxHttpBodyBytes.
+inline constexpr size_t kMaxHttpBodyBytes = 64 << 10;
+inline constexpr size_t kMaxHttpResponseBytes = 2 * kMaxHttpBodyBytes;
+absl::StatusOr<bool> ParseHttpResponse(std::string_view in, bool closed, bool capped,
+                                       HttpResponse* out);
 
 // Sends `request` and reads the answer, all within `timeout` (connect, send and receive
 // together). Errors name the address: InvalidArgument for a bad request (a host that is no

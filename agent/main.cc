@@ -1,12 +1,12 @@
 // fleet-agent: runs inside each container; one inference server per GPU. Wires the agent, serves
 // agent.proto over gRPC, and runs until SIGTERM/SIGINT. Servers outlive it (they belong to their
 // own sessions); in standalone mode it plays the daemon's part and stops them on exit.
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "agent/agent.h"
@@ -35,7 +36,9 @@
 #include "common/base/clock.h"
 #include "common/base/flag_set.h"
 #include "common/base/version.h"
+#include "common/net/peer_checked_listener.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/server_posix.h"
 
 namespace {
 
@@ -57,26 +60,25 @@ constexpr char kSummary[] =
     "            readiness { path: \"/health_generate\" } }\n"
     "  max_attempts: 3 backoff { seconds: 5 }";
 
+// The default --listen: a unix socket in the state dir (0600; the state dir is root's, 0700 under
+// deploy/fleet-agent.service).
+constexpr char kDefaultListen[] = "unix:STATE_DIR/agent.sock";
+
 absl::Duration Seconds(double s) { return absl::Milliseconds(static_cast<int64_t>(s * 1000)); }
 
-// True when a --listen address can only be reached from this machine: a unix socket, localhost,
-// 127.x.x.x or ::1. Anything else (0.0.0.0, [::], a container address, no host) is reachable
-// from the network.
-bool LoopbackOnly(const std::string& listen) {
-  if (absl::StartsWith(listen, "unix:") || absl::StartsWith(listen, "unix-abstract:")) return true;
-  const size_t colon = listen.rfind(':');
-  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
+// Numeric ids only: the agent is linked statically and looks up no names (agent/CMakeLists.txt).
+bool ParseIds(const char* flag, const std::vector<std::string>& texts, std::vector<uint32_t>* ids) {
+  for (const std::string& text : texts) {
+    uint32_t id = 0;
+    if (!absl::SimpleAtoi(text, &id) || id == static_cast<uint32_t>(-1)) {
+      std::cerr << "fleet-agent: flag --" << flag << ": '" << text
+                << "' is not a numeric id (names are not looked up: use `id -u NAME`, "
+                   "`getent group NAME`)\n";
+      return false;
+    }
+    ids->push_back(id);
   }
-  if (host == "localhost") return true;
-  unsigned char addr[16];
-  if (inet_pton(AF_INET, host.c_str(), addr) == 1) return addr[0] == 127;
-  if (inet_pton(AF_INET6, host.c_str(), addr) == 1) {
-    static const unsigned char kLoopback6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-    return std::equal(addr, addr + 16, kLoopback6);
-  }
-  return false;
+  return true;
 }
 
 // The whole of a PEM file, or an error naming the flag and the file.
@@ -185,7 +187,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   bool version = false;
   bool until_ready = false;
-  std::string listen = "127.0.0.1:50151";
+  std::string listen = kDefaultListen;
+  std::vector<std::string> allow_uids;
+  std::vector<std::string> allow_gids;
   std::string port_file;
   std::string state_dir = "/var/lib/gpu-fleet-agent";
   std::string standalone;
@@ -211,8 +215,16 @@ int main(int argc, char** argv) {
   fleet::FlagSet flags("fleet-agent [flags]", kSummary);
   flags.AddBool("version", '\0', &version, "print the version and exit");
   flags.AddString("listen", '\0', &listen,
-                  "gRPC address to serve agent.proto on (port 0: any free port); empty: none",
+                  "where to serve agent.proto: unix:PATH (0600; only root, this agent's user and "
+                  "--allow-uid/--allow-gid may connect: checked per connection), or a TCP "
+                  "HOST:PORT (port 0: any free port) with --tls-* only; empty: nowhere",
                   "ADDR");
+  flags.AddRepeated("allow-uid", '\0', &allow_uids,
+                    "unix socket: this uid may connect too (numeric; repeatable)", "UID");
+  flags.AddRepeated("allow-gid", '\0', &allow_gids,
+                    "unix socket: members of this group may connect too (numeric; repeatable); "
+                    "the socket is then 0660 with that group (the first given)",
+                    "GID");
   flags.AddString("port-file", '\0', &port_file, "write the bound port here once serving", "FILE");
   flags.AddString("state-dir", '\0', &state_dir, "the agent's record (agent.db)", "DIR");
   flags.AddString("standalone", '\0', &standalone, "run the servers of this spec, no daemon",
@@ -250,8 +262,9 @@ int main(int argc, char** argv) {
                   "mutual TLS: the fleet CA (PEM); a client must present a certificate it signed",
                   "FILE");
   flags.AddBool("insecure-listen", '\0', &insecure_listen,
-                "serve a non-loopback --listen address without TLS (anyone who can reach it can "
-                "launch processes)");
+                "INSECURE: serve a TCP --listen address (even 127.0.0.1) without TLS: every local "
+                "user, and anyone who can reach the address, can launch processes as this agent's "
+                "user (tests and benchmarks only)");
   flags.AddBool("detach", '\0', &detach,
                 "run in the background (own session, output to --log-file); return once serving "
                 "(0) or failed (1, with the log's end)");
@@ -297,11 +310,33 @@ int main(int argc, char** argv) {
   // Before any thread: gRPC's and the agent's start below.
   const int ready_fd = detach ? Detach(log_file) : -1;
   if (replace) ReplaceRunning(pid_file, Seconds(stop_grace) + absl::Seconds(5));
-  if (!listen.empty() && !tls && !insecure_listen && !LoopbackOnly(listen)) {
+  if (listen == kDefaultListen) listen = absl::StrCat("unix:", state_dir, "/agent.sock");
+  fleet::net::PeerPolicy peers;
+  if (!ParseIds("allow-uid", allow_uids, &peers.uids) ||
+      !ParseIds("allow-gid", allow_gids, &peers.gids)) {
+    return 1;
+  }
+  // A unix socket's peers are checked by us (SO_PEERCRED); anything else a client can reach is
+  // mutual TLS, or refused: a TCP port, even on loopback, is open to every local user, and
+  // agent.proto launches processes as this agent's user (root).
+  const bool unix_socket = absl::StartsWith(listen, "unix:");
+  if (!listen.empty() && !unix_socket && !tls && !insecure_listen) {
     std::cerr << "fleet-agent: refusing to serve " << listen
-              << " without TLS: it is not a loopback address, and anyone who can reach it could "
-                 "launch processes here. Give --tls-cert, --tls-key and --tls-ca (fleetctl certs "
-                 "init), listen on 127.0.0.1 or a unix socket, or pass --insecure-listen\n";
+              << " without TLS: every local user can reach a TCP port (even on loopback), and "
+                 "anyone who reaches it could launch processes here as uid "
+              << geteuid()
+              << ". Listen on a unix socket (the default: unix:STATE_DIR/agent.sock), give "
+                 "--tls-cert, --tls-key and --tls-ca (fleetctl certs init), or pass "
+                 "--insecure-listen\n";
+    return 1;
+  }
+  if (!listen.empty() && !unix_socket && !tls && insecure_listen) {
+    std::cerr << "fleet-agent: WARNING: --insecure-listen: serving " << listen
+              << " in plaintext: whoever reaches it can launch processes here as uid " << geteuid()
+              << "\n";
+  }
+  if ((!peers.uids.empty() || !peers.gids.empty()) && !unix_socket) {
+    std::cerr << "fleet-agent: --allow-uid and --allow-gid are for a unix socket --listen\n";
     return 1;
   }
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
@@ -383,18 +418,49 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<fleet::agent::AgentService> service;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<fleet::net::PeerCheckedListener> listener;
   if (!listen.empty()) {
     service = std::make_unique<fleet::agent::AgentService>(agent->get());
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(listen, credentials, &port);
+    // A unix socket without TLS is ours: each connection's peer is checked before gRPC sees it.
+    const bool checked = unix_socket && !tls;
+    if (checked) {
+      fleet::net::ListenerOptions socket_options;
+      socket_options.path = listen.substr(5);
+      socket_options.policy = peers;
+      if (!peers.gids.empty()) socket_options.group = peers.gids.front();
+      auto l = fleet::net::PeerCheckedListener::Create(std::move(socket_options));
+      if (!l.ok()) {
+        std::cerr << "fleet-agent: cannot serve on " << listen << ": " << l.status().message()
+                  << "\n";
+        return 1;
+      }
+      listener = *std::move(l);
+    } else {
+      builder.AddListeningPort(listen, credentials, &port);
+    }
     fleet::agent::SetMessageLimits(&builder);
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
-    if (server == nullptr || port == 0) {
+    if (server == nullptr || (!checked && port == 0)) {
       std::cerr << "fleet-agent: cannot serve on " << listen
                 << (tls ? " (or the TLS certificate, key and CA do not fit together)" : "") << "\n";
       return 1;
+    }
+    if (checked) {
+      port = 0;
+      grpc::Server* const serving = server.get();
+      listener->Start(
+          [serving](fleet::UniqueFd fd) { grpc::AddInsecureChannelFromFd(serving, fd.Release()); },
+          [](const absl::Status& why) {
+            std::cerr << absl::StrCat("fleet-agent: ", why.message(), "\n");
+          });
+      std::cerr << absl::StrCat("fleet-agent: ", listen, " (mode ",
+                                peers.gids.empty() ? "0600" : "0660", "): each peer checked, only ",
+                                listener->Describe(), " may connect\n");
+    } else if (unix_socket) {
+      chmod(listen.substr(5).c_str(), 0600);  // gRPC made it; TLS checks the peer
     }
     if (!port_file.empty()) {
       std::ofstream(port_file + ".tmp") << port << "\n";
@@ -408,7 +474,8 @@ int main(int argc, char** argv) {
     }
     // One write: std::cerr is unbuffered, and whoever waits for this line (a test, a deploy
     // script) must never see it without its port.
-    std::cerr << absl::StrCat("fleet-agent: serving agent.proto on port ", port, ", incarnation ",
+    std::cerr << absl::StrCat("fleet-agent: serving agent.proto on port ", port,
+                              unix_socket ? absl::StrCat(" (", listen, ")") : "", ", incarnation ",
                               (*agent)->incarnation(), "\n");
   }
   if (!pid_file.empty()) {
@@ -444,6 +511,7 @@ int main(int argc, char** argv) {
     int sig = 0;
     sigwait(&stop_signals, &sig);
   }
+  listener.reset();  // no new connection while gRPC shuts down
   if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server.reset();
   service.reset();

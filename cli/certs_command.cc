@@ -263,8 +263,9 @@ int RunCerts(const std::vector<std::string>& args, const CommandContext& ctx) {
       "fleetctl certs init [--dir DIR] [--agents NAME,...] [--days N] [--force]",
       "Creates the fleet's mutual-TLS material with openssl (no daemon): a CA (ca.key, ca.crt),\n"
       "fleetd's client certificate (fleetd.crt, fleetd.key) and, per agent NAME, a server\n"
-      "certificate (agent-NAME.crt, agent-NAME.key; names: NAME, 127.0.0.1, localhost), all\n"
-      "signed by the CA. Keys are 0600. An existing CA is reused and a fleetd certificate it\n"
+      "certificate (agent-NAME.crt, agent-NAME.key) that names NAME only (the container's\n"
+      "address, or its channel's tls_name), all signed by the CA. Keys are 0600. An existing CA is "
+      "reused and a fleetd certificate it\n"
       "signed is kept; an existing agent certificate is replaced only with --force.");
   flags.AddString("dir", '\0', &dir, "where the files are (created 0700 when missing)", "DIR");
   flags.AddRepeated("agents", '\0', &agent_lists,
@@ -364,8 +365,10 @@ int RunCerts(const std::vector<std::string>& args, const CommandContext& ctx) {
   for (const std::string& name : agents) {
     Leaf leaf{name, "agent-" + name, "serverAuth", {}};
     std::set<std::string> sans;
-    for (std::string san : {"DNS:" + name, IsIpv4(name) ? "IP:" + name : std::string(),
-                            std::string("DNS:localhost"), std::string("IP:127.0.0.1")}) {
+    // Its own name only: were 127.0.0.1 or localhost in every agent's certificate, any agent
+    // could pass for another behind a loopback port or an ssh tunnel (fleetd checks the name of
+    // the container it dials: the channel's tls_name or address).
+    for (std::string san : {"DNS:" + name, IsIpv4(name) ? "IP:" + name : std::string()}) {
       if (!san.empty() && sans.insert(san).second) leaf.sans.push_back(san);
     }
     const bool existed = Exists(path(leaf.file + ".crt")) || Exists(path(leaf.file + ".key"));

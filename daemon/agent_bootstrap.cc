@@ -105,12 +105,12 @@ class Steps {
     return r;
   }
 
-  // A command inside the container.
+  // A command inside the container (`stdin_data` on its standard input).
   absl::StatusOr<CommandResult> Exec(std::string_view step, const std::vector<std::string>& argv,
-                                     bool check = true) {
+                                     bool check = true, std::string_view stdin_data = {}) {
     absl::StatusOr<std::vector<std::string>> pct = PctExecArgv(spec_.ctid, argv, false);
     if (!pct.ok()) return Fail(step, pct.status().message());
-    return Run(step, *pct, {}, check);
+    return Run(step, *pct, stdin_data, check);
   }
 
  private:
@@ -255,15 +255,31 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
   files.push_back({spec.ca_file, "", "ca.crt", absl::StrCat(kRemoteTlsDir, "/ca.crt"), "0644"});
   files.push_back(
       {spec.agent_cert_file, "", "agent.crt", absl::StrCat(kRemoteTlsDir, "/agent.crt"), "0644"});
-  files.push_back(
-      {spec.agent_key_file, "", "agent.key", absl::StrCat(kRemoteTlsDir, "/agent.key"), "0600"});
   if (result.systemd) files.push_back({"", UnitFile(spec), "unit", kRemoteUnit, "0644"});
+  // The agent's private key is never a file on the host: it goes straight into the container
+  // (step 4), so a bootstrap cut off anywhere leaves no key behind on the host.
+  absl::StatusOr<std::string> key = ReadWhole(spec.agent_key_file);
+  if (!key.ok()) return steps.Fail("stage", key.status().message());
 
-  absl::StatusOr<CommandResult> tmp = steps.Run("stage", {"mktemp", "-d", "/tmp/gpu-fleet.XXXXXX"});
-  if (!tmp.ok()) return tmp.status();
-  const std::string stage = FirstLine(tmp->out);
-  if (stage.empty() || stage[0] != '/') return steps.Fail("stage", "mktemp printed no directory");
+  // The staging directory is a fixed one per container, in the SSH user's home (root's: 0700),
+  // made 0700 and emptied first: what a bootstrap cut off mid-way left there (it could not clean
+  // up over a lost connection) is removed by the next one, and two bootstraps of one container
+  // never share it.
+  absl::StatusOr<CommandResult> home = steps.Run("stage", {"pwd"});
+  if (!home.ok()) return home.status();
+  const std::string home_dir = FirstLine(home->out);
+  if (home_dir.empty() || home_dir[0] != '/' || absl::StrContains(home_dir, "/../")) {
+    return steps.Fail("stage", "pwd printed no absolute directory");
+  }
+  const std::string stage_root = absl::StrCat(home_dir == "/" ? "" : home_dir, "/", kHostStageRoot);
+  const std::string stage = absl::StrCat(stage_root, "/", spec.ctid);
   result.stage_dir = stage;
+  for (std::vector<std::string> argv :
+       {std::vector<std::string>{"rm", "-rf", "--", stage},
+        std::vector<std::string>{"mkdir", "-p", "-m", "0700", "--", stage_root},
+        std::vector<std::string>{"mkdir", "-m", "0700", "--", stage}}) {
+    if (absl::StatusOr<CommandResult> r = steps.Run("stage", argv); !r.ok()) return r.status();
+  }
   absl::Cleanup remove_stage = [&] {
     host.Run({"rm", "-rf", "--", stage}, {}, absl::Seconds(30)).IgnoreError();
   };
@@ -288,6 +304,18 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
     if (!push.ok()) return steps.Fail("push", push.status().message());
     if (r = steps.Run("push", *push); !r.ok()) return r.status();
   }
+  // The key: an empty 0600 file first (dd keeps the mode of the file it truncates), its bytes
+  // on dd's standard input, then renamed into place.
+  const std::string key_dest = absl::StrCat(kRemoteTlsDir, "/agent.key");
+  const std::string key_new = absl::StrCat(key_dest, ".new");
+  if (r = steps.Exec("push", {"install", "-m", "0600", "/dev/null", key_new}); !r.ok()) {
+    return r.status();
+  }
+  if (r = steps.Exec("push", {"dd", absl::StrCat("of=", key_new), "status=none"}, true, *key);
+      !r.ok()) {
+    return r.status();
+  }
+  if (r = steps.Exec("push", {"mv", "-f", key_new, key_dest}); !r.ok()) return r.status();
   if (!current) {
     for (const char* dest : {kRemoteProbe, kRemoteAgent}) {
       if (r = steps.Exec("push", {"mv", "-f", absl::StrCat(dest, ".new"), dest}); !r.ok()) {

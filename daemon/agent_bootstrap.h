@@ -5,10 +5,14 @@
 //   1. version  `pct exec CTID -- /opt/gpu-fleet/bin/fleet-agent --version`; the same version as
 //               fleetd's package and an agent that answers: done, nothing changed.
 //   2. init     systemd in the container (`test -d /run/systemd/system`)?
-//   3. stage    the binaries and the agent's TLS files to a fresh directory on the host (`mktemp
-//               -d`, `dd of=FILE` with the bytes on stdin), removed afterwards
+//   3. stage    the binaries, the CA and the agent's certificate to the host, in a directory of
+//               its own per container (kHostStageRoot/CTID, 0700, emptied first: a bootstrap
+//               cut off mid-way leaves nothing the next one does not remove), `dd of=FILE` with
+//               the bytes on stdin; removed afterwards
 //   4. push     `pct push --perms MODE` each into the container: binaries as NAME.new, then
-//               renamed over the old ones (a running agent keeps its inode); the key 0600
+//               renamed over the old ones (a running agent keeps its inode); the private key is
+//               never staged on the host: `pct exec ... dd` writes it into a 0600 file in the
+//               container
 //   5. start    systemd: the unit gpu-fleet-agent.service written, enabled and restarted; no
 //               systemd: `fleet-agent --detach --replace ...`, which stops the previous agent (its
 //               servers keep running and are re-adopted) and returns once the new one serves
@@ -38,6 +42,9 @@ inline constexpr char kRemoteStateDir[] = "/var/lib/gpu-fleet-agent";
 inline constexpr char kRemoteLog[] = "/var/log/gpu-fleet-agent.log";
 inline constexpr char kRemotePidFile[] = "/run/gpu-fleet-agent.pid";
 inline constexpr char kRemoteUnit[] = "/etc/systemd/system/gpu-fleet-agent.service";
+// The host's staging directories (one per container below it), in the SSH user's home directory
+// (where a command over SSH starts: `pwd`; root's is 0700).
+inline constexpr char kHostStageRoot[] = ".gpu-fleet-bootstrap";
 
 // What fleetd installs: its own build of the agent.
 struct AgentPackage {

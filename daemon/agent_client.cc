@@ -129,6 +129,30 @@ absl::StatusOr<AgentTls> ReadAgentTls(const std::string& container, const std::s
   return tls;
 }
 
+std::string AgentTlsName(const fleet::v1::Channel& channel) {
+  if (!channel.tls_name().empty()) return channel.tls_name();
+  std::string name = channel.address();
+  if (name.size() >= 2 && name.front() == '[' && name.back() == ']') {
+    name = name.substr(1, name.size() - 2);
+  }
+  return name;
+}
+
+absl::StatusOr<AgentTls> ReadChannelTls(const std::string& container,
+                                        const fleet::v1::Channel& channel) {
+  absl::StatusOr<AgentTls> tls =
+      ReadAgentTls(container, channel.ca_file(), channel.cert_file(), channel.key_file());
+  if (!tls.ok()) return tls;
+  tls->target_name_override = AgentTlsName(channel);
+  if (tls->target_name_override.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("container ", container,
+                     ": channel: a TLS channel needs the name of the agent's "
+                     "certificate (tls_name or address)"));
+  }
+  return tls;
+}
+
 namespace {
 
 grpc::ChannelArguments BaseArguments() {

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/agent.grpc.pb.h"
+#include "proto/config.pb.h"
 
 namespace fleet::daemon {
 
@@ -97,6 +98,16 @@ struct AgentTls {
 // client). A missing, unreadable or empty file is an error naming the container and the file.
 absl::StatusOr<AgentTls> ReadAgentTls(const std::string& container, const std::string& ca_file,
                                       const std::string& cert_file, const std::string& key_file);
+
+// The name a channel's agent certificate must carry: its tls_name, else its address (brackets of
+// an IPv6 literal removed). fleetd sets it as the TLS target of every channel, so that an agent
+// certificate of container A presented by container B (a loopback port, an ssh tunnel's
+// 127.0.0.1, a moved address) is refused.
+std::string AgentTlsName(const fleet::v1::Channel& channel);
+
+// ReadAgentTls of the channel's files, with AgentTlsName as the target name.
+absl::StatusOr<AgentTls> ReadChannelTls(const std::string& container,
+                                        const fleet::v1::Channel& channel);
 
 class GrpcAgentClient : public AgentClient {
  public:

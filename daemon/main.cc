@@ -1,7 +1,9 @@
 // fleetd: the gpu-fleet control plane. Takes its lock, opens its record, loads the config it was
-// given (or the one it stored), serves fleet.proto on a unix socket (0660) and reconciles until
-// SIGTERM/SIGINT. One shutdown path: the servers keep running (they belong to the agents).
+// given (or the one it stored), serves fleet.proto on a unix socket (0600, or 0660 with
+// --socket-group; each peer checked) and reconciles until SIGTERM/SIGINT. One shutdown path: the
+// servers keep running (they belong to the agents).
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -26,6 +28,7 @@
 #include "common/base/version.h"
 #include "common/config/config_duration.h"
 #include "common/config/fleet_config.h"
+#include "common/net/peer_checked_listener.h"
 #include "daemon/agent_bootstrap.h"
 #include "daemon/agent_client.h"
 #include "daemon/bounded_stop.h"
@@ -36,6 +39,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/server_posix.h"
 
 namespace {
 
@@ -85,13 +89,31 @@ std::unique_ptr<fleet::daemon::AgentClient> MakeClient(const RemoteContext& remo
   if (ch.ca_file().empty() && ch.cert_file().empty() && ch.key_file().empty()) {
     return std::make_unique<fleet::daemon::GrpcAgentClient>(container, target);
   }
-  absl::StatusOr<fleet::daemon::AgentTls> tls =
-      fleet::daemon::ReadAgentTls(container, ch.ca_file(), ch.cert_file(), ch.key_file());
+  // The agent's certificate must name this container (AgentTlsName), whatever address is dialled.
+  absl::StatusOr<fleet::daemon::AgentTls> tls = fleet::daemon::ReadChannelTls(container, ch);
   if (!tls.ok()) {
     std::cerr << "fleetd: " << tls.status().message() << "\n";
     return std::make_unique<fleet::daemon::UnavailableAgentClient>(container, tls.status());
   }
   return std::make_unique<fleet::daemon::GrpcAgentClient>(container, target, *tls);
+}
+
+// --socket-group: a group name or number.
+bool ParseGroup(const std::string& text, gid_t* gid) {
+  uint32_t id = 0;
+  if (absl::SimpleAtoi(text, &id) && id != static_cast<uint32_t>(-1)) {
+    *gid = id;
+    return true;
+  }
+  std::vector<char> buffer(16384);
+  group entry{};
+  group* found = nullptr;
+  if (getgrnam_r(text.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+      found == nullptr) {
+    return false;
+  }
+  *gid = found->gr_gid;
+  return true;
 }
 
 }  // namespace
@@ -102,6 +124,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string state_dir = "/var/lib/gpu-fleet";
   std::string socket_path;
+  std::string socket_group;
   std::string event_retention = "30d";
   int64_t max_events = 2000000;
   std::string agent_binary;
@@ -122,7 +145,14 @@ int main(int argc, char** argv) {
   flags.AddString("state-dir", '\0', &state_dir, "fleet.db, the socket and the lock live here",
                   "DIR");
   flags.AddString("socket", '\0', &socket_path,
-                  "unix socket to serve on (default STATE_DIR/fleetd.sock)", "PATH");
+                  "unix socket to serve on (default STATE_DIR/fleetd.sock; 0600: root and "
+                  "fleetd's own user only, each peer checked)",
+                  "PATH");
+  flags.AddString("socket-group", '\0', &socket_group,
+                  "members of this group may use fleetctl too: the socket is 0660 with this "
+                  "group (its directory must let them through). Whoever is in it may run "
+                  "anything in every container",
+                  "GROUP");
   flags.AddString("event-retention", '\0', &event_retention,
                   "agent events older than this are pruned from fleet.db (attempts and "
                   "remediations are kept); e.g. 30d, 72h",
@@ -159,6 +189,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (socket_path.empty()) socket_path = state_dir + "/fleetd.sock";
+  fleet::net::ListenerOptions socket_options;
+  socket_options.path = socket_path;
+  if (!socket_group.empty()) {
+    gid_t gid = 0;
+    if (!ParseGroup(socket_group, &gid)) {
+      std::cerr << "fleetd: flag --socket-group: no group '" << socket_group << "'\n";
+      return 1;
+    }
+    socket_options.group = gid;
+    socket_options.policy.gids.push_back(gid);
+  }
   fleet::daemon::DaemonOptions options;
   {
     // Days are the habit for retention; the config's durations know up to hours.
@@ -290,29 +331,38 @@ int main(int argc, char** argv) {
   }
 
   fleet::daemon::FleetService service(daemon->get(), state_dir);
+  // fleet.proto tells every agent what to run: each connection's peer is checked (SO_PEERCRED)
+  // before gRPC sees it. A stale socket of a previous run is replaced (the lock says none runs).
+  auto listener = fleet::net::PeerCheckedListener::Create(socket_options);
+  if (!listener.ok()) {
+    std::cerr << "fleetd: cannot serve on " << socket_path << ": " << listener.status().message()
+              << "\n";
+    return 1;
+  }
   grpc::ServerBuilder builder;
-  unlink(socket_path.c_str());  // a stale socket of a previous run (the lock says none runs)
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
     std::cerr << "fleetd: cannot serve on " << socket_path << "\n";
     return 1;
   }
-  chmod(socket_path.c_str(), 0660);
+  grpc::Server* const serving = server.get();
+  (*listener)->Start(
+      [serving](fleet::UniqueFd fd) { grpc::AddInsecureChannelFromFd(serving, fd.Release()); },
+      [](const absl::Status& why) { std::cerr << absl::StrCat("fleetd: ", why.message(), "\n"); });
   (*daemon)->Start();
-  std::cerr << "fleetd " << fleet::kVersion << ": serving on " << socket_path << ", record "
-            << state_dir << "/fleet.db\n";
+  std::cerr << "fleetd " << fleet::kVersion << ": serving on " << socket_path << " (only "
+            << (*listener)->Describe() << "), record " << state_dir << "/fleet.db\n";
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::cerr << "fleetd: stopping (the servers keep running)\n";
+  listener->reset();  // no new connection; the socket file goes with it
   const bool stopped = fleet::daemon::StopWithin(stop_timeout, [&] {
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server.reset();
     daemon->reset();
   });
-  unlink(socket_path.c_str());
   if (!stopped) {
     // Within systemd's TimeoutStopSec, on our own terms: every commit is whole in fleet.db, and
     // a remediation left "applying" is resolved by a probe at the next start.

@@ -142,10 +142,9 @@ absl::Status RemoteAgentClient::BootstrapOnce() {
     target = tunnel_->target();
   }
   if (grpc_ == nullptr) {
-    absl::StatusOr<AgentTls> tls =
-        ReadAgentTls(options_.container, ch.ca_file(), ch.cert_file(), ch.key_file());
+    // The tunnel's end is 127.0.0.1: the name checked is the container's own (AgentTlsName).
+    absl::StatusOr<AgentTls> tls = ReadChannelTls(options_.container, ch);
     if (!tls.ok()) return tls.status();
-    tls->target_name_override = ch.tls_name();
     grpc_ = std::make_shared<GrpcAgentClient>(options_.container, target, *tls);
   }
   BootstrapSpec spec;

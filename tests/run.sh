@@ -39,7 +39,7 @@ if [ "${FLEET_SKIP_CLANG:-0}" != 1 ]; then
     ctest --test-dir build-clang --output-on-failure -j "$jobs" --timeout 900
 
   if [ -x tests/fuzz/run.sh ]; then
-    step "fuzzing the classifier (bounded)"
+    step "fuzzing the classifier, the config reader and the HTTP parser (bounded)"
     tests/fuzz/run.sh build-clang "${FLEET_FUZZ_SECONDS:-60}"
   fi
 fi

@@ -240,8 +240,9 @@ class AgentProcess {
     std::filesystem::create_directories(dir);
     const std::string port_file = dir + "/port";
     const std::string output = dir + "/agent.out";
-    std::vector<std::string> argv = {binary,    "--listen",    "127.0.0.1:0", "--port-file",
-                                     port_file, "--state-dir", dir + "/state"};
+    // Plaintext TCP (the benchmark's client dials a port): --insecure-listen says so.
+    std::vector<std::string> argv = {binary,        "--listen", "127.0.0.1:0", "--insecure-listen",
+                                     "--port-file", port_file,  "--state-dir", dir + "/state"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     // Watch the directory before the agent can write the file: no event is missed.
     const int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);

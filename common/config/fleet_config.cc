@@ -80,7 +80,7 @@ void ApplyDefaults(FleetConfig* config, const SourceMap* given) {
         channel->set_kind(reach->kind() == Reach::SSH ? Channel::SSH_TUNNEL : Channel::LOOPBACK);
       }
       if (channel->kind() == Channel::LOOPBACK && channel->address().empty()) {
-        channel->set_address("127.0.0.1");
+        channel->set_address(kDefaultAgentSocket);
       }
       if (channel->port() == 0) channel->set_port(kDefaultAgentPort);
       if (container.policy().empty()) container.set_policy(kDefaultPolicyName);
@@ -430,6 +430,8 @@ class Checker {
     // Ports on the daemon's own loopback, shared by every loopback container of this host:
     // port -> (what uses it, path).
     std::map<int, std::pair<std::string, std::string>> loopback_ports;
+    // The agents' unix sockets on this host: address -> (container, path).
+    std::map<std::string, std::pair<std::string, std::string>> sockets;
     for (int c = 0; c < host.containers_size(); ++c) {
       const std::string container_path = IndexPath(FieldPath(path, "containers"), c);
       const Container& container = host.containers(c);
@@ -443,10 +445,28 @@ class Checker {
                          Quoted(container.ctid())));
       }
       CheckContainer(host, container, container_path, &loopback_ports);
+      const std::string& address = container.channel().address();
+      if (host.reach().kind() != Reach::SSH && IsUnixSocketAddress(address)) {
+        const std::string address_path = FieldPath(FieldPath(container_path, "channel"), "address");
+        auto [it, inserted] = sockets.try_emplace(
+            address, absl::StrCat("container ", Quoted(container.ctid())), address_path);
+        if (!inserted) {
+          Add(address_path,
+              absl::StrCat("agent socket ", Quoted(address), " is also the agent socket of ",
+                           it->second.first, " (", Where(it->second.second),
+                           "): give each container's agent its own"));
+        }
+      }
     }
   }
 
+  // Why a TCP channel to a loopback address needs TLS.
+  static constexpr std::string_view kTcpOnLoopback =
+      "a TCP channel, even on loopback (every local user can reach the port; the agent serves "
+      "plaintext only on its unix socket, the loopback channel's default address),";
+
   void CheckChannel(const Host& host, const Channel& channel, const std::string& path) {
+    const size_t errors_before = errors_.size();
     const bool ssh = host.reach().kind() == Reach::SSH;
     std::string_view needs_tls;
     switch (channel.kind()) {
@@ -460,6 +480,8 @@ class Checker {
           Add(FieldPath(path, "address"),
               absl::StrCat("a loopback channel needs a loopback address, got ",
                            Quoted(channel.address())));
+        } else if (!IsUnixSocketAddress(channel.address())) {
+          needs_tls = kTcpOnLoopback;
         }
         break;
       case Channel::DIRECT:
@@ -467,6 +489,8 @@ class Checker {
           Add(FieldPath(path, "address"), "a direct channel needs the agent's address");
         } else if (!IsLoopbackAddress(channel.address())) {
           needs_tls = "a direct channel off loopback";
+        } else if (!IsUnixSocketAddress(channel.address())) {
+          needs_tls = kTcpOnLoopback;
         }
         break;
       case Channel::SSH_TUNNEL:
@@ -495,6 +519,18 @@ class Checker {
     } else if (needs_tls.empty() && !missing.empty() && missing.size() < 3) {
       Add(path, absl::StrCat("TLS needs all of ca_file, cert_file and key_file (missing: ",
                              absl::StrJoin(missing, ", "), ")"));
+    }
+    // With TLS, fleetd checks that the agent's certificate names this container: the channel's
+    // address, or tls_name. A loopback address (ssh_tunnel dials 127.0.0.1) names no container.
+    // (Checked on a channel that is otherwise right: one error at a time.)
+    if (errors_.size() == errors_before && missing.empty() && channel.tls_name().empty() &&
+        (channel.address().empty() || IsLoopbackAddress(channel.address()))) {
+      Add(FieldPath(path, "tls_name"),
+          absl::StrCat(
+              "a TLS channel to ",
+              channel.address().empty() ? std::string("127.0.0.1") : Quoted(channel.address()),
+              " needs tls_name: the name in this container's agent certificate "
+              "(fleetctl certs init --agents NAME), which no other container's carries"));
     }
     if (ssh) {
       // fleetd installs the agent in the container at deploy, with its certificate.
@@ -714,6 +750,9 @@ absl::StatusOr<FleetConfig> LoadFleetConfig(const std::string& path) {
     if (n < 0) return ErrnoToStatus(errno, absl::StrCat("config ", path, ": read"));
     if (n == 0) break;
     text.append(buffer, static_cast<size_t>(n));
+    // Bounded: a config past the limit is refused (by size, before parsing) without reading it
+    // all.
+    if (text.size() > kMaxYamlBytes) break;
   }
   return ParseFleetConfig(text, path);
 }

@@ -30,7 +30,10 @@ namespace fleet::config {
 inline constexpr char kDefaultPolicyName[] = "default";
 inline constexpr int kDefaultSshPort = 22;
 inline constexpr char kDefaultSshUser[] = "root";
-inline constexpr int kDefaultAgentPort = 50151;  // fleet-agent's default --listen port
+inline constexpr int kDefaultAgentPort = 50151;  // the agent's port on a TCP channel
+// A loopback channel's default address: fleet-agent's default --listen under
+// deploy/fleet-agent.service (a unix socket; TCP needs mutual TLS, even on loopback).
+inline constexpr char kDefaultAgentSocket[] = "unix:/var/lib/gpu-fleet-agent/agent.sock";
 inline constexpr char kDefaultEngine[] = "sglang";
 inline constexpr char kSglangDefaultLogPath[] = "/workspace/sglang_logs/sglang_gpu{gpu}.log";
 inline constexpr char kVllmDefaultLogPath[] = "/workspace/vllm_logs/vllm_gpu{gpu}.log";

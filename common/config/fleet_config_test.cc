@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/config_duration.h"
 #include "common/config/desired_server.h"
+#include "common/config/yaml_message_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -75,7 +76,8 @@ TEST(FleetConfig, MinimalConfigGetsEveryDefault) {
   EXPECT_EQ(container.ctid(), "sim");
   EXPECT_THAT(container.gpus(), ElementsAre(0, 1));
   EXPECT_EQ(container.channel().kind(), Channel::LOOPBACK);
-  EXPECT_EQ(container.channel().address(), "127.0.0.1");
+  // The agent's unix socket under deploy/fleet-agent.service: no plaintext TCP by default.
+  EXPECT_EQ(container.channel().address(), "unix:/var/lib/gpu-fleet-agent/agent.sock");
   EXPECT_EQ(container.channel().port(), kDefaultAgentPort);
   EXPECT_EQ(container.policy(), "default");
   const auto& tmpl = config.templates(0);
@@ -215,7 +217,7 @@ TEST(FleetConfig, SshHostGetsPortUserAndTunnelDefaults) {
                  Edit("      - ctid: sim\n", "      - ctid: 201\n",
                       Edit("        base_port: 30000\n", R"(        base_port: 30000
         channel: {ca_file: /pki/ca.crt, cert_file: /pki/d.crt, key_file: /pki/d.key,
-                  agent_cert_file: /pki/a.crt, agent_key_file: /pki/a.key}
+                  agent_cert_file: /pki/a.crt, agent_key_file: /pki/a.key, tls_name: ct201}
 )"))));
   EXPECT_EQ(config.hosts(0).reach().port(), 22);
   EXPECT_EQ(config.hosts(0).reach().user(), "root");
@@ -405,7 +407,7 @@ templates:
         gpus: [2]
         template: sglang
         base_port: 31000
-        channel: {port: 50152}
+        channel: {address: "unix:/run/agent2.sock"}
 )")),
             "fleet.yaml:8: hosts[0].containers[1].ctid: duplicate container name 'sim' (first at "
             "line 4)");
@@ -454,18 +456,22 @@ TEST(FleetConfigErrors, Ports) {
   EXPECT_EQ(ErrorOf(Edit("gpus: [0, 1]", "gpus: [0, 7]", Edit("30000", "65530"))),
             "fleet.yaml:7: hosts[0].containers[0].base_port: base_port 65530 + gpu 7 = 65537 is "
             "outside 1..65535");
-  EXPECT_EQ(ErrorOf(Edit("base_port: 30000", "base_port: 30000\n        channel: {port: 30001}")),
+  EXPECT_EQ(ErrorOf(Edit("base_port: 30000",
+                         "base_port: 30000\n        channel: {address: 127.0.0.1, port: 30001, "
+                         "ca_file: c, cert_file: d, key_file: k, tls_name: sim}")),
             "fleet.yaml:7: hosts[0].containers[0].base_port: port 30001 (GPU 1 of container 'sim') "
             "is also used by the agent of container 'sim' (line 8)");
-  // Two loopback containers share the daemon's loopback: the second agent needs its own port.
+  // Two loopback TCP containers share the daemon's loopback: the second agent needs its own port.
   EXPECT_EQ(ErrorOf(Edit("        base_port: 30000\n", R"(        base_port: 30000
+        channel: {address: 127.0.0.1, ca_file: c, cert_file: d, key_file: k, tls_name: sim}
       - ctid: sim2
+        channel: {address: 127.0.0.1, ca_file: c, cert_file: d, key_file: k, tls_name: sim2}
         gpus: [0]
         template: sglang
         base_port: 31000
 )")),
-            "fleet.yaml:8: hosts[0].containers[1].channel.port: port 50151 (the agent of container "
-            "'sim2') is also used by the agent of container 'sim' (line 4)");
+            "fleet.yaml:10: hosts[0].containers[1].channel.port: port 50151 (the agent of "
+            "container 'sim2') is also used by the agent of container 'sim' (line 8)");
   EXPECT_EQ(ErrorOf(Edit("        base_port: 30000\n",
                          "        base_port: 30000\n        channel: {port: 70000}\n")),
             "fleet.yaml:8: hosts[0].containers[0].channel.port: port 70000 is outside 1..65535");
@@ -476,7 +482,7 @@ TEST(FleetConfigErrors, AContainerOnAnSshHostIsAProxmoxIdWithTheAgentsCertificat
       ErrorOf(Edit("  - name: local\n", "  - name: pve1\n    reach: {kind: ssh, address: h}\n",
                    Edit("        base_port: 30000\n",
                         "        base_port: 30000\n        channel: {ca_file: c, cert_file: "
-                        "d, key_file: k}\n"))),
+                        "d, key_file: k, tls_name: ct}\n"))),
       "fleet.yaml:5: hosts[0].containers[0].ctid: a container on an ssh host is a Proxmox "
       "container id (100, 201, ...), got 'sim'\n"
       "fleet.yaml:9: hosts[0].containers[0].channel: a container on an ssh host gets its "
@@ -492,7 +498,11 @@ TEST(FleetConfigErrors, ReachAndChannel) {
                         Edit("        base_port: 30000\n",
                              "        base_port: 30000\n        channel: {kind: direct, "
                              "address: 127.0.0.1, agent_cert_file: a, agent_key_file: k}\n")))),
-      "fleet.yaml:3: hosts[0].reach.address: a host reached over ssh needs an address");
+      "fleet.yaml:3: hosts[0].reach.address: a host reached over ssh needs an address\n"
+      "fleet.yaml:9: hosts[0].containers[0].channel: a TCP channel, even on loopback (every "
+      "local user can reach the port; the agent serves plaintext only on its unix socket, the "
+      "loopback channel's default address), needs mutual TLS: set ca_file, cert_file and "
+      "key_file (missing: ca_file, cert_file, key_file)");
   EXPECT_EQ(ErrorOf(Edit("  - name: local\n", "  - name: local\n    reach: {address: pve1}\n")),
             "fleet.yaml:3: hosts[0].reach.address: only used when the host is reached over ssh "
             "(this one is local)");
@@ -534,14 +544,65 @@ TEST(FleetConfigErrors, ReachAndChannel) {
             "key_file (missing: cert_file, key_file)");
 }
 
-TEST(FleetConfig, DirectChannelOnLoopbackNeedsNoTls) {
-  for (const char* address : {"127.0.0.1", "127.0.1.1", "localhost", "::1", "[::1]"}) {
-    const FleetConfig config = Parse(
-        Edit("        base_port: 30000\n",
-             absl::StrCat("        base_port: 30000\n        channel: {kind: direct, address: '",
-                          address, "'}\n")));
-    EXPECT_EQ(config.hosts(0).containers(0).channel().kind(), Channel::DIRECT) << address;
+TEST(FleetConfigErrors, ATcpChannelNeedsTlsEvenOnLoopback) {
+  for (const char* kind : {"direct", "loopback"}) {
+    for (const char* address : {"127.0.0.1", "127.0.1.1", "localhost", "::1", "[::1]"}) {
+      const std::string channel = absl::StrCat(
+          "        base_port: 30000\n        channel: {kind: ", kind, ", address: '", address, "'");
+      EXPECT_EQ(ErrorOf(Edit("        base_port: 30000\n", absl::StrCat(channel, "}\n"))),
+                "fleet.yaml:8: hosts[0].containers[0].channel: a TCP channel, even on loopback "
+                "(every local user can reach the port; the agent serves plaintext only on its "
+                "unix socket, the loopback channel's default address), needs mutual TLS: set "
+                "ca_file, cert_file and key_file (missing: ca_file, cert_file, key_file)")
+          << kind << " " << address;
+      // With TLS, the certificate's name: a loopback address names no container.
+      EXPECT_EQ(ErrorOf(Edit("        base_port: 30000\n",
+                             absl::StrCat(channel, ", ca_file: c, cert_file: d, key_file: k}\n"))),
+                absl::StrCat("fleet.yaml:8: hosts[0].containers[0].channel.tls_name: a TLS "
+                             "channel to '",
+                             address,
+                             "' needs tls_name: the name in this container's agent certificate "
+                             "(fleetctl certs init --agents NAME), which no other container's "
+                             "carries"))
+          << kind << " " << address;
+      const FleetConfig config = Parse(
+          Edit("        base_port: 30000\n",
+               absl::StrCat(channel, ", ca_file: c, cert_file: d, key_file: k, tls_name: sim}\n")));
+      EXPECT_EQ(config.hosts(0).containers(0).channel().tls_name(), "sim");
+    }
   }
+}
+
+TEST(FleetConfigErrors, AnSshTunnelWithoutAnAddressNeedsATlsName) {
+  const std::string ssh =
+      Edit("  - name: local\n", "  - name: pve1\n    reach: {kind: ssh, address: h}\n",
+           Edit("      - ctid: sim\n", "      - ctid: 201\n"));
+  EXPECT_EQ(ErrorOf(Edit("        base_port: 30000\n",
+                         "        base_port: 30000\n        channel: {ca_file: c, cert_file: d, "
+                         "key_file: k, agent_cert_file: a, agent_key_file: b}\n",
+                         ssh)),
+            "fleet.yaml:9: hosts[0].containers[0].channel.tls_name: a TLS channel to 127.0.0.1 "
+            "needs tls_name: the name in this container's agent certificate (fleetctl certs init "
+            "--agents NAME), which no other container's carries");
+  // The container's address on the host's bridge names it.
+  const FleetConfig config =
+      Parse(Edit("        base_port: 30000\n",
+                 "        base_port: 30000\n        channel: {address: 10.0.3.5, ca_file: c, "
+                 "cert_file: d, key_file: k, agent_cert_file: a, agent_key_file: b}\n",
+                 ssh));
+  EXPECT_EQ(config.hosts(0).containers(0).channel().kind(), Channel::SSH_TUNNEL);
+}
+
+TEST(FleetConfigErrors, TwoContainersNeverShareAnAgentSocket) {
+  EXPECT_EQ(ErrorOf(Edit("        base_port: 30000\n", R"(        base_port: 30000
+      - ctid: sim2
+        gpus: [0]
+        template: sglang
+        base_port: 31000
+)")),
+            "fleet.yaml:8: hosts[0].containers[1].channel.address: agent socket "
+            "'unix:/var/lib/gpu-fleet-agent/agent.sock' is also the agent socket of container "
+            "'sim' (line 4): give each container's agent its own");
 }
 
 TEST(FleetConfig, AgentOnAUnixSocketNeedsNoTlsAndNoPort) {
@@ -741,8 +802,8 @@ constexpr char kTwoHosts[] = R"(hosts:
     reach: {kind: ssh, address: pve2.lan}
     containers:
       - ctid: "300"
-        channel: {ca_file: /p/ca, cert_file: /p/c, key_file: /p/k, agent_cert_file: /p/a,
-                  agent_key_file: /p/ak}
+        channel: {address: 10.0.3.30, ca_file: /p/ca, cert_file: /p/c, key_file: /p/k,
+                  agent_cert_file: /p/a, agent_key_file: /p/ak}
         gpus: [10, 2]
         template: sglang
         policy: slow
@@ -871,6 +932,76 @@ TEST(ApplyConfigDefaults, IsIdempotent) {
   ApplyConfigDefaults(&again);
   EXPECT_EQ(again.DebugString(), config.DebugString());
   EXPECT_TRUE(ValidateFleetConfig(config).ok());
+}
+
+}  // namespace
+}  // namespace fleet::config
+
+namespace fleet::config {
+namespace {
+
+// --- limits on what a document may hold ---------------------------------------------------------
+
+TEST(FleetConfigLimits, ABillionLaughsIsRefusedBeforeItIsWalked) {
+  // Ten aliases of ten aliases of ... : 10^9 nodes once expanded, in under a kilobyte.
+  std::string yaml = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 9; ++i) {
+    absl::StrAppend(&yaml, "l", i, ": &l", i, " [");
+    for (int j = 0; j < 10; ++j) absl::StrAppend(&yaml, j == 0 ? "" : ", ", "*l", i - 1);
+    absl::StrAppend(&yaml, "]\n");
+  }
+  absl::StrAppend(&yaml, kMinimal);
+  EXPECT_EQ(ErrorOf(yaml),
+            "fleet.yaml:6: the document holds more than 1000000 nodes once its aliases are "
+            "expanded (a config needs far fewer; aliases of aliases multiply)");
+}
+
+TEST(FleetConfigLimits, DeepNestingIsRefused) {
+  for (int depth : {65, 1000, 100000}) {
+    const std::string yaml =
+        absl::StrCat("hosts: ", std::string(depth, '['), std::string(depth, ']'), "\n");
+    EXPECT_EQ(ErrorOf(yaml),
+              "fleet.yaml:1: nested more than 64 levels deep (a config needs "
+              "fewer than 10)")
+        << depth;
+  }
+  const std::string blocks = [] {
+    std::string y = "hosts:\n";
+    for (int i = 0; i < 200; ++i) absl::StrAppend(&y, std::string(2 * i + 2, ' '), "- a:\n");
+    return y;
+  }();
+  EXPECT_THAT(ErrorOf(blocks), HasSubstr("nested more than 64 levels deep"));
+}
+
+TEST(FleetConfigLimits, ADocumentTooLargeIsRefusedBeforeParsing) {
+  std::string yaml = kMinimal;
+  yaml.append(kMaxYamlBytes - yaml.size(), '#');  // a comment: exactly at the limit, it loads
+  yaml.back() = '\n';
+  EXPECT_EQ(Parse(yaml).hosts_size(), 1);
+  yaml.push_back('#');
+  EXPECT_EQ(ErrorOf(yaml),
+            "fleet.yaml: the document has more than 4194304 bytes (4 MiB), the "
+            "most a config may have");
+  // From a file: read only up to the limit.
+  testing::TempDir dir;
+  dir.WriteFile("big.yaml", yaml + std::string(8 << 20, '#'));
+  absl::StatusOr<FleetConfig> big = LoadFleetConfig(dir.Join("big.yaml"));
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(std::string(big.status().message()), HasSubstr("more than 4194304 bytes"));
+}
+
+TEST(FleetConfigLimits, AliasesWithinTheLimitsStillWork) {
+  const FleetConfig config = Parse(Edit("        base_port: 30000\n", R"(        base_port: 30000
+        env: &common {HF_HOME: /hf}
+      - ctid: sim2
+        channel: {address: "unix:/run/agent2.sock"}
+        gpus: [0]
+        template: sglang
+        base_port: 31000
+        env: *common
+)"));
+  ASSERT_EQ(config.hosts(0).containers_size(), 2);
+  EXPECT_EQ(config.hosts(0).containers(1).env().at("HF_HOME"), "/hf");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -25,6 +26,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdangling-pointer"
 #endif
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -453,16 +455,111 @@ class Reader {
   std::vector<ConfigError> errors_;
 };
 
+// A document past the limits, found by LimitChecker (thrown from inside yaml-cpp's parser, which
+// has no other way to stop early, and caught below).
+struct LimitExceeded {
+  int line;
+  std::string message;
+};
+
+// Walks the parser's events (no nodes are built) and stops the parse at the first limit passed:
+// nesting deeper than kMaxYamlDepth, or more than kMaxYamlNodes nodes once every alias stands for
+// the nodes of what it names (an alias of an alias of ... is counted at its full size, which is
+// what walking it would cost).
+class LimitChecker : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { Leaf(mark, anchor, 1); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    auto it = sizes_.find(anchor);
+    // An alias of an anchor still open (a recursive alias): yaml-cpp refuses it itself.
+    Leaf(mark, 0, it == sizes_.end() ? 1 : it->second);
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    Leaf(mark, anchor, 1);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(mark, anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(mark, anchor);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct Open_ {
+    YAML::anchor_t anchor;
+    int64_t nodes;  // this collection and everything in it, aliases expanded
+  };
+
+  void Count(const YAML::Mark& mark, int64_t nodes) {
+    total_ += nodes;
+    if (!open_.empty()) open_.back().nodes += nodes;
+    if (total_ > kMaxYamlNodes) {
+      throw LimitExceeded{mark.is_null() ? 0 : mark.line + 1,
+                          absl::StrCat("the document holds more than ", kMaxYamlNodes,
+                                       " nodes once its aliases are expanded (a config needs far "
+                                       "fewer; aliases of aliases multiply)")};
+    }
+  }
+  void Leaf(const YAML::Mark& mark, YAML::anchor_t anchor, int64_t nodes) {
+    Count(mark, nodes);
+    if (anchor != 0) sizes_[anchor] = nodes;
+  }
+  void Open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (static_cast<int>(open_.size()) >= kMaxYamlDepth) {
+      throw LimitExceeded{mark.is_null() ? 0 : mark.line + 1,
+                          absl::StrCat("nested more than ", kMaxYamlDepth,
+                                       " levels deep (a config needs fewer than 10)")};
+    }
+    Count(mark, 1);
+    open_.push_back({anchor, 1});
+  }
+  void Close() {
+    if (open_.empty()) return;
+    const Open_ done = open_.back();
+    open_.pop_back();
+    if (!open_.empty()) open_.back().nodes += done.nodes;
+    if (done.anchor != 0) sizes_[done.anchor] = done.nodes;
+  }
+
+  std::vector<Open_> open_;
+  absl::flat_hash_map<YAML::anchor_t, int64_t> sizes_;
+  int64_t total_ = 0;
+};
+
 }  // namespace
 
 std::vector<ConfigError> ReadYamlMessage(std::string_view yaml, Message* message,
                                          SourceMap* source_map) {
   message->Clear();
   Reader reader(source_map);
+  if (yaml.size() > kMaxYamlBytes) {
+    reader.Error(0, "",
+                 absl::StrCat("the document has more than ", kMaxYamlBytes, " bytes (",
+                              kMaxYamlBytes >> 20, " MiB), the most a config may have"));
+    return reader.TakeErrors();
+  }
   std::vector<YAML::Node> documents;
   // yaml-cpp reports malformed input by throwing; its exceptions stop here.
   try {
+    // Limits first, on the parser's events: nothing is built for a document past them.
+    {
+      std::istringstream stream{std::string(yaml)};
+      YAML::Parser parser(stream);
+      LimitChecker limits;
+      while (parser.HandleNextDocument(limits)) {
+      }
+    }
     documents = YAML::LoadAll(std::string(yaml));
+  } catch (const LimitExceeded& e) {
+    reader.Error(e.line, "", e.message);
+    return reader.TakeErrors();
   } catch (const YAML::Exception& e) {
     reader.Error(e.mark.is_null() ? 0 : e.mark.line + 1, "",
                  absl::StrCat("malformed YAML: ", e.msg));

@@ -30,8 +30,8 @@ class RunningAgent {
   RunningAgent(const testing::TempDir& dir, int incarnation_of_run) {
     const std::string log = dir.Join(absl::StrCat("agent-run", incarnation_of_run, ".log"));
     auto p = BackgroundProcess::Start(
-        {testing::BuildPath("agent/fleet-agent"), "--listen", "127.0.0.1:0", "--state-dir",
-         dir.Join("state"), "--readiness-interval", "3600"},
+        {testing::BuildPath("agent/fleet-agent"), "--listen", "127.0.0.1:0", "--insecure-listen",
+         "--state-dir", dir.Join("state"), "--readiness-interval", "3600"},
         {{"PATH", "/usr/bin:/bin"}}, log);
     EXPECT_TRUE(p.ok()) << p.status();
     process_ = *std::move(p);

@@ -320,8 +320,8 @@ TEST_F(OldSystem, TheAgentServesGrpcAndProbesReadinessInside) {
   Workspace work(root_);
   HealthServer health;
   auto agent = BackgroundProcess::Start(
-      InRoot(root_, {work.Inside("fleet-agent"), "--listen", "localhost:0", "--port-file",
-                     work.Inside("port"), "--state-dir", work.Inside("state"),
+      InRoot(root_, {work.Inside("fleet-agent"), "--listen", "localhost:0", "--insecure-listen",
+                     "--port-file", work.Inside("port"), "--state-dir", work.Inside("state"),
                      "--readiness-interval", "0.1", "--host", "old-system"}),
       ChildEnv(), temp_.Join("agent.log"));
   ASSERT_TRUE(agent.ok()) << agent.status();

@@ -488,7 +488,7 @@ TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) 
   EXPECT_FALSE(again->started);
   EXPECT_THAT(again->steps, ElementsAre("status", "version"));
   // The host keeps no staging directory.
-  ASSERT_THAT(r->stage_dir, ::testing::StartsWith("/tmp/gpu-fleet."));
+  ASSERT_THAT(r->stage_dir, ::testing::EndsWith("/.gpu-fleet-bootstrap/201"));
   auto left = ssh_->Run({"test", "-e", r->stage_dir}, "", absl::Seconds(30));
   ASSERT_TRUE(left.ok());
   EXPECT_EQ(left->exit_status, 1);

@@ -1,8 +1,10 @@
 // Mutual TLS between fleetd's agent client and the real fleet-agent binary, over real gRPC on
 // loopback, with certificates made by the real `fleetctl certs init`: the daemon's certificate is
 // accepted; no certificate, or one of another CA, is refused by the agent; an agent certificate
-// of another CA is refused by the daemon's client. And the agent refuses to serve a non-loopback
-// address without TLS. Skipped when `openssl` is not on PATH (certs init runs it).
+// of another CA is refused by the daemon's client; every agent certificate names its own container
+// only, and fleetd's channels check that name (a certificate of container A served by container B
+// is refused). And the agent refuses to serve TCP without TLS, even on loopback. Skipped when
+// `openssl` is not on PATH (certs init runs it).
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -101,11 +103,15 @@ std::vector<std::string> TlsFlags(const std::string& pki, const std::string& age
           "--tls-ca",   pki + "/ca.crt"};
 }
 
-daemon::AgentTls ReadTls(const std::string& ca_dir, const std::string& cert_dir) {
+// fleetd's TLS material, expecting the agent's certificate to name `agent`.
+daemon::AgentTls ReadTls(const std::string& ca_dir, const std::string& cert_dir,
+                         const std::string& agent = "node1") {
   absl::StatusOr<daemon::AgentTls> tls = daemon::ReadAgentTls(
       "local/tls", ca_dir + "/ca.crt", cert_dir + "/fleetd.crt", cert_dir + "/fleetd.key");
   EXPECT_TRUE(tls.ok()) << tls.status();
-  return tls.ok() ? *tls : daemon::AgentTls{};
+  if (!tls.ok()) return daemon::AgentTls{};
+  tls->target_name_override = agent;
+  return *tls;
 }
 
 class TlsTest : public ::testing::Test {
@@ -119,7 +125,7 @@ class TlsTest : public ::testing::Test {
     // Two fleets: ours, and another CA with the same names.
     for (const std::string& d : {pki_, other_}) {
       const testing::RunResult r =
-          Fleetctl(dir_, {"certs", "init", "--dir", d, "--agents", "node1"});
+          Fleetctl(dir_, {"certs", "init", "--dir", d, "--agents", "node1,node2"});
       ASSERT_EQ(r.exit_code, 0) << r.output;
     }
   }
@@ -143,11 +149,13 @@ TEST_F(TlsTest, CertsInitMakesTheFilesAndIsIdempotent) {
 
   // Again, with a new agent: the CA and fleetd's certificate are kept.
   testing::RunResult again =
-      Fleetctl(dir_, {"certs", "init", "--dir", pki_, "--agents", "10.0.0.20,node2"});
+      Fleetctl(dir_, {"certs", "init", "--dir", pki_, "--agents", "10.0.0.20,node3"});
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_THAT(again.output, HasSubstr("reused " + pki_ + "/ca.crt"));
   EXPECT_THAT(again.output, HasSubstr("kept " + pki_ + "/fleetd.crt"));
-  EXPECT_THAT(again.output, HasSubstr("DNS:10.0.0.20, IP:10.0.0.20, DNS:localhost, IP:127.0.0.1"));
+  // Its own names only: no localhost, no 127.0.0.1 (which every agent would then carry).
+  EXPECT_THAT(again.output, HasSubstr("agent 10.0.0.20 (DNS:10.0.0.20, IP:10.0.0.20; "));
+  EXPECT_THAT(again.output, HasSubstr("agent node3 (DNS:node3; "));
   EXPECT_EQ(testing::ReadFile(pki_ + "/ca.crt"), ca);
   EXPECT_EQ(testing::ReadFile(pki_ + "/fleetd.crt"), fleetd);
 
@@ -224,12 +232,65 @@ TEST_F(TlsTest, AnAgentCertificateOfAnotherCaIsRefusedByTheDaemon) {
 
 TEST_F(TlsTest, TheAgentsNameMustMatchUnlessOverridden) {
   RunningAgent agent(dir_, "agent", "127.0.0.1:0", TlsFlags(pki_, pki_, "node1"));
-  // The certificate names node1, 127.0.0.1 and localhost.
+  // The certificate names node1 only.
   daemon::AgentTls tls = ReadTls(pki_, pki_);
   tls.target_name_override = "node2";
   EXPECT_FALSE(daemon::GrpcAgentClient("local/tls", agent.target(), tls).Status().ok());
   tls.target_name_override = "node1";
   EXPECT_TRUE(daemon::GrpcAgentClient("local/tls", agent.target(), tls).Status().ok());
+}
+
+TEST_F(TlsTest, AnAgentCertificateNamesOnlyItsOwnContainer) {
+  // Dialled at 127.0.0.1 with no name to check but the address: no agent certificate carries it,
+  // so no agent can pass for another behind a loopback port or an ssh tunnel.
+  RunningAgent agent(dir_, "agent", "127.0.0.1:0", TlsFlags(pki_, pki_, "node1"));
+  daemon::AgentTls by_address = ReadTls(pki_, pki_);
+  by_address.target_name_override.clear();
+  absl::StatusOr<v1::StatusResponse> status =
+      daemon::GrpcAgentClient("local/tls", agent.target(), by_address).Status();
+  EXPECT_FALSE(status.ok()) << "an agent certificate names 127.0.0.1";
+  auto x509 = testing::Run(
+      {"openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", pki_ + "/agent-node1.crt"},
+      [&] {
+        testing::RunOptions o;
+        o.env = std::map<std::string, std::string>{{"PATH", kPath}};
+        o.output_path = dir_.Join("x509.out");
+        return o;
+      }());
+  ASSERT_TRUE(x509.ok() && x509->exit_code == 0) << (x509.ok() ? x509->output : "");
+  EXPECT_THAT(x509->output, HasSubstr("DNS:node1"));
+  EXPECT_THAT(x509->output, ::testing::Not(HasSubstr("127.0.0.1")));
+  EXPECT_THAT(x509->output, ::testing::Not(HasSubstr("localhost")));
+}
+
+TEST_F(TlsTest, ACertificateOfAnotherContainerIsRefusedOnTheChannel) {
+  // Container node2's channel (what fleetd builds from the config) reaches an agent serving
+  // node1's certificate, signed by the same CA: refused. Its own agent is taken.
+  RunningAgent impostor(dir_, "impostor", "127.0.0.1:0", TlsFlags(pki_, pki_, "node1"));
+  RunningAgent own(dir_, "own", "127.0.0.1:0", TlsFlags(pki_, pki_, "node2"));
+  auto channel_to = [&](const RunningAgent& a) {
+    v1::Channel ch;
+    ch.set_kind(v1::Channel::LOOPBACK);
+    ch.set_address("127.0.0.1");
+    ch.set_tls_name("node2");
+    ch.set_ca_file(pki_ + "/ca.crt");
+    ch.set_cert_file(pki_ + "/fleetd.crt");
+    ch.set_key_file(pki_ + "/fleetd.key");
+    absl::StatusOr<daemon::AgentTls> tls = daemon::ReadChannelTls("local/node2", ch);
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    EXPECT_EQ(tls->target_name_override, "node2");
+    return std::make_unique<daemon::GrpcAgentClient>("local/node2", a.target(), *tls);
+  };
+  EXPECT_FALSE(channel_to(impostor)->Status().ok());
+  EXPECT_TRUE(channel_to(own)->Status().ok()) << own.Log();
+  // Without tls_name the name is the channel's address.
+  v1::Channel direct;
+  direct.set_address("10.0.0.20");
+  EXPECT_EQ(daemon::AgentTlsName(direct), "10.0.0.20");
+  direct.set_address("[fd00::5]");
+  EXPECT_EQ(daemon::AgentTlsName(direct), "fd00::5");
+  direct.set_tls_name("ct-200");
+  EXPECT_EQ(daemon::AgentTlsName(direct), "ct-200");
 }
 
 TEST_F(TlsTest, WithTlsTheAgentMayServeEveryAddress) {
@@ -248,8 +309,9 @@ TEST_F(TlsTest, AnUnreadableFileNamesTheContainerAndTheFile) {
 
 // Not a TLS test: no certificates needed.
 testing::RunResult RunAgent(const testing::TempDir& dir, const std::vector<std::string>& flags) {
-  std::vector<std::string> argv = {testing::BuildPath("agent/fleet-agent"), "--state-dir",
-                                   dir.Join("state")};
+  // Bounded: an agent that serves where it should have refused is stopped (exit 124).
+  std::vector<std::string> argv = {"timeout", "20", testing::BuildPath("agent/fleet-agent"),
+                                   "--state-dir", dir.Join("state")};
   argv.insert(argv.end(), flags.begin(), flags.end());
   testing::RunOptions options;
   options.env = std::map<std::string, std::string>{{"PATH", kPath}};
@@ -267,6 +329,25 @@ TEST(AgentListen, RefusesANonLoopbackAddressWithoutTls) {
   EXPECT_THAT(r.output, HasSubstr("fleet-agent: refusing to serve 0.0.0.0:0 without TLS"));
   EXPECT_THAT(r.output, HasSubstr("--insecure-listen"));
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr(std::string(kAnnouncement))));
+}
+
+TEST(AgentListen, RefusesPlaintextTcpEvenOnLoopback) {
+  for (const char* listen : {"127.0.0.1:0", "localhost:0", "[::1]:0"}) {
+    testing::TempDir dir;
+    const testing::RunResult r = RunAgent(dir, {"--listen", listen});
+    EXPECT_EQ(r.exit_code, 1) << listen;
+    EXPECT_THAT(r.output, HasSubstr(absl::StrCat("fleet-agent: refusing to serve ", listen,
+                                                 " without TLS: every local user can reach a TCP "
+                                                 "port (even on loopback)")));
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr(std::string(kAnnouncement))));
+  }
+}
+
+TEST(AgentListen, InsecureListenIsLoud) {
+  testing::TempDir dir;
+  RunningAgent agent(dir, "agent", "127.0.0.1:0", {"--insecure-listen"});
+  EXPECT_THAT(agent.Log(), HasSubstr("fleet-agent: WARNING: --insecure-listen: serving "
+                                     "127.0.0.1:0 in plaintext"));
 }
 
 TEST(AgentListen, TlsFlagsComeTogether) {
