@@ -851,371 +851,372 @@ TEST(FleetdUnit, SystemdWaitsLongerThanFleetdTakesToStop) {
   ASSERT_NE(systemd, absl::InfiniteDuration()) << "deploy/fleetd.service sets no TimeoutStopSec";
   EXPECT_GE(systemd, fleetd + absl::Seconds(10))
       << "systemd would SIGKILL fleetd before it ends on its own";
+}
 
-  // The config with container 200 reached through another channel: a redeploy replaces its client.
-  fleet::v1::FleetConfig MovedChannel() {
-    fleet::v1::FleetConfig c = TwoGpuConfig();
-    c.mutable_hosts(0)->mutable_containers(0)->mutable_channel()->set_address("unix:/moved.sock");
-    return c;
+// The config with container 200 reached through another channel: a redeploy replaces its client.
+fleet::v1::FleetConfig MovedChannel() {
+  fleet::v1::FleetConfig c = TwoGpuConfig();
+  c.mutable_hosts(0)->mutable_containers(0)->mutable_channel()->set_address("unix:/moved.sock");
+  return c;
+}
+
+// Notifies once (a fake's hook may be called again after the test released it).
+void NotifyOnce(absl::Notification& n) {
+  if (!n.HasBeenNotified()) n.Notify();
+}
+
+TEST_F(DaemonTest, NoLaunchLeavesUntilTheCommitHoldingItsAttemptRowSucceeds) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  // Every commit that adds an attempt row fails at COMMIT, as one does when the disk is full and
+  // the WAL cannot grow: a deferred constraint, planted by an outside connection, that such a
+  // commit breaks. SQLite rolls the whole transaction back.
+  auto outside = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  ASSERT_TRUE((*outside)
+                  ->db()
+                  .Exec("CREATE TABLE fault_parent (id INTEGER PRIMARY KEY);"
+                        "CREATE TABLE fault (parent INTEGER REFERENCES fault_parent(id) "
+                        "DEFERRABLE INITIALLY DEFERRED);"
+                        "CREATE TRIGGER fault_on_attempt AFTER INSERT ON attempts BEGIN "
+                        "INSERT INTO fault (parent) VALUES (1); END;")
+                  .ok());
+  for (int turn = 0; turn < 3; ++turn) {
+    daemon_->Step();
+    clock_.Advance(absl::Seconds(20));
+  }
+  EXPECT_TRUE(agent_.launches.empty()) << "a Launch left without its attempt row";
+  {
+    // (Scoped: a statement left on a row keeps its read transaction, and its old view.)
+    auto count = (*outside)->db().Prepare("SELECT count(*) FROM attempts");
+    ASSERT_TRUE(count.ok() && *count->Step());
+    EXPECT_EQ(count->ColumnInt(0), 0);
   }
 
-  // Notifies once (a fake's hook may be called again after the test released it).
-  void NotifyOnce(absl::Notification & n) {
-    if (!n.HasBeenNotified()) n.Notify();
+  // The fault clears: the attempts the failed turns made are recorded, then launched, once.
+  ASSERT_TRUE((*outside)->db().Exec("DROP TRIGGER fault_on_attempt").ok());
+  daemon_->Step();
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  auto attempts = (*outside)->Attempts("");
+  ASSERT_TRUE(attempts.ok()) << attempts.status();
+  ASSERT_EQ(attempts->size(), 2u);
+  std::set<std::string> launched;
+  for (const auto& l : agent_.launches) {
+    EXPECT_EQ(l.attempt_number(), 1);  // none skipped
+    launched.insert(l.attempt_id());
+  }
+  for (const AttemptRecord& a : *attempts) {
+    EXPECT_EQ(a.number, 1);
+    EXPECT_TRUE(launched.count(a.id)) << a.id << " was recorded but another attempt launched";
+  }
+  EXPECT_EQ(Rows()["local/200/gpu0"].state(), "STARTING");
+}
+
+TEST_F(DaemonTest, EventsWhoseWriteFailsAreKeptAndStoredOnceWhenTheRecordIsBack) {
+  options_.queue_limit = 4;
+  Open();
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  const auto launch = agent_.launches[0];
+  // An outside writer holds the database: every write of the daemon fails with SQLITE_BUSY.
+  auto outside = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  ASSERT_TRUE((*outside)->db().Exec("BEGIN IMMEDIATE").ok());
+  for (const char* state : {"LOADING", "JIT_COMPILING", "CAPTURING_GRAPHS"}) {
+    agent_.Say(Phase(launch, state));
+    agent_.Say(Phase(agent_.launches[1], state));
+  }
+  daemon_->Step();
+  EXPECT_EQ(Rows()["local/200/gpu0"].state(), "CAPTURING_GRAPHS");  // applied, not yet stored
+  // Six events wait for the record, more than the queue may hold: the streams are held.
+  bool resumed = false;
+  EXPECT_FALSE(daemon_->Admit([&] { resumed = true; }));
+  agent_.Say(Phase(launch, "READY"));
+  daemon_->Step();
+  EXPECT_FALSE(resumed);
+  ASSERT_TRUE((*outside)->db().Exec("ROLLBACK").ok());
+
+  daemon_->Step();
+  EXPECT_TRUE(resumed);
+  auto events = (*outside)->db().Prepare(
+      "SELECT count(*), count(DISTINCT sequence), min(sequence), max(sequence) FROM events "
+      "WHERE incarnation = 'inc-1' AND kind != 'gap'");
+  ASSERT_TRUE(events.ok() && *events->Step());
+  EXPECT_EQ(events->ColumnInt(0), static_cast<int64_t>(agent_.sequence));
+  EXPECT_EQ(events->ColumnInt(1), static_cast<int64_t>(agent_.sequence));
+  EXPECT_EQ(events->ColumnInt(2), 1);
+  EXPECT_EQ(events->ColumnInt(3), static_cast<int64_t>(agent_.sequence));
+  auto cursor = (*outside)->Cursor("local/200");
+  ASSERT_TRUE(cursor.ok());
+  EXPECT_EQ(cursor->incarnation, "inc-1");
+  EXPECT_EQ(cursor->sequence, agent_.sequence);
+  auto attempt = (*outside)->Attempt("local/200/gpu0", 1);
+  ASSERT_TRUE(attempt.ok() && attempt->has_value());
+  EXPECT_EQ((*attempt)->outcome, "ready");
+}
+
+TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheCursorOfEventsNotYetStored) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  const auto launch = agent_.launches[0];
+  auto outside = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  ASSERT_TRUE((*outside)->db().Exec("BEGIN IMMEDIATE").ok());
+  agent_.Say(Phase(launch, "LOADING"));
+  agent_.Say(Phase(launch, "JIT_COMPILING"));
+  daemon_->Step();  // applied, not stored
+  ASSERT_TRUE((*outside)->db().Exec("ROLLBACK").ok());
+  // The container's link is replaced before the events are written: the new one goes on from
+  // where the old one read, not from the stored cursor behind it.
+  Deploy(MovedChannel());
+  daemon_->Step();
+  daemon_->Step();
+  auto cursor = (*outside)->Cursor("local/200");
+  ASSERT_TRUE(cursor.ok());
+  EXPECT_EQ(cursor->sequence, agent_.sequence);
+  ASSERT_FALSE(agent_.follows.empty());
+  EXPECT_EQ(agent_.follows.back(), std::make_pair(std::string("inc-1"), agent_.sequence));
+  auto events = (*outside)->db().Prepare("SELECT count(*) FROM events WHERE kind != 'gap'");
+  ASSERT_TRUE(events.ok() && *events->Step());
+  EXPECT_EQ(events->ColumnInt(0), static_cast<int64_t>(agent_.sequence));
+}
+
+TEST_F(DaemonTest, StatusAnswersWhileAnAgentTakesItsTimeToAnswerAResync) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  // The agent can no longer replay from our position; its Status then blocks until released
+  // (an unreachable container: 15 s; an SSH host: a whole bootstrap).
+  absl::Notification asked, release;
+  agent_.on_status = [&] {
+    NotifyOnce(asked);
+    release.WaitForNotification();
+  };
+  AgentEvent resync;
+  resync.mutable_resync()->set_previous_incarnation("inc-1");
+  agent_.Say(resync);
+  std::thread turns([&] {
+    daemon_->Step();
+    daemon_->Step();
+  });
+  ASSERT_TRUE(asked.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  absl::Notification answered;
+  std::thread query([&] {
+    const fleet::v1::FleetStatusResponse status = daemon_->Status({});
+    EXPECT_EQ(status.servers_size(), 2);
+    answered.Notify();
+  });
+  EXPECT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "fleetctl status waited for an agent's answer";
+  release.Notify();
+  turns.join();
+  query.join();
+  // The resynchronisation itself went through: the snapshot taken, the gap recorded.
+  daemon_->Step();
+  auto store = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(store.ok());
+  auto gap = (*store)->db().Prepare("SELECT count(*) FROM events WHERE kind = 'gap'");
+  ASSERT_TRUE(gap.ok() && *gap->Step());
+  EXPECT_EQ(gap->ColumnInt(0), 1);
+  EXPECT_GE(agent_.follows.size(), 2u);
+}
+
+TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheClientALogStreamUses) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  absl::Notification streaming, release;
+  agent_.on_logs = [&] {
+    NotifyOnce(streaming);
+    release.WaitForNotification();
+  };
+  absl::Status logs;
+  std::thread follower([&] {
+    fleet::v1::ServerLogsRequest r;
+    r.set_server("local/200/gpu0");
+    r.set_follow(true);
+    logs = daemon_->Logs(r, [](const fleet::v1::LogChunk&) { return true; });
+  });
+  ASSERT_TRUE(streaming.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  Deploy(MovedChannel());
+  EXPECT_EQ(agent_.destroyed_in_a_call.load(), 0) << "the client was destroyed under Logs";
+  EXPECT_EQ(agent_.clients_destroyed.load(), 0);
+  release.Notify();
+  follower.join();
+  EXPECT_TRUE(logs.ok()) << logs;
+  // Once the stream let it go, the next turn destroys the retired client.
+  daemon_->Step();
+  EXPECT_EQ(agent_.clients_destroyed.load(), 1);
+  EXPECT_EQ(agent_.destroyed_in_a_call.load(), 0);
+}
+
+TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheClientAStatusCallUses) {
+  agent_.snapshot.set_incarnation("inc-1");
+  absl::Notification asked, release;
+  agent_.on_status = [&] {
+    NotifyOnce(asked);
+    release.WaitForNotification();
+  };
+  Deploy(TwoGpuConfig());
+  std::thread turn([&] { daemon_->Step(); });  // connects: asks the agent's Status
+  ASSERT_TRUE(asked.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  Deploy(MovedChannel());
+  EXPECT_EQ(agent_.destroyed_in_a_call.load(), 0) << "the client was destroyed under Status";
+  release.Notify();
+  turn.join();
+  daemon_->Step();  // the retired client goes; the moved link connects with a new one
+  EXPECT_EQ(agent_.clients_destroyed.load(), 1);
+  EXPECT_EQ(agent_.destroyed_in_a_call.load(), 0);
+  daemon_->Step();
+  EXPECT_EQ(agent_.clients_made.load(), 2);
+  EXPECT_EQ(Rows()["local/200/gpu0"].state(), "STARTING");
+}
+
+// An agent whose servers never write a line: its Logs streams wait until cancelled.
+class QuietAgentService : public fleet::v1::Agent::CallbackService {
+ public:
+  grpc::ServerWriteReactor<fleet::v1::LogChunk>* Logs(grpc::CallbackServerContext*,
+                                                      const fleet::v1::LogsRequest*) override {
+    return new Quiet(this);
   }
 
-  TEST_F(DaemonTest, NoLaunchLeavesUntilTheCommitHoldingItsAttemptRowSucceeds) {
-    agent_.snapshot.set_incarnation("inc-1");
-    Deploy(TwoGpuConfig());
-    // Every commit that adds an attempt row fails at COMMIT, as one does when the disk is full and
-    // the WAL cannot grow: a deferred constraint, planted by an outside connection, that such a
-    // commit breaks. SQLite rolls the whole transaction back.
-    auto outside = FleetStore::Open(dir_.Join("fleet.db"));
-    ASSERT_TRUE(outside.ok()) << outside.status();
-    ASSERT_TRUE((*outside)
-                    ->db()
-                    .Exec("CREATE TABLE fault_parent (id INTEGER PRIMARY KEY);"
-                          "CREATE TABLE fault (parent INTEGER REFERENCES fault_parent(id) "
-                          "DEFERRABLE INITIALLY DEFERRED);"
-                          "CREATE TRIGGER fault_on_attempt AFTER INSERT ON attempts BEGIN "
-                          "INSERT INTO fault (parent) VALUES (1); END;")
-                    .ok());
-    for (int turn = 0; turn < 3; ++turn) {
-      daemon_->Step();
-      clock_.Advance(absl::Seconds(20));
-    }
-    EXPECT_TRUE(agent_.launches.empty()) << "a Launch left without its attempt row";
-    {
-      // (Scoped: a statement left on a row keeps its read transaction, and its old view.)
-      auto count = (*outside)->db().Prepare("SELECT count(*) FROM attempts");
-      ASSERT_TRUE(count.ok() && *count->Step());
-      EXPECT_EQ(count->ColumnInt(0), 0);
-    }
+  // Waits (bounded) until `n` streams have started / were cancelled.
+  bool WaitStarted(int n) { return WaitFor(&started_, n); }
+  bool WaitCancelled(int n) { return WaitFor(&cancelled_, n); }
 
-    // The fault clears: the attempts the failed turns made are recorded, then launched, once.
-    ASSERT_TRUE((*outside)->db().Exec("DROP TRIGGER fault_on_attempt").ok());
-    daemon_->Step();
-    daemon_->Step();
-    ASSERT_EQ(agent_.launches.size(), 2u);
-    auto attempts = (*outside)->Attempts("");
-    ASSERT_TRUE(attempts.ok()) << attempts.status();
-    ASSERT_EQ(attempts->size(), 2u);
-    std::set<std::string> launched;
-    for (const auto& l : agent_.launches) {
-      EXPECT_EQ(l.attempt_number(), 1);  // none skipped
-      launched.insert(l.attempt_id());
-    }
-    for (const AttemptRecord& a : *attempts) {
-      EXPECT_EQ(a.number, 1);
-      EXPECT_TRUE(launched.count(a.id)) << a.id << " was recorded but another attempt launched";
-    }
-    EXPECT_EQ(Rows()["local/200/gpu0"].state(), "STARTING");
-  }
-
-  TEST_F(DaemonTest, EventsWhoseWriteFailsAreKeptAndStoredOnceWhenTheRecordIsBack) {
-    options_.queue_limit = 4;
-    Open();
-    agent_.snapshot.set_incarnation("inc-1");
-    Deploy(TwoGpuConfig());
-    daemon_->Step();
-    ASSERT_EQ(agent_.launches.size(), 2u);
-    const auto launch = agent_.launches[0];
-    // An outside writer holds the database: every write of the daemon fails with SQLITE_BUSY.
-    auto outside = FleetStore::Open(dir_.Join("fleet.db"));
-    ASSERT_TRUE(outside.ok()) << outside.status();
-    ASSERT_TRUE((*outside)->db().Exec("BEGIN IMMEDIATE").ok());
-    for (const char* state : {"LOADING", "JIT_COMPILING", "CAPTURING_GRAPHS"}) {
-      agent_.Say(Phase(launch, state));
-      agent_.Say(Phase(agent_.launches[1], state));
-    }
-    daemon_->Step();
-    EXPECT_EQ(Rows()["local/200/gpu0"].state(), "CAPTURING_GRAPHS");  // applied, not yet stored
-    // Six events wait for the record, more than the queue may hold: the streams are held.
-    bool resumed = false;
-    EXPECT_FALSE(daemon_->Admit([&] { resumed = true; }));
-    agent_.Say(Phase(launch, "READY"));
-    daemon_->Step();
-    EXPECT_FALSE(resumed);
-    ASSERT_TRUE((*outside)->db().Exec("ROLLBACK").ok());
-
-    daemon_->Step();
-    EXPECT_TRUE(resumed);
-    auto events = (*outside)->db().Prepare(
-        "SELECT count(*), count(DISTINCT sequence), min(sequence), max(sequence) FROM events "
-        "WHERE incarnation = 'inc-1' AND kind != 'gap'");
-    ASSERT_TRUE(events.ok() && *events->Step());
-    EXPECT_EQ(events->ColumnInt(0), static_cast<int64_t>(agent_.sequence));
-    EXPECT_EQ(events->ColumnInt(1), static_cast<int64_t>(agent_.sequence));
-    EXPECT_EQ(events->ColumnInt(2), 1);
-    EXPECT_EQ(events->ColumnInt(3), static_cast<int64_t>(agent_.sequence));
-    auto cursor = (*outside)->Cursor("local/200");
-    ASSERT_TRUE(cursor.ok());
-    EXPECT_EQ(cursor->incarnation, "inc-1");
-    EXPECT_EQ(cursor->sequence, agent_.sequence);
-    auto attempt = (*outside)->Attempt("local/200/gpu0", 1);
-    ASSERT_TRUE(attempt.ok() && attempt->has_value());
-    EXPECT_EQ((*attempt)->outcome, "ready");
-  }
-
-  TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheCursorOfEventsNotYetStored) {
-    agent_.snapshot.set_incarnation("inc-1");
-    Deploy(TwoGpuConfig());
-    daemon_->Step();
-    const auto launch = agent_.launches[0];
-    auto outside = FleetStore::Open(dir_.Join("fleet.db"));
-    ASSERT_TRUE(outside.ok()) << outside.status();
-    ASSERT_TRUE((*outside)->db().Exec("BEGIN IMMEDIATE").ok());
-    agent_.Say(Phase(launch, "LOADING"));
-    agent_.Say(Phase(launch, "JIT_COMPILING"));
-    daemon_->Step();  // applied, not stored
-    ASSERT_TRUE((*outside)->db().Exec("ROLLBACK").ok());
-    // The container's link is replaced before the events are written: the new one goes on from
-    // where the old one read, not from the stored cursor behind it.
-    Deploy(MovedChannel());
-    daemon_->Step();
-    daemon_->Step();
-    auto cursor = (*outside)->Cursor("local/200");
-    ASSERT_TRUE(cursor.ok());
-    EXPECT_EQ(cursor->sequence, agent_.sequence);
-    ASSERT_FALSE(agent_.follows.empty());
-    EXPECT_EQ(agent_.follows.back(), std::make_pair(std::string("inc-1"), agent_.sequence));
-    auto events = (*outside)->db().Prepare("SELECT count(*) FROM events WHERE kind != 'gap'");
-    ASSERT_TRUE(events.ok() && *events->Step());
-    EXPECT_EQ(events->ColumnInt(0), static_cast<int64_t>(agent_.sequence));
-  }
-
-  TEST_F(DaemonTest, StatusAnswersWhileAnAgentTakesItsTimeToAnswerAResync) {
-    agent_.snapshot.set_incarnation("inc-1");
-    Deploy(TwoGpuConfig());
-    daemon_->Step();
-    ASSERT_EQ(agent_.launches.size(), 2u);
-    // The agent can no longer replay from our position; its Status then blocks until released
-    // (an unreachable container: 15 s; an SSH host: a whole bootstrap).
-    absl::Notification asked, release;
-    agent_.on_status = [&] {
-      NotifyOnce(asked);
-      release.WaitForNotification();
-    };
-    AgentEvent resync;
-    resync.mutable_resync()->set_previous_incarnation("inc-1");
-    agent_.Say(resync);
-    std::thread turns([&] {
-      daemon_->Step();
-      daemon_->Step();
-    });
-    ASSERT_TRUE(asked.WaitForNotificationWithTimeout(absl::Seconds(30)));
-    absl::Notification answered;
-    std::thread query([&] {
-      const fleet::v1::FleetStatusResponse status = daemon_->Status({});
-      EXPECT_EQ(status.servers_size(), 2);
-      answered.Notify();
-    });
-    EXPECT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)))
-        << "fleetctl status waited for an agent's answer";
-    release.Notify();
-    turns.join();
-    query.join();
-    // The resynchronisation itself went through: the snapshot taken, the gap recorded.
-    daemon_->Step();
-    auto store = FleetStore::Open(dir_.Join("fleet.db"));
-    ASSERT_TRUE(store.ok());
-    auto gap = (*store)->db().Prepare("SELECT count(*) FROM events WHERE kind = 'gap'");
-    ASSERT_TRUE(gap.ok() && *gap->Step());
-    EXPECT_EQ(gap->ColumnInt(0), 1);
-    EXPECT_GE(agent_.follows.size(), 2u);
-  }
-
-  TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheClientALogStreamUses) {
-    agent_.snapshot.set_incarnation("inc-1");
-    Deploy(TwoGpuConfig());
-    daemon_->Step();
-    absl::Notification streaming, release;
-    agent_.on_logs = [&] {
-      NotifyOnce(streaming);
-      release.WaitForNotification();
-    };
-    absl::Status logs;
-    std::thread follower([&] {
-      fleet::v1::ServerLogsRequest r;
-      r.set_server("local/200/gpu0");
-      r.set_follow(true);
-      logs = daemon_->Logs(r, [](const fleet::v1::LogChunk&) { return true; });
-    });
-    ASSERT_TRUE(streaming.WaitForNotificationWithTimeout(absl::Seconds(30)));
-    Deploy(MovedChannel());
-    EXPECT_EQ(agent_.destroyed_in_a_call.load(), 0) << "the client was destroyed under Logs";
-    EXPECT_EQ(agent_.clients_destroyed.load(), 0);
-    release.Notify();
-    follower.join();
-    EXPECT_TRUE(logs.ok()) << logs;
-    // Once the stream let it go, the next turn destroys the retired client.
-    daemon_->Step();
-    EXPECT_EQ(agent_.clients_destroyed.load(), 1);
-    EXPECT_EQ(agent_.destroyed_in_a_call.load(), 0);
-  }
-
-  TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheClientAStatusCallUses) {
-    agent_.snapshot.set_incarnation("inc-1");
-    absl::Notification asked, release;
-    agent_.on_status = [&] {
-      NotifyOnce(asked);
-      release.WaitForNotification();
-    };
-    Deploy(TwoGpuConfig());
-    std::thread turn([&] { daemon_->Step(); });  // connects: asks the agent's Status
-    ASSERT_TRUE(asked.WaitForNotificationWithTimeout(absl::Seconds(30)));
-    Deploy(MovedChannel());
-    EXPECT_EQ(agent_.destroyed_in_a_call.load(), 0) << "the client was destroyed under Status";
-    release.Notify();
-    turn.join();
-    daemon_->Step();  // the retired client goes; the moved link connects with a new one
-    EXPECT_EQ(agent_.clients_destroyed.load(), 1);
-    EXPECT_EQ(agent_.destroyed_in_a_call.load(), 0);
-    daemon_->Step();
-    EXPECT_EQ(agent_.clients_made.load(), 2);
-    EXPECT_EQ(Rows()["local/200/gpu0"].state(), "STARTING");
-  }
-
-  // An agent whose servers never write a line: its Logs streams wait until cancelled.
-  class QuietAgentService : public fleet::v1::Agent::CallbackService {
+ private:
+  class Quiet : public grpc::ServerWriteReactor<fleet::v1::LogChunk> {
    public:
-    grpc::ServerWriteReactor<fleet::v1::LogChunk>* Logs(grpc::CallbackServerContext*,
-                                                        const fleet::v1::LogsRequest*) override {
-      return new Quiet(this);
+    explicit Quiet(QuietAgentService* s) : s_(s) { s_->Count(&s_->started_); }
+    void OnCancel() override {
+      s_->Count(&s_->cancelled_);
+      Finish(grpc::Status::CANCELLED);
     }
-
-    // Waits (bounded) until `n` streams have started / were cancelled.
-    bool WaitStarted(int n) { return WaitFor(&started_, n); }
-    bool WaitCancelled(int n) { return WaitFor(&cancelled_, n); }
+    void OnDone() override { delete this; }
 
    private:
-    class Quiet : public grpc::ServerWriteReactor<fleet::v1::LogChunk> {
-     public:
-      explicit Quiet(QuietAgentService* s) : s_(s) { s_->Count(&s_->started_); }
-      void OnCancel() override {
-        s_->Count(&s_->cancelled_);
-        Finish(grpc::Status::CANCELLED);
-      }
-      void OnDone() override { delete this; }
-
-     private:
-      QuietAgentService* const s_;
-    };
-
-    void Count(int* counter) {
-      absl::MutexLock lock(&mu_);
-      ++*counter;
-    }
-    bool WaitFor(int* counter, int n) {
-      absl::MutexLock lock(&mu_);
-      auto reached = [counter, n]() { return *counter >= n; };
-      return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(30));
-    }
-
-    absl::Mutex mu_;
-    int started_ = 0;
-    int cancelled_ = 0;
+    QuietAgentService* const s_;
   };
 
-  TEST_F(DaemonTest, ACancelledLogsFollowOnAQuietServerEndsTheAgentStreamAndFleetdStops) {
-    QuietAgentService agent;
-    grpc::ServerBuilder agent_builder;
-    agent_builder.AddListeningPort("unix:" + dir_.Join("agent.sock"),
-                                   grpc::InsecureServerCredentials());
-    agent_builder.RegisterService(&agent);
-    std::unique_ptr<grpc::Server> agent_server = agent_builder.BuildAndStart();
-    ASSERT_NE(agent_server, nullptr);
-    make_client_ = [this](const std::string& container) -> std::unique_ptr<AgentClient> {
-      return std::make_unique<GrpcAgentClient>(container, "unix:" + dir_.Join("agent.sock"));
-    };
-    Open();
-    Deploy(TwoGpuConfig());
-    daemon_->Step();  // the container's client is made
-
-    FleetService service(daemon_.get(), dir_.path());
-    grpc::ServerBuilder builder;
-    builder.RegisterService(&service);
-    std::unique_ptr<grpc::Server> fleetd = builder.BuildAndStart();
-    ASSERT_NE(fleetd, nullptr);
-    auto stub = fleet::v1::Fleet::NewStub(fleetd->InProcessChannel(grpc::ChannelArguments()));
-    fleet::v1::ServerLogsRequest request;
-    request.set_server("local/200/gpu0");
-    request.set_follow(true);
-    {
-      // `fleetctl logs -f`, interrupted while the server says nothing.
-      grpc::ClientContext context;
-      auto reader = stub->Logs(&context, request);
-      ASSERT_TRUE(agent.WaitStarted(1));
-      context.TryCancel();
-      EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
-    }
-    EXPECT_TRUE(agent.WaitCancelled(1)) << "fleetd kept following the agent's log";
-
-    // A stream still open when fleetd stops is ended by it: the daemon can be destroyed.
-    absl::Status open_stream;
-    std::thread follower([&] {
-      open_stream = daemon_->Logs(request, [](const fleet::v1::LogChunk&) { return true; });
-    });
-    ASSERT_TRUE(agent.WaitStarted(2));
-    fleetd->Shutdown(std::chrono::system_clock::now());
-    daemon_.reset();
-    follower.join();
-    EXPECT_TRUE(agent.WaitCancelled(2));
-    agent_server->Shutdown(std::chrono::system_clock::now());
+  void Count(int* counter) {
+    absl::MutexLock lock(&mu_);
+    ++*counter;
+  }
+  bool WaitFor(int* counter, int n) {
+    absl::MutexLock lock(&mu_);
+    auto reached = [counter, n]() { return *counter >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(30));
   }
 
-  TEST_F(DaemonTest, AnAgentThatLostItsLogTailIsFollowedUnderItsNewIncarnationWithNothingSkipped) {
-    // The machine went down: the agent's agent.db lost its last commits (events 4, 5 the daemon
-    // had stored), so it starts a new incarnation whose numbers begin again at 1 while the server
-    // it launched still runs. None of the new events may be taken for one already seen.
-    agent_.snapshot.set_incarnation("inc-1");
-    Deploy(TwoGpuConfig());
-    daemon_->Step();
-    const auto launch = agent_.launches[0];
-    for (const char* state : {"LOADING", "JIT_COMPILING", "CAPTURING_GRAPHS", "LOADING", "READY"}) {
-      agent_.Say(Phase(launch, state));
-    }
-    daemon_->Step();
-    ASSERT_EQ(Rows()["local/200/gpu0"].state(), "READY");
-    agent_.EndStream();
-    agent_.snapshot.set_incarnation("inc-2");
-    agent_.snapshot.set_sequence(0);
-    agent_.sequence = 0;
-    auto* running = agent_.snapshot.add_servers();
-    *running->mutable_server() = launch.spec().server();
-    running->set_attempt_id(launch.attempt_id());
-    running->set_attempt_number(launch.attempt_number());
-    running->set_state("READY");
-    daemon_->Step();
-    clock_.Advance(absl::Seconds(1));
-    daemon_->Step();
-    EXPECT_EQ(agent_.follows.back(), std::make_pair(std::string("inc-2"), uint64_t{0}));
-    agent_.Say(Phase(launch, "FAILED"));  // sequence 1 of inc-2
-    daemon_->Step();
-    EXPECT_NE(Rows()["local/200/gpu0"].state(), "READY");
-    auto store = FleetStore::Open(dir_.Join("fleet.db"));
-    ASSERT_TRUE(store.ok());
-    auto stored = (*store)->db().Prepare(
-        "SELECT count(*) FROM events WHERE incarnation = 'inc-2' AND sequence = 1");
-    ASSERT_TRUE(stored.ok() && *stored->Step());
-    EXPECT_EQ(stored->ColumnInt(0), 1);
-  }
+  absl::Mutex mu_;
+  int started_ = 0;
+  int cancelled_ = 0;
+};
 
-  TEST_F(DaemonTest, AValueGivenByFileTravelsAndIsStoredAsItsPathOnly) {
-    agent_.snapshot.set_incarnation("inc-1");
-    fleet::v1::FleetConfig config = TwoGpuConfig();
-    (*config.mutable_hosts(0)->mutable_containers(0)->mutable_env_from_file())["HF_TOKEN"] =
-        "/etc/gpu-fleet/hf_token";
-    Deploy(config);
-    daemon_->Step();
-    ASSERT_EQ(agent_.launches.size(), 2u);
-    EXPECT_EQ(agent_.launches[0].spec().env_from_file().at("HF_TOKEN"), "/etc/gpu-fleet/hf_token");
-    EXPECT_EQ(agent_.launches[0].spec().env().count("HF_TOKEN"), 0u);
-    daemon_.reset();  // fleet.db whole, its WAL checkpointed
-    const std::string db = fleet::testing::ReadFile(dir_.Join("fleet.db")) +
-                           fleet::testing::ReadFile(dir_.Join("fleet.db-wal"));
-    EXPECT_NE(db.find("/etc/gpu-fleet/hf_token"), std::string::npos);
+TEST_F(DaemonTest, ACancelledLogsFollowOnAQuietServerEndsTheAgentStreamAndFleetdStops) {
+  QuietAgentService agent;
+  grpc::ServerBuilder agent_builder;
+  agent_builder.AddListeningPort("unix:" + dir_.Join("agent.sock"),
+                                 grpc::InsecureServerCredentials());
+  agent_builder.RegisterService(&agent);
+  std::unique_ptr<grpc::Server> agent_server = agent_builder.BuildAndStart();
+  ASSERT_NE(agent_server, nullptr);
+  make_client_ = [this](const std::string& container) -> std::unique_ptr<AgentClient> {
+    return std::make_unique<GrpcAgentClient>(container, "unix:" + dir_.Join("agent.sock"));
+  };
+  Open();
+  Deploy(TwoGpuConfig());
+  daemon_->Step();  // the container's client is made
+
+  FleetService service(daemon_.get(), dir_.path());
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> fleetd = builder.BuildAndStart();
+  ASSERT_NE(fleetd, nullptr);
+  auto stub = fleet::v1::Fleet::NewStub(fleetd->InProcessChannel(grpc::ChannelArguments()));
+  fleet::v1::ServerLogsRequest request;
+  request.set_server("local/200/gpu0");
+  request.set_follow(true);
+  {
+    // `fleetctl logs -f`, interrupted while the server says nothing.
+    grpc::ClientContext context;
+    auto reader = stub->Logs(&context, request);
+    ASSERT_TRUE(agent.WaitStarted(1));
+    context.TryCancel();
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
+  EXPECT_TRUE(agent.WaitCancelled(1)) << "fleetd kept following the agent's log";
+
+  // A stream still open when fleetd stops is ended by it: the daemon can be destroyed.
+  absl::Status open_stream;
+  std::thread follower([&] {
+    open_stream = daemon_->Logs(request, [](const fleet::v1::LogChunk&) { return true; });
+  });
+  ASSERT_TRUE(agent.WaitStarted(2));
+  fleetd->Shutdown(std::chrono::system_clock::now());
+  daemon_.reset();
+  follower.join();
+  EXPECT_TRUE(agent.WaitCancelled(2));
+  agent_server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST_F(DaemonTest, AnAgentThatLostItsLogTailIsFollowedUnderItsNewIncarnationWithNothingSkipped) {
+  // The machine went down: the agent's agent.db lost its last commits (events 4, 5 the daemon
+  // had stored), so it starts a new incarnation whose numbers begin again at 1 while the server
+  // it launched still runs. None of the new events may be taken for one already seen.
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  const auto launch = agent_.launches[0];
+  for (const char* state : {"LOADING", "JIT_COMPILING", "CAPTURING_GRAPHS", "LOADING", "READY"}) {
+    agent_.Say(Phase(launch, state));
+  }
+  daemon_->Step();
+  ASSERT_EQ(Rows()["local/200/gpu0"].state(), "READY");
+  agent_.EndStream();
+  agent_.snapshot.set_incarnation("inc-2");
+  agent_.snapshot.set_sequence(0);
+  agent_.sequence = 0;
+  auto* running = agent_.snapshot.add_servers();
+  *running->mutable_server() = launch.spec().server();
+  running->set_attempt_id(launch.attempt_id());
+  running->set_attempt_number(launch.attempt_number());
+  running->set_state("READY");
+  daemon_->Step();
+  clock_.Advance(absl::Seconds(1));
+  daemon_->Step();
+  EXPECT_EQ(agent_.follows.back(), std::make_pair(std::string("inc-2"), uint64_t{0}));
+  agent_.Say(Phase(launch, "FAILED"));  // sequence 1 of inc-2
+  daemon_->Step();
+  EXPECT_NE(Rows()["local/200/gpu0"].state(), "READY");
+  auto store = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(store.ok());
+  auto stored = (*store)->db().Prepare(
+      "SELECT count(*) FROM events WHERE incarnation = 'inc-2' AND sequence = 1");
+  ASSERT_TRUE(stored.ok() && *stored->Step());
+  EXPECT_EQ(stored->ColumnInt(0), 1);
+}
+
+TEST_F(DaemonTest, AValueGivenByFileTravelsAndIsStoredAsItsPathOnly) {
+  agent_.snapshot.set_incarnation("inc-1");
+  fleet::v1::FleetConfig config = TwoGpuConfig();
+  (*config.mutable_hosts(0)->mutable_containers(0)->mutable_env_from_file())["HF_TOKEN"] =
+      "/etc/gpu-fleet/hf_token";
+  Deploy(config);
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  EXPECT_EQ(agent_.launches[0].spec().env_from_file().at("HF_TOKEN"), "/etc/gpu-fleet/hf_token");
+  EXPECT_EQ(agent_.launches[0].spec().env().count("HF_TOKEN"), 0u);
+  daemon_.reset();  // fleet.db whole, its WAL checkpointed
+  const std::string db = fleet::testing::ReadFile(dir_.Join("fleet.db")) +
+                         fleet::testing::ReadFile(dir_.Join("fleet.db-wal"));
+  EXPECT_NE(db.find("/etc/gpu-fleet/hf_token"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace fleet::daemon
