@@ -266,6 +266,7 @@ void Daemon::Step() {
     unrecorded_calls_ = std::move(waiting);
     calls = std::move(ready);
   }
+  RecordPending();
   if (now - last_prune_ > absl::Hours(1)) {
     last_prune_ = now;
     store_->PruneEvents(now - options_.event_retention, options_.max_events).IgnoreError();

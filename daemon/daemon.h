@@ -347,6 +347,8 @@ class Daemon : public EventSink {
   void Execute(AgentClient& client, const FixJob& job, const fleet::v1::ToolchainSnapshot& before,
                fleet::v1::Plan* plan) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   absl::Status Record(fleet::v1::Plan* plan, bool create) ABSL_LOCKS_EXCLUDED(store_mu_);
+  // Writes the plans whose update failed (Record kept them), oldest id first; stops at a failure.
+  void RecordPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   void ApplyFixResults(absl::Time now, std::set<std::string>* changed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
   void FixWorker() ABSL_LOCKS_EXCLUDED(fix_mu_);
@@ -387,6 +389,8 @@ class Daemon : public EventSink {
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   std::set<StatusSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
   absl::Time last_prune_ ABSL_GUARDED_BY(store_mu_) = absl::InfinitePast();
+  // Plans whose last update the record refused (busy, full), by id: written again each turn.
+  std::map<std::string, fleet::v1::Plan> unrecorded_plans_ ABSL_GUARDED_BY(store_mu_);
 
   // The streams' queue, apart from mu_ so a stream never waits for a turn.
   absl::Mutex queue_mu_;

@@ -444,11 +444,30 @@ void Daemon::FixWorker() {
 
 absl::Status Daemon::Record(fleet::v1::Plan* plan, bool create) {
   absl::MutexLock lock(&store_mu_);
-  if (!create) return store_->UpdateRemediation(*plan);
+  if (!create) {
+    absl::Status s = store_->UpdateRemediation(*plan);
+    if (s.ok()) {
+      unrecorded_plans_.erase(plan->id());
+    } else {
+      // The record is busy or full: the plan's newest state is kept and written by a later turn
+      // (RecordPending), never lost (a plan left "applying" would be resolved as interrupted).
+      fprintf(stderr, "fleetd: remediation %s: record: %s (written again later)\n",
+              plan->id().c_str(), s.ToString().c_str());
+      unrecorded_plans_[plan->id()] = *plan;
+    }
+    return s;
+  }
   auto created = store_->CreateRemediation(*plan, clock_->Now());
   if (!created.ok()) return created.status();
   *plan = *std::move(created);
   return absl::OkStatus();
+}
+
+void Daemon::RecordPending() {
+  for (auto it = unrecorded_plans_.begin(); it != unrecorded_plans_.end();) {
+    if (!store_->UpdateRemediation(it->second).ok()) return;  // still failing: the next turn
+    it = unrecorded_plans_.erase(it);
+  }
 }
 
 Daemon::FixDone Daemon::RunJob(FixJob job) {

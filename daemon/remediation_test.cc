@@ -128,6 +128,8 @@ class RemediationTest : public ::testing::Test {
     daemon_.reset();
     auto store = FleetStore::Open(db);
     ASSERT_TRUE(store.ok()) << store.status();
+    // A writer that holds the database makes the daemon's writes fail soon (SQLITE_BUSY).
+    ASSERT_TRUE((*store)->db().Exec("PRAGMA busy_timeout = 20").ok());
     DaemonOptions options;
     options.fix_threads = 0;  // a turn runs the job; the next one takes its result
     options.planner.driver_libcuda = pt::kLibcuda;
@@ -595,6 +597,39 @@ TEST_F(RemediationTest, WhenTheProbeStillFailsAfterALaunchTheFailedServerRestart
   EXPECT_EQ(Rows()["local/200/gpu0"].state(), "GAVE_UP");
   EXPECT_THAT(Rows()["local/200/gpu0"].reason(), HasSubstr("ptx_version_unsupported"));
   EXPECT_EQ(agent_.probes, 2);
+}
+
+// The fault matrix's outside-writer row: the plan's outcome could not be written while another
+// process held the database, and the record said "applying" for good (a restart would then have
+// resolved a fix that worked as interrupted). It is kept and written once the record is back.
+TEST_F(RemediationTest, APlanOutcomeTheRecordRefusedIsWrittenOnceTheRecordIsBack) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  agent_.toolchain = Cuda130();
+  agent_.after.push_back(pt::FixedSnapshot());
+  std::unique_ptr<FleetStore> outside;
+  agent_.on_apply = [this, &outside] {
+    auto store = FleetStore::Open(dir_.Join("fleet.db"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    outside = *std::move(store);
+    ASSERT_TRUE(outside->db().Exec("BEGIN IMMEDIATE").ok());
+  };
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns();
+  ASSERT_EQ(agent_.applies.size(), 1u);
+  ASSERT_NE(outside, nullptr);
+  std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "applying");  // the outcome is not in the record yet
+  agent_.on_apply = nullptr;
+  ASSERT_TRUE(outside->db().Exec("ROLLBACK").ok());
+  Turns();
+  plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "applied");
+  EXPECT_EQ(agent_.applies.size(), 1u);  // written, not run again
+  outside.reset();
 }
 
 // --- A remediation cut short by fleetd's stop (issue 12, defect 9) ---------------------------

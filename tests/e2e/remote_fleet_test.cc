@@ -254,6 +254,11 @@ TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
   testing::TempDir dir;
   auto world = SimWorld::Create(dir.Join("world"), "fixed");
   ASSERT_TRUE(world.ok()) << world.status();
+  // Each container has GPUs of its own: pve2's servers find their own nvidia-smi on PATH and hold
+  // memory in world2's GPUs, so pve1's GPU check never sees them (the agent waits for a GPU
+  // whose memory another container's server holds).
+  auto world2 = SimWorld::Create(dir.Join("world2"), "fixed");
+  ASSERT_TRUE(world2.ok()) << world2.status();
   // The containers see the world and the build at the same paths (a shared volume).
   const std::vector<std::string> binds = {dir.path(), testing::BuildPath(""),
                                           testing::SourcePath("")};
@@ -272,7 +277,7 @@ TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
   std::string env_yaml;
   for (const auto& [k, v] : env) absl::StrAppend(&env_yaml, "      ", k, ": ", Quoted(v), "\n");
   auto container = [&](const SimHost& h, const std::string& ctid, const std::string& kind,
-                       const std::string& address) {
+                       const std::string& address, SimWorld& gpus) {
     return absl::StrCat(
         "    reach: {kind: ssh, address: ", h.address(),
         ", identity_file: ", Quoted(creds.identity), ", known_hosts: ", Quoted(creds.known_hosts),
@@ -286,11 +291,12 @@ TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
         "        gpus: [0, 1, 2, 3]\n        template: sim\n        base_port: 30000\n"
         "        tools:\n          pip: [",
         Quoted(world->Path("venv/bin/pip")), "]\n          nvidia_smi: [",
-        Quoted(world->Path("bin/nvidia-smi")), "]\n");
+        Quoted(gpus.Path("bin/nvidia-smi")),
+        "]\n        env:\n          PATH: ", Quoted(gpus.ServerEnv(0, 500).at("PATH")), "\n");
   };
   const std::string yaml = absl::StrCat(
-      "hosts:\n  - name: pve1\n", container(pve1, "201", "direct", ct1), "  - name: pve2\n",
-      container(pve2, "202", "ssh_tunnel", ct2),
+      "hosts:\n  - name: pve1\n", container(pve1, "201", "direct", ct1, *world), "  - name: pve2\n",
+      container(pve2, "202", "ssh_tunnel", ct2, *world2),
       "templates:\n  - name: sim\n    engine: sglang\n    model: ", Quoted(world->Model()),
       "\n    argv: [", Quoted(world->Path("venv/bin/python")),
       ", -m, sglang.launch_server, --model-path, \"{model}\", --host, 127.0.0.1, --port, "
