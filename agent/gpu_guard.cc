@@ -237,7 +237,7 @@ GpuCheck GpuGuard::Check(const GpuRequest& request) {
   query.timeout = options_.nvidia_smi_timeout;
   const size_t prefix = query.argv.size();
   // Runs nvidia-smi with `args`; its output, or a note saying why there is none.
-  auto smi = [&](std::vector<std::string> args) -> std::optional<std::string> {
+  auto smi = [&](std::vector<std::string> args, bool quiet = false) -> std::optional<std::string> {
     query.argv.resize(prefix);
     for (std::string& a : args) query.argv.push_back(std::move(a));
     absl::StatusOr<CommandResult> r = runner_->Run(query);
@@ -246,6 +246,7 @@ GpuCheck GpuGuard::Check(const GpuRequest& request) {
       return std::nullopt;
     }
     if (!r->ok()) {
+      if (quiet) return std::nullopt;
       std::string tail = r->output.substr(0, r->output.find('\n'));
       check.notes.push_back(absl::StrCat("nvidia-smi ", query.argv[prefix], ": ",
                                          r->timed_out ? "timed out"
@@ -270,10 +271,11 @@ GpuCheck GpuGuard::Check(const GpuRequest& request) {
   };
 
   // The device node: /dev/nvidiaN is named by the GPU's minor number, which need not be its
-  // index.
+  // index. Drivers that do not know the field (an H200's 580 refused it: "not a valid field to
+  // query") leave the index, quietly: it is the minor number on every machine seen so far.
   int64_t minor = request.gpu;
   if (std::optional<std::string> out =
-          smi({"--query-gpu=minor_number", "--format=csv,noheader,nounits", "-i", index})) {
+          smi({"--query-gpu=minor_number", "--format=csv,noheader,nounits", "-i", index}, true)) {
     int64_t m = -1;
     const absl::string_view first = absl::string_view(*out).substr(0, out->find('\n'));
     if (ParseField(first, &m) && m >= 0 && m < 4096) minor = m;

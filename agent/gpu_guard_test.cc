@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -335,6 +336,32 @@ TEST(GpuGuard, WithoutNvidiaSmiTheGpuCountsAsFreeAndSaysSo) {
   EXPECT_TRUE(check.free);
   EXPECT_EQ(check.used_mib, -1);
   EXPECT_THAT(check.Summary(), HasSubstr("memory not checked"));
+}
+
+// The H200's driver (580) refuses --query-gpu=minor_number ("not a valid field to query"): the
+// GPU's index names its device node, and the refusal is not shown as if something were wrong.
+TEST(GpuGuard, ADriverWithoutTheMinorNumberFieldLeavesTheIndexQuietly) {
+  GpuWorld world;
+  PosixCommandRunner runner;
+  fleet::testing::FakeClock clock;
+  GpuGuard guard(world.Options(), &runner, &clock);
+  const std::string wrapper = world.Join("bin/nvidia-smi-580");
+  {
+    std::ofstream out(wrapper);
+    out << "#!/bin/bash\n"
+        << "if [[ $1 == --query-gpu=minor_number ]]; then\n"
+        << "  echo 'Field \"minor_number\" is not a valid field to query.'; exit 2\n"
+        << "fi\n"
+        << "exec " << world.Smi() << " \"$@\"\n";
+  }
+  ASSERT_EQ(chmod(wrapper.c_str(), 0755), 0);
+  GpuRequest r = world.Request(1);
+  r.nvidia_smi = {wrapper};
+  const GpuCheck check = guard.Check(r);
+  EXPECT_TRUE(check.free);
+  EXPECT_EQ(check.device, world.Device(1));
+  EXPECT_THAT(check.notes, ::testing::IsEmpty());
+  EXPECT_THAT(check.Summary(), ::testing::Not(HasSubstr("minor_number")));
 }
 
 TEST(GpuGuard, ParsesNvidiaSmiAnswers) {

@@ -670,11 +670,19 @@ time.sleep(float(sys.argv[2]))' "$sdir/bystander.pid" "$bystander_s" >"$sdir/bys
   t_restart=$(date +%s)
   fleetctl restart "$name" --now >"$sdir/restart.txt" 2>&1 ||
     lines+=("restart failed: $(head -c 300 "$sdir/restart.txt")")
-  timeout "$timeout_s" "$bin_dir/fleetctl" --socket "$sock/fleetd.sock" --timeout 30s \
-    status --watch --until-ready >"$sdir/watch-relaunch.txt" 2>&1 </dev/null || relaunch_rc=$?
+  # `status --until-ready` ends at once here: right after `restart --now` the server is STOPPED
+  # for a moment, and all STOPPED counts as an end for it. Its state is followed instead.
+  relaunch_rc=124
+  for ((tries = 0; tries < timeout_s * 2; tries++)); do
+    state=$(server_state "$name")
+    printf '%s %s\n' "$(date +%s)" "$state" >>"$sdir/watch-relaunch.txt"
+    [[ $state == READY ]] && { relaunch_rc=0; break; }
+    [[ $state == GAVE_UP ]] && { relaunch_rc=2; break; }
+    sleep 0.5  # a poll interval, not a synchronisation guess
+  done
   t_ready=$(date +%s)
   wait "$bystander" 2>/dev/null || byst_rc=$?
-  lines+=("relaunch: status --until-ready exited $relaunch_rc after $((t_ready - t_restart)) s (the bystander held its memory for ${bystander_s} s)")
+  lines+=("relaunch: READY wait ended $relaunch_rc (0 READY, 2 GAVE_UP, 124 timed out) after $((t_ready - t_restart)) s (the bystander held its memory for ${bystander_s} s)")
   lines+=("leftover pid $leftover after the relaunch: $(kill -0 "$leftover" 2>/dev/null && echo 'STILL ALIVE (wrong)' || echo 'gone (right)')")
   lines+=("bystander exit status $byst_rc: $([[ $byst_rc == 0 ]] && echo 'ran to its end, never signalled (right)' || echo 'ended abnormally (wrong if it was signalled)')")
   if grep -q "killed the previous server's leftovers: pid $leftover " "$agent_log"; then
