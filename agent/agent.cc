@@ -1205,8 +1205,12 @@ void Agent::Subscribe(EventSubscriber* subscriber) {
 }
 
 void Agent::Unsubscribe(EventSubscriber* subscriber) {
-  absl::MutexLock lock(&mu_);
-  subscribers_.erase(subscriber);
+  {
+    absl::MutexLock lock(&mu_);
+    subscribers_.erase(subscriber);
+  }
+  // A notification that copied the list before the erase may still be calling it: wait for it.
+  absl::MutexLock notifying(&notify_mu_);
 }
 
 std::string Agent::LogPath(int32_t gpu, int64_t attempt_number) {
@@ -1309,6 +1313,7 @@ void Agent::RetryStore(absl::Time now) {
 bool Agent::Degraded() const { return !unstored_.empty() || !unstored_records_.empty(); }
 
 void Agent::NotifySubscribers() {
+  absl::MutexLock notifying(&notify_mu_);
   std::vector<EventSubscriber*> to_notify;
   {
     absl::MutexLock lock(&mu_);

@@ -118,7 +118,7 @@ class Agent {
   std::vector<fleet::v1::AgentEvent> EventsAfter(const std::string& incarnation, uint64_t after,
                                                  size_t limit);
   void Subscribe(EventSubscriber* subscriber);
-  void Unsubscribe(EventSubscriber* subscriber);
+  void Unsubscribe(EventSubscriber* subscriber) ABSL_LOCKS_EXCLUDED(mu_, notify_mu_);
 
   // The log of `gpu`'s attempt `attempt_number` (0: the current one): the live log path, or the
   // LOG.<attempt> it was rotated to. "" when there is none.
@@ -185,7 +185,7 @@ class Agent {
   void WatchFd(int fd, Watch::Kind kind, int32_t gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnwatchFd(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake();
-  void NotifySubscribers() ABSL_LOCKS_EXCLUDED(mu_);
+  void NotifySubscribers() ABSL_LOCKS_EXCLUDED(mu_, notify_mu_);
   void ReadinessLoop();
   void RequestProbe(ProbeJob job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   fleet::v1::ServerStatus StatusOf(const ServerRun& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -217,6 +217,9 @@ class Agent {
   // Watches by descriptor; the epoll data points at the map's nodes, which stay put.
   std::map<int, Watch> watches_ ABSL_GUARDED_BY(mu_);
   std::set<EventSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
+  // Held while subscribers are told (outside mu_): Unsubscribe waits for it, so a subscriber
+  // that unsubscribed (a finished stream, deleted right after) is never called again.
+  absl::Mutex notify_mu_;
   bool events_pending_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<ProbeJob> probe_jobs_ ABSL_GUARDED_BY(mu_);

@@ -223,9 +223,10 @@ v1::Plan PlanWithASecret() {
   set->set_reason("the model is gated");
   (*plan.mutable_env_changes())["HF_TOKEN"] = "hf_supersecret123";
   plan.set_summary("set HF_TOKEN=hf_supersecret123 for the gated model");
+  const v1::Action action = set->action();  // `set` points into the plan replaced below
   plan = AppliedPlan(plan, kNow);
   v1::ActionResult* r = plan.add_results();
-  *r->mutable_action() = set->action();
+  *r->mutable_action() = action;
   r->set_ok(true);
   r->set_message("HF_TOKEN=hf_supersecret123 recorded");
   return plan;
