@@ -211,18 +211,27 @@ class Checker {
     }
   }
 
+  // A name `env` or `env_from_file` may set: false (and said) when it is not one.
+  bool CheckEnvName(const std::string& entry_path, const std::string& name) {
+    if (!IsEnvName(name)) {
+      Add(entry_path, absl::StrCat("invalid environment variable name ", Quoted(name),
+                                   ": use letters, digits and '_', not starting with a digit"));
+      return false;
+    }
+    if (name == "CUDA_VISIBLE_DEVICES") {
+      Add(entry_path, "CUDA_VISIBLE_DEVICES is set for each server from the container's gpus");
+      return false;
+    }
+    return true;
+  }
+
   void CheckEnv(const std::string& path,
                 const google::protobuf::Map<std::string, std::string>& env) {
     // Sorted, so that errors come out in a stable order (Map's order is not).
     std::map<std::string, std::string> sorted(env.begin(), env.end());
     for (const auto& [name, value] : sorted) {
       const std::string entry_path = KeyPath(path, name);
-      if (!IsEnvName(name)) {
-        Add(entry_path, absl::StrCat("invalid environment variable name ", Quoted(name),
-                                     ": use letters, digits and '_', not starting with a digit"));
-      } else if (name == "CUDA_VISIBLE_DEVICES") {
-        Add(entry_path, "CUDA_VISIBLE_DEVICES is set for each server from the container's gpus");
-      } else if (name == "CUDA_DEVICE_ORDER" && value != "PCI_BUS_ID") {
+      if (CheckEnvName(entry_path, name) && name == "CUDA_DEVICE_ORDER" && value != "PCI_BUS_ID") {
         // The agent runs every server with PCI_BUS_ID, so that gpus name nvidia-smi's indexes.
         Add(entry_path, absl::StrCat("CUDA_DEVICE_ORDER must be PCI_BUS_ID, got ", Quoted(value),
                                      ": the gpus are nvidia-smi's indexes, which are PCI order"));
@@ -242,12 +251,7 @@ class Checker {
     std::map<std::string, std::string> sorted(files.begin(), files.end());
     for (const auto& [name, file] : sorted) {
       const std::string entry_path = KeyPath(path, name);
-      if (!IsEnvName(name)) {
-        Add(entry_path, absl::StrCat("invalid environment variable name ", Quoted(name),
-                                     ": use letters, digits and '_', not starting with a digit"));
-      } else if (name == "CUDA_VISIBLE_DEVICES") {
-        Add(entry_path, "CUDA_VISIBLE_DEVICES is set for each server from the container's gpus");
-      } else if (env.contains(name)) {
+      if (CheckEnvName(entry_path, name) && env.contains(name)) {
         Add(entry_path, absl::StrCat(name, " is also set in ", env_path, ": give it one way"));
       }
       if (!IsAbsolute(file) || file.size() > kMaxEnvFilePath ||
