@@ -111,23 +111,9 @@ note "$("${conf[nvidia_smi]}" -L | head -1)  (and $((gpus - 1)) more; driver CUD
 
 # --- fleetd, the agent, the config ---------------------------------------------------------------
 
-# Eight consecutive free loopback ports for the servers (base_port + gpu): a base the kernel gave
-# out, checked port by port (nothing listens there), else another.
-ports_free_from() {
-  local p
-  for ((p = $1; p < $1 + gpus; p++)); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && return 1
-  done
-  return 0
-}
-base_port=
-for _ in 1 2 3 4 5 6 7 8 9 10; do
-  candidate=$("$free_ports" 1)
-  if ((candidate + gpus < 65536)) && ports_free_from "$candidate"; then
-    base_port=$candidate
-    break
-  fi
-done
+# Eight consecutive free loopback ports for the servers (base_port + gpu), outside the kernel's
+# ephemeral range so no other program's port-0 bind takes one first.
+base_port=$("$free_ports" "$gpus" | sed -n 1p) || base_port=
 [[ -n $base_port ]] || { printf 'demo: no %d consecutive free ports found\n' "$gpus" >&2; exit 1; }
 
 # The fleet config: the SGLang template on the world's python, its server.env, and the

@@ -229,25 +229,9 @@ make_world() {
   server_env[FLEET_SIM_SPEED]=$speed
 }
 
-# Eight consecutive free loopback ports for the servers (base_port + gpu), as the demo finds them.
-ports_free_from() {
-  local p
-  for ((p = $1; p < $1 + gpus; p++)); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && return 1
-  done
-  return 0
-}
-find_base_port() {
-  local candidate
-  for _ in 1 2 3 4 5 6 7 8 9 10; do
-    candidate=$("$free_ports" 1)
-    if ((candidate + gpus < 65536)) && ports_free_from "$candidate"; then
-      echo "$candidate"
-      return 0
-    fi
-  done
-  return 1
-}
+# Eight consecutive free loopback ports for the servers (base_port + gpu), outside the kernel's
+# ephemeral range, as the demo finds them.
+find_base_port() { "$free_ports" "$gpus" | sed -n 1p; }
 
 # write_config STATE_DIR WORLD BASE_PORT: the demo's fleet config (tests/sim/sim_fleet_config.sh:
 # the SGLang template on the world's python, its server.env, the container's own

@@ -21,7 +21,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -41,6 +40,7 @@
 #include "gtest/gtest.h"
 #include "proto/agent.grpc.pb.h"
 #include "proto/fleet.pb.h"
+#include "tests/sim/port_pick.h"
 #include "tests/sim/sim_test_support.h"
 #include "tests/testing/subprocess.h"
 
@@ -83,29 +83,11 @@ Env ToolEnv() {
 
 bool GroupGone(pid_t pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
 
-// `count` consecutive TCP ports of 127.0.0.1 that are free now, below the kernel's ephemeral
-// range (so no port-0 bind of a parallel test takes one): a server's port is base_port + gpu.
+// `count` consecutive free ports outside the ephemeral range: a server's port is base_port + gpu.
 int ConsecutiveFreePorts(int count) {
-  std::mt19937 random(std::random_device{}());
-  std::uniform_int_distribution<int> pick(20000, 30000);
-  for (int tries = 0; tries < 200; ++tries) {
-    const int base = pick(random);
-    std::vector<int> fds;
-    bool all = true;
-    for (int i = 0; i < count && all; ++i) {
-      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      addr.sin_port = htons(static_cast<uint16_t>(base + i));
-      if (fd >= 0) fds.push_back(fd);
-      all = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    }
-    for (int fd : fds) close(fd);
-    if (all) return base;
-  }
-  ADD_FAILURE() << "no " << count << " consecutive free ports";
-  return 0;
+  const absl::StatusOr<int> base = fleet::sim::ConsecutiveFreePorts(count);
+  if (!base.ok()) ADD_FAILURE() << base.status();
+  return base.value_or(0);
 }
 
 Struct ParseJson(const std::string& text) {

@@ -287,12 +287,9 @@ begin_run() {  # begin_run ROW K SCENARIO
   printf '#!/bin/bash\nprintf "%%s %%s %%s\\n" "${CUDA_VISIBLE_DEVICES:-?}" "$$" "$EPOCHREALTIME" >>%q\nexec -a "$0" %q "$@"\n' \
     "$ledger" "$server_bin" >"$world/venv/bin/python"
   chmod 755 "$world/venv/bin/python"
-  local candidate
-  base_port=
-  for _ in 1 2 3 4 5 6 7 8 9 10; do
-    candidate=$("$free_ports" 1)
-    if ((candidate + gpus < 65536)); then base_port=$candidate; break; fi
-  done
+  # Consecutive free ports outside the ephemeral range (a parallel test's port-0 bind cannot
+  # take one): a server's port is base_port + gpu.
+  base_port=$("$free_ports" "$gpus" | sed -n 1p) || die "sim-free-ports failed"
   # The partition row puts a link (fault-proxy) between fleetd and the agent's socket.
   local channel=$run_dir/agent.sock
   if [[ $1 == partition ]]; then

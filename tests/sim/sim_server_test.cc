@@ -3,11 +3,14 @@
 // classified as such; the fixed world serves HTTP; negatives and injected faults fail as their
 // real counterparts. Every test builds its own world in its own temp dir and runs the simulator
 // fast (FLEET_SIM_SPEED=500); waits are on log conditions and process exits, never fixed sleeps.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -529,3 +532,41 @@ TEST_F(SimServerTest, SigtermDuringWeightLoadingEndsTheStartAtOnce) {
 
 }  // namespace
 }  // namespace fleet::sim::testing
+
+// --- Ports for simulated servers
+// ---------------------------------------------------------------------
+
+// The fault matrix's servers once lost their ports to other tests' port-0 binds: a block from
+// sim-free-ports lay in the ephemeral range. The block now lies outside it, and binds.
+TEST(SimFreePorts, ABlockLiesOutsideTheEphemeralRangeAndBinds) {
+  int low = 32768;
+  int high = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low >> high;
+  fleet::testing::TempDir dir;
+  absl::StatusOr<fleet::testing::RunResult> run =
+      fleet::testing::Run({fleet::testing::BuildPath("tests/sim/sim-free-ports"), "8"},
+                          {.output_path = dir.Join("ports")});
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->exit_code, 0) << run->output;
+  std::vector<int> ports;
+  for (absl::string_view line : absl::StrSplit(run->output, '\n', absl::SkipEmpty())) {
+    int port = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(line, &port)) << line;
+    ports.push_back(port);
+  }
+  ASSERT_EQ(ports.size(), 8u) << run->output;
+  for (size_t i = 0; i < ports.size(); ++i) {
+    EXPECT_EQ(ports[i], ports[0] + static_cast<int>(i)) << "not consecutive: " << run->output;
+    EXPECT_TRUE(ports[i] < low || ports[i] > high)
+        << ports[i] << " lies in the ephemeral range " << low << "-" << high;
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(ports[i]));
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << ports[i];
+    close(fd);
+  }
+}

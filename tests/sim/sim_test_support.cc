@@ -28,6 +28,7 @@
 #include "common/base/errno_status.h"
 #include "common/diagnosis/log_file.h"
 #include "common/diagnosis/signature_matcher.h"
+#include "tests/sim/port_pick.h"
 
 namespace fleet::sim::testing {
 namespace {
@@ -246,11 +247,7 @@ double BackgroundProcess::ChildrenCpuSeconds() const {
   return seconds;
 }
 
-absl::StatusOr<int> FreePort() {
-  absl::StatusOr<std::unique_ptr<HeldPort>> held = HeldPort::Listen();
-  if (!held.ok()) return held.status();
-  return (*held)->port();
-}
+absl::StatusOr<int> FreePort() { return ConsecutiveFreePorts(1); }
 
 absl::StatusOr<std::unique_ptr<HeldPort>> HeldPort::Listen() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

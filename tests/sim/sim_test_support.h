@@ -98,7 +98,8 @@ class BackgroundProcess {
   bool reaped_ = false;
 };
 
-// A TCP port of 127.0.0.1 that was free a moment ago: bound with port 0, read back, closed.
+// A TCP port of 127.0.0.1 that was free a moment ago, outside the ephemeral range
+// (tests/sim/port_pick.h), for a server the test starts to bind.
 absl::StatusOr<int> FreePort();
 
 // A listening socket on 127.0.0.1, port chosen by the kernel; closed on destruction.
