@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
@@ -78,18 +80,20 @@ void RedactDiagnosis(const std::map<std::string, std::string>& env, fleet::v1::D
 
 // What the GPU check of `request` needs besides the previous server: the GPU, the attempt, and
 // the container's nvidia-smi with the server's environment.
-void FillGpuRequest(const fleet::v1::LaunchRequest& request, GpuRequest* out) {
+void FillGpuRequest(const fleet::v1::LaunchRequest& request, const std::string& owner,
+                    GpuRequest* out) {
   const ServerSpec& spec = request.spec();
   out->gpu = spec.server().gpu();
   out->key = request.attempt_id();
+  out->owner = owner;
   out->nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
   out->env = EnvOf(spec);
 }
 
 // A check that did something, found someone, or could not look is said in the agent's log.
 void LogGpuCheck(const std::string& attempt_id, const GpuCheck& check, bool busy) {
-  if (check.reclaimed.empty() && check.stuck.empty() && check.others.empty() &&
-      check.notes.empty() && !busy) {
+  if (check.reclaimed.empty() && check.orphans.empty() && check.stuck.empty() &&
+      check.others.empty() && check.notes.empty() && !busy) {
     return;
   }
   fprintf(stderr, "fleet-agent: attempt %s: %s\n", attempt_id.c_str(), check.Summary().c_str());
@@ -654,6 +658,12 @@ absl::Status Agent::Init() {
   if (!wake_.valid()) return ErrnoToStatus(errno, "agent: eventfd");
   auto store = AgentStore::Open(options_.state_dir, options_.event_retention);
   if (!store.ok()) return store.status();
+  // The agent's mark in its servers' environment (gpu_guard.h): its state dir, resolved.
+  char resolved[PATH_MAX];
+  if (realpath(options_.state_dir.c_str(), resolved) == nullptr) {
+    return ErrnoToStatus(errno, absl::StrCat("agent: realpath ", options_.state_dir));
+  }
+  mark_ = resolved;
   if (deps_.gpu_guard != nullptr) {
     deps_.gpu_guard->SetListener([this](const GpuRequest& r, const GpuCheck& c,
                                         GpuGuard::Verdict v) { OnGpuCheck(r, c, v); });
@@ -827,7 +837,7 @@ absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchR
       if (!refused.ok()) return refused;
       if (response.already_running()) return response;
     }
-    FillGpuRequest(request, &gpu_request);
+    FillGpuRequest(request, mark_, &gpu_request);
     check = deps_.gpu_guard->Check(gpu_request);
     LogGpuCheck(request.attempt_id(), *check, /*busy=*/!check->free);
   }
@@ -927,6 +937,10 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
     if (name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DEVICE_ORDER") continue;
     command.env[name] = std::move(value);
   }
+  // The agent's marks (gpu_guard.h), last: a server it loses the record of is still known as its.
+  command.env[kMarkAgent] = mark_;
+  command.env[kMarkGpu] = absl::StrCat(gpu);
+  command.env[kMarkAttempt] = request.attempt_id();
   command.cwd = spec.workdir();
   command.log_path = spec.log_path();
   absl::StatusOr<ServerProcess> process = deps_.launcher->Launch(command);
@@ -969,7 +983,7 @@ void Agent::WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous
   const int32_t gpu = spec.server().gpu();
   GpuRequest check;
   check.previous = previous;
-  FillGpuRequest(request, &check);
+  FillGpuRequest(request, mark_, &check);
   auto run = std::make_unique<ServerRun>(this, EffectiveSpec(spec, options_), request.attempt_id(),
                                          request.attempt_number());
   run->WaitForGpu(deps_.clock->Now(), absl::StrCat("checking that gpu ", gpu, " is free"));

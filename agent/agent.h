@@ -192,6 +192,8 @@ class Agent {
 
   // Constant after construction.
   const AgentOptions options_;
+  // options_.state_dir resolved (set once by Init): the kMarkAgent value of its servers.
+  std::string mark_;
   const Dependencies deps_;
   const diagnosis::SignatureMatcher* matcher_ = nullptr;
   UniqueFd epoll_;

@@ -1,6 +1,7 @@
 #include "agent/gpu_guard.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "agent/proc.h"
 #include "common/base/unique_fd.h"
 
@@ -106,6 +108,77 @@ std::vector<GpuProcess> FindDeviceHolders(const std::string& proc_root, const st
   return out;
 }
 
+namespace {
+
+// Whether the environment of `pid` holds kMarkAgent=owner and kMarkGpu=gpu (read up to 1 MiB).
+bool CarriesMarks(const std::string& proc_root, pid_t pid, const std::string& owner, int32_t gpu) {
+  const int fd = open(absl::StrCat(proc_root, "/", pid, "/environ").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  constexpr size_t kMaxEnviron = 1 << 20;
+  std::string env;
+  char buf[16384];
+  while (env.size() < kMaxEnviron) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    env.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  const std::string agent = absl::StrCat(kMarkAgent, "=", owner);
+  const std::string gpu_mark = absl::StrCat(kMarkGpu, "=", gpu);
+  bool agent_seen = false;
+  bool gpu_seen = false;
+  for (absl::string_view var : absl::StrSplit(env, '\0')) {
+    agent_seen = agent_seen || var == agent;
+    gpu_seen = gpu_seen || var == gpu_mark;
+  }
+  return agent_seen && gpu_seen;
+}
+
+// The real uid of `pid` (the first field of status's Uid line), or -1.
+int64_t RealUid(const std::string& proc_root, pid_t pid) {
+  const int fd = open(absl::StrCat(proc_root, "/", pid, "/status").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[4096];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(buf, static_cast<size_t>(n)), '\n')) {
+    if (!absl::ConsumePrefix(&line, "Uid:")) continue;
+    const std::vector<absl::string_view> ids =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    int64_t uid = -1;
+    return !ids.empty() && absl::SimpleAtoi(ids[0], &uid) ? uid : -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::vector<GpuProcess> FindMarkedProcesses(const std::string& proc_root, const std::string& owner,
+                                            int32_t gpu, uid_t uid) {
+  std::vector<GpuProcess> out;
+  if (owner.empty()) return out;
+  DIR* dir = opendir(proc_root.c_str());
+  if (dir == nullptr) return out;
+  const pid_t self = getpid();
+  while (dirent* e = readdir(dir)) {
+    int64_t pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid <= 0 || pid > INT_MAX || pid == self) continue;
+    if (!CarriesMarks(proc_root, static_cast<pid_t>(pid), owner, gpu)) continue;
+    if (RealUid(proc_root, static_cast<pid_t>(pid)) != static_cast<int64_t>(uid)) continue;
+    const std::optional<ProcStat> s = ReadProcStat(static_cast<pid_t>(pid), proc_root);
+    if (!s || IsDead(*s)) continue;
+    out.push_back({s->pid, s->start_ticks, s->session, Bounded(s->comm)});
+    if (out.size() >= kMaxProcesses) break;
+  }
+  closedir(dir);
+  std::sort(out.begin(), out.end(),
+            [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });
+  return out;
+}
+
 absl::StatusOr<int64_t> ParseMemoryUsed(absl::string_view csv) {
   const absl::string_view line = csv.substr(0, csv.find('\n'));
   const std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
@@ -167,6 +240,13 @@ std::string GpuCheck::Summary() const {
     parts.push_back(
         absl::StrCat("killed the previous server's leftovers: ", absl::StrJoin(killed, ", ")));
   }
+  if (!orphans.empty()) {
+    std::vector<std::string> killed;
+    for (const GpuProcess& p : orphans) killed.push_back(Describe(p));
+    parts.push_back(absl::StrCat("killed servers of this agent's that its record had lost (",
+                                 kMarkAgent, " and ", kMarkGpu,
+                                 " in their environment): ", absl::StrJoin(killed, ", ")));
+  }
   if (!stuck.empty()) {
     std::vector<std::string> left;
     for (const GpuProcess& p : stuck) left.push_back(Describe(p));
@@ -187,7 +267,8 @@ GpuGuard::~GpuGuard() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool GpuGuard::Reclaim(const GpuProcess& p, const PreviousServer& previous, bool* gone) {
+bool GpuGuard::Reclaim(const GpuProcess& p, const std::function<bool(const ProcStat&)>& verify,
+                       bool* gone) {
   *gone = false;
   UniqueFd pidfd(PidfdOpen(p.pid));
   if (!pidfd.valid()) {
@@ -200,11 +281,7 @@ bool GpuGuard::Reclaim(const GpuProcess& p, const PreviousServer& previous, bool
     *gone = true;
     return true;
   }
-  if (s->start_ticks != p.start_ticks || s->session != previous.session ||
-      s->start_ticks < previous.start_ticks ||
-      !SessionIsStillPrevious(previous, options_.proc_root)) {
-    return false;
-  }
+  if (s->start_ticks != p.start_ticks || !verify(*s)) return false;
   if (!IsDead(*s) && PidfdSendSignal(pidfd.get(), SIGKILL) != 0 && errno != ESRCH) return false;
   // The pidfd is readable once the process has exited.
   pollfd pfd{pidfd.get(), POLLIN, 0};
@@ -293,17 +370,38 @@ GpuCheck GpuGuard::Check(const GpuRequest& request) {
       if (ours.size() >= kMaxProcesses) break;
     }
   }
+  // The agent's own servers on this GPU that its record lost: marked, of its uid.
+  std::map<pid_t, GpuProcess> orphans;
+  for (GpuProcess& m :
+       FindMarkedProcesses(options_.proc_root, request.owner, request.gpu, geteuid())) {
+    if (ours.count(m.pid) == 0) orphans.emplace(m.pid, std::move(m));
+  }
   for (GpuProcess& h : FindDeviceHolders(options_.proc_root, check.device)) {
     if (session_ours && h.session == previous.session && h.start_ticks >= previous.start_ticks) {
       ours.emplace(h.pid, h);
-    } else if (h.pid != getpid()) {
+    } else if (h.pid != getpid() && orphans.count(h.pid) == 0) {
       check.others.push_back(std::move(h));
     }
   }
+  const auto still_previous = [&](const ProcStat& s) {
+    return s.session == previous.session && s.start_ticks >= previous.start_ticks &&
+           SessionIsStillPrevious(previous, options_.proc_root);
+  };
+  const auto still_marked = [&](const ProcStat& s) {
+    return CarriesMarks(options_.proc_root, s.pid, request.owner, request.gpu);
+  };
   for (const auto& [pid, p] : ours) {
     bool gone = false;
-    if (Reclaim(p, previous, &gone)) {
+    if (Reclaim(p, still_previous, &gone)) {
       if (gone) check.reclaimed.push_back(p);
+    } else if (!gone) {
+      check.stuck.push_back(p);
+    }
+  }
+  for (const auto& [pid, p] : orphans) {
+    bool gone = false;
+    if (Reclaim(p, still_marked, &gone)) {
+      if (gone) check.orphans.push_back(p);
     } else if (!gone) {
       check.stuck.push_back(p);
     }

@@ -5,10 +5,14 @@
 //   1. Leftovers of the server that ran there before: the live members of its recorded session
 //      (the server is its session's leader: session = group = the leader's pid) and every
 //      process inside the container whose /proc/PID/fd links to the GPU's device node
-//      (/dev/nvidiaN). Only those of the previous server's own session are killed, each after its
+//      (/dev/nvidiaN). Those of the previous server's own session are killed, each after its
 //      identity is verified at that moment (a pidfd, then /proc/PID/stat: same start time, same
 //      session, and the session is still the recorded one), and reaped where the agent is their
-//      parent (it is the container's subreaper). Any other holder is reported, never signalled.
+//      parent (it is the container's subreaper). So are the agent's servers on this GPU that its
+//      record lost (its state dir wiped, or a lost tail): processes of the agent's uid whose
+//      environment carries the agent's marks for this GPU (kMarkAgent, kMarkGpu below), verified
+//      the same way (same start time, the marks still there). Any other holder is reported,
+//      never signalled.
 //   2. The GPU's memory, from `nvidia-smi --query-gpu=memory.used -i N`: free means below
 //      free_threshold_mib. When it is not free, `--query-compute-apps` says who holds it: inside
 //      LXC those pids are the host's, so they are reported and never signalled.
@@ -42,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/command_runner.h"
+#include "agent/proc.h"
 #include "common/base/clock.h"
 
 namespace fleet::agent {
@@ -65,6 +70,16 @@ struct GpuGuardOptions {
   absl::Duration nvidia_smi_timeout = absl::Seconds(5);
 };
 
+// The marks the agent puts in the environment of every server it starts (and its children
+// inherit): the agent's state dir, absolute (one agent per state dir: its identity), the GPU,
+// the attempt. A process of the agent's own uid that carries the agent's marks for a GPU is a
+// server this agent started there, or a child of one, even when the agent's record of it is gone.
+// Only the agent's uid could have put them there: such a process is this agent's, or its own
+// user's to lose.
+inline constexpr char kMarkAgent[] = "FLEET_AGENT_DIR";
+inline constexpr char kMarkGpu[] = "FLEET_GPU";
+inline constexpr char kMarkAttempt[] = "FLEET_ATTEMPT_ID";
+
 // The server that ran on the GPU before, as the agent recorded it: its session (its pid: it is
 // the session's leader) and the leader's start time (clock ticks since boot). session 0: none.
 struct PreviousServer {
@@ -77,6 +92,9 @@ struct GpuRequest {
   // Who asks (the agent's attempt id): echoed to the listener, so a stale answer is recognised.
   std::string key;
   PreviousServer previous;
+  // The agent's kMarkAgent value: its servers on this GPU that it no longer knows are reclaimed.
+  // Empty: none are looked for.
+  std::string owner;
   // nvidia-smi's argv prefix (the config's tools.nvidia_smi); empty: "nvidia-smi" on env's PATH.
   std::vector<std::string> nvidia_smi;
   std::map<std::string, std::string> env;  // the server's environment (PATH for nvidia-smi)
@@ -104,6 +122,7 @@ struct GpuCheck {
   int64_t threshold_mib = 0;
   std::string device;                 // the device node looked for
   std::vector<GpuProcess> reclaimed;  // the previous server's leftovers, killed and reaped
+  std::vector<GpuProcess> orphans;    // the agent's marked servers it had lost, killed and reaped
   std::vector<GpuProcess> others;     // holders of the device inside the container: not ours
   std::vector<GpuProcess> stuck;      // ours, killed, and still there after reap_timeout
   std::vector<ComputeApp> apps;       // nvidia-smi's list when the GPU is busy
@@ -116,6 +135,11 @@ struct GpuCheck {
 
 // Processes under `proc_root` with a descriptor open on `device` (a /proc/PID/fd link to it).
 std::vector<GpuProcess> FindDeviceHolders(const std::string& proc_root, const std::string& device);
+
+// Processes under `proc_root` (not this one) of real uid `uid` whose environment holds
+// kMarkAgent=`owner` and kMarkGpu=`gpu`, at most 64, by pid. An environment is read up to 1 MiB.
+std::vector<GpuProcess> FindMarkedProcesses(const std::string& proc_root, const std::string& owner,
+                                            int32_t gpu, uid_t uid);
 
 // `nvidia-smi --query-gpu=memory.used[,minor_number] --format=csv,noheader,nounits` output: the
 // first line's fields. InvalidArgument when it holds no number.
@@ -166,9 +190,9 @@ class GpuGuard {
     absl::Time next_check;
   };
 
-  // Kills and reaps one leftover of the previous server; false when it could not be verified
-  // (it is then left alone) or did not die in time.
-  bool Reclaim(const GpuProcess& p, const PreviousServer& previous, bool* gone);
+  // Kills and reaps one leftover; false when it could not be verified (it is then left alone) or
+  // did not die in time. `verify` is asked about the process once a pidfd pins it.
+  bool Reclaim(const GpuProcess& p, const std::function<bool(const ProcStat&)>& verify, bool* gone);
   void Loop();
 
   // Constant after construction.

@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -364,6 +366,73 @@ TEST(GpuGuard, ADriverWithoutTheMinorNumberFieldLeavesTheIndexQuietly) {
   EXPECT_THAT(check.Summary(), ::testing::Not(HasSubstr("minor_number")));
 }
 
+// A process that runs `sleep` with exactly `env` (a server the agent started, as far as the
+// environment says); the test's child.
+pid_t StartWithEnv(const std::vector<std::string>& env) {
+  std::vector<char*> envp;
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  // The write end closes on exec: EOF on the read end says the exec happened.
+  int execd[2];
+  EXPECT_EQ(pipe2(execd, O_CLOEXEC), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    execle("/bin/sleep", "sleep", "600", static_cast<char*>(nullptr), envp.data());
+    _exit(127);
+  }
+  close(execd[1]);
+  char c = 0;
+  EXPECT_EQ(read(execd[0], &c, 1), 0);
+  close(execd[0]);
+  return pid;
+}
+
+TEST(GpuGuard, KillsTheAgentsOwnServersItsRecordLostAndNoOtherMarkedProcess) {
+  BecomeSubreaper();
+  GpuWorld world;
+  PosixCommandRunner runner;
+  fleet::testing::FakeClock clock;
+  GpuGuard guard(world.Options(), &runner, &clock);
+  Reaper reaper;
+  const std::string owner = "/var/lib/agent-a";
+  const std::string mark = absl::StrCat(kMarkAgent, "=", owner);
+  // This agent's server on GPU 0 (its record gone), holding the memory.
+  const pid_t lost = reaper.Add(StartWithEnv({mark, absl::StrCat(kMarkGpu, "=0"), "PATH=/bin"}));
+  world.HoldMemory(0, lost, 70000, "python3");
+  // Its server on GPU 1, another agent's on GPU 0, and an unmarked holder of the device.
+  const pid_t gpu1 = reaper.Add(StartWithEnv({mark, absl::StrCat(kMarkGpu, "=1")}));
+  const pid_t other_agent = reaper.Add(
+      StartWithEnv({absl::StrCat(kMarkAgent, "=/var/lib/agent-b"), absl::StrCat(kMarkGpu, "=0")}));
+  const pid_t bystander = reaper.Add(HoldOpen(world.Device(0)));
+  // A prefix of the owner is not the owner.
+  const pid_t prefix =
+      reaper.Add(StartWithEnv({absl::StrCat(mark, "-old"), absl::StrCat(kMarkGpu, "=0")}));
+  const std::vector<pid_t> spared = {gpu1, other_agent, bystander, prefix};
+  std::vector<uint64_t> spared_ticks;
+  for (pid_t p : spared) spared_ticks.push_back(StartTicks(p));
+  const uint64_t lost_ticks = StartTicks(lost);
+
+  // Without the owner's mark, the GPU is busy and nothing is signalled.
+  GpuCheck check = guard.Check(world.Request(0));
+  EXPECT_FALSE(check.free);
+  EXPECT_TRUE(Alive(lost, lost_ticks));
+
+  GpuRequest request = world.Request(0);
+  request.owner = owner;
+  check = guard.Check(request);
+  EXPECT_THAT(Pids(check.orphans), ::testing::ElementsAre(lost)) << check.Summary();
+  EXPECT_FALSE(Alive(lost, lost_ticks));
+  EXPECT_TRUE(Reaped(lost));
+  EXPECT_TRUE(check.free) << check.Summary();
+  EXPECT_THAT(check.Summary(), HasSubstr("record had lost"));
+  EXPECT_THAT(Pids(check.others), ::testing::ElementsAre(bystander));
+  for (size_t i = 0; i < spared.size(); ++i) {
+    EXPECT_TRUE(Alive(spared[i], spared_ticks[i])) << "pid " << spared[i] << " was touched";
+  }
+  for (pid_t p : spared) Finish(p);
+}
+
 TEST(GpuGuard, ParsesNvidiaSmiAnswers) {
   EXPECT_EQ(*ParseMemoryUsed("70123\n"), 70123);
   EXPECT_EQ(*ParseMemoryUsed("512, 3\n"), 512);
@@ -393,9 +462,11 @@ class AgentWithGuard {
     if (with_guard) guard_ = std::make_unique<GpuGuard>(world_.Options(), &runner_, &clock_);
     Restart();
   }
-  // A new agent on the same state dir (the first, if any, goes: an agent restart).
-  void Restart() {
+  // A new agent on the same state dir (the first, if any, goes: an agent restart). With `wipe`,
+  // the state dir is emptied between the two, as if someone deleted it; the servers live on.
+  void Restart(bool wipe = false) {
     agent_.reset();
+    if (wipe) std::filesystem::remove_all(dir_.Join("state"));
     AgentOptions options;
     options.state_dir = dir_.Join("state");
     options.stop_grace = absl::Milliseconds(300);
@@ -468,6 +539,7 @@ class AgentWithGuard {
   }
 
   GpuWorld& world() { return world_; }
+  std::string StateDir() const { return dir_.Join("state"); }
   GpuGuard& guard() { return *guard_; }
   fleet::testing::FakeClock& clock() { return clock_; }
   Agent& agent() { return *agent_; }
@@ -497,6 +569,8 @@ TEST(AgentGpu, LaunchedEnvironmentCarriesPciBusOrderWithTheConfiguredIndex) {
   auto r = a.Launch(spec, "a1", 1);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_GT(r->status().pid(), 0);
+  // Its first output: it runs the program now (its environment is readable).
+  ASSERT_TRUE(a.RunUntilLog(1, "loading"));
   const std::string environ = Environ(r->status().pid());
   EXPECT_THAT(environ, HasSubstr(std::string("\0CUDA_DEVICE_ORDER=PCI_BUS_ID\0", 30)));
   EXPECT_THAT(environ, HasSubstr(std::string("\0CUDA_VISIBLE_DEVICES=1\0", 24)));
@@ -638,6 +712,55 @@ TEST(AgentGpu, RelaunchKillsOnlyTheLeftoverOfItsOwnServer) {
   const fleet::v1::ServerStatus s = a.StatusOf(0);
   EXPECT_EQ(s.attempt_id(), "a2");
   EXPECT_GT(s.pid(), 0);
+  Finish(bystander);
+}
+
+TEST(AgentGpu, ServersCarryTheAgentsMarks) {
+  AgentWithGuard a(/*with_guard=*/false);
+  auto r = a.Launch(a.Spec(1, {"quiet"}), "a1", 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GT(r->status().pid(), 0);
+  // Its first output: it runs the program now (its environment is readable).
+  ASSERT_TRUE(a.RunUntilLog(1, "loading"));
+  const std::string environ = Environ(r->status().pid());
+  char resolved[PATH_MAX];
+  ASSERT_NE(realpath(a.StateDir().c_str(), resolved), nullptr);
+  EXPECT_THAT(environ, HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkAgent, "=", resolved,
+                                              std::string(1, '\0'))));
+  EXPECT_THAT(environ,
+              HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkGpu, "=1", std::string(1, '\0'))));
+  EXPECT_THAT(environ, HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkAttempt, "=a1",
+                                              std::string(1, '\0'))));
+}
+
+// The fault matrix's agent-wipe row: the agent's state dir deleted while its servers run. The new
+// agent knows none of them; its relaunch finds them by their marks and stops them first, instead
+// of waiting for a GPU (and a port) they hold until its wait runs out.
+TEST(AgentGpu, AfterItsStateDirIsWipedTheRelaunchStopsTheServerItLost) {
+  BecomeSubreaper();
+  AgentWithGuard a(/*with_guard=*/true);
+  ASSERT_TRUE(a.Launch(a.Spec(0, {"quiet"}), "a1", 1).ok());
+  a.guard().Step();
+  const pid_t old_server = a.StatusOf(0).pid();
+  ASSERT_GT(old_server, 0);
+  Reaper reaper;
+  reaper.Add(old_server);
+  const uint64_t old_ticks = StartTicks(old_server);
+  a.world().HoldMemory(0, old_server, 70000, "python3");
+  const pid_t bystander = reaper.Add(HoldOpen(a.world().Device(0)));
+  const uint64_t bystander_ticks = StartTicks(bystander);
+
+  a.Restart(/*wipe=*/true);
+  EXPECT_EQ(a.StatusOf(0).attempt_id(), "") << "the record is gone";
+  ASSERT_TRUE(Alive(old_server, old_ticks));
+  ASSERT_TRUE(a.Launch(a.Spec(0, {"quiet"}), "b1", 1).ok());
+  a.guard().Step();
+  EXPECT_FALSE(Alive(old_server, old_ticks)) << "the server the agent lost is stopped";
+  const fleet::v1::ServerStatus s = a.StatusOf(0);
+  EXPECT_EQ(s.attempt_id(), "b1");
+  EXPECT_GT(s.pid(), 0) << s.phase_detail();
+  EXPECT_NE(s.pid(), old_server);
+  EXPECT_TRUE(Alive(bystander, bystander_ticks)) << "an unmarked holder is left alone";
   Finish(bystander);
 }
 
