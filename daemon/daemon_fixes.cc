@@ -177,6 +177,39 @@ std::vector<std::string> NotInEffect(const fleet::v1::Plan& plan,
   return missing;
 }
 
+// A plan whose run was cut short (`what`: fleetd stopped, the agent's connection broke) is
+// resolved by a probe with the plan's env changes: "applied" when it shows the plan in effect,
+// else "interrupted" (planned again, not excluded). A probe that fails tells nothing: interrupted
+// too (what comes next for the container, a preflight or a diagnosis' plan, meets the probe's
+// error and says it).
+void ResolveByProbe(AgentClient& client, const fleet::v1::ServerSpec& spec, const std::string& what,
+                    const std::string& when, fleet::v1::Plan* plan) {
+  fleet::v1::ServerSpec after_spec = spec;
+  ApplyActionsToSpec(plan->actions(), &after_spec);
+  absl::StatusOr<fleet::v1::ToolchainSnapshot> seen = client.Probe(after_spec);
+  const std::vector<std::string> missing =
+      seen.ok()
+          ? NotInEffect(*plan, *seen)
+          : std::vector<std::string>{absl::StrCat("the probe failed: ", seen.status().message())};
+  if (seen.ok()) *plan->mutable_after() = *seen;
+  if (missing.empty()) {
+    plan->set_status("applied");
+    plan->set_outcome_reason(absl::StrCat(what, "; ", when, " the probe showed it in effect"));
+  } else {
+    plan->set_status("interrupted");
+    plan->set_outcome_reason(
+        absl::StrCat(what, "; ", when, " the probe did not show it in effect (",
+                     absl::StrJoin(missing, ", "), "): it may be planned again"));
+  }
+}
+
+// An Apply that broke off on the way (the agent died or restarted, the link dropped, the
+// deadline passed) may have run all, some or none of its actions: not a failed action.
+bool CutShort(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s) ||
+         absl::IsAborted(s) || absl::IsUnknown(s);
+}
+
 absl::Duration PolicyDuration(const google::protobuf::Duration& d, absl::Duration fallback) {
   const int64_t ns = TimeUtil::DurationToNanoseconds(d);
   return ns > 0 ? absl::Nanoseconds(ns) : fallback;
@@ -482,26 +515,7 @@ Daemon::FixDone Daemon::RunJob(FixJob job) {
     // Left "applying" by a fleetd that stopped: the probe, with the plan's env changes, tells
     // whether it is in effect (applied) or not (interrupted: planned again, not excluded).
     fleet::v1::Plan plan = job.manual;
-    fleet::v1::ServerSpec after_spec = job.spec;
-    ApplyActionsToSpec(plan.actions(), &after_spec);
-    absl::StatusOr<fleet::v1::ToolchainSnapshot> seen = client->Probe(after_spec);
-    // A probe that fails tells nothing: the plan is interrupted too (what comes next for the
-    // container, a preflight or a diagnosis' plan, meets the probe's error and says it).
-    const std::vector<std::string> missing =
-        seen.ok()
-            ? NotInEffect(plan, *seen)
-            : std::vector<std::string>{absl::StrCat("the probe failed: ", seen.status().message())};
-    if (seen.ok()) *plan.mutable_after() = *seen;
-    if (missing.empty()) {
-      plan.set_status("applied");
-      plan.set_outcome_reason(
-          "fleetd stopped while it ran; at the next start the probe showed it in effect");
-    } else {
-      plan.set_status("interrupted");
-      plan.set_outcome_reason(absl::StrCat(
-          "fleetd stopped while it ran; at the next start the probe did not show it in effect (",
-          absl::StrJoin(missing, ", "), "): it may be planned again"));
-    }
+    ResolveByProbe(*client, job.spec, "fleetd stopped while it ran", "at the next start", &plan);
     if (absl::Status s = Record(&plan, false); !s.ok()) {
       done.error = absl::StrCat("record: ", s.message());
     } else {
@@ -562,6 +576,14 @@ void Daemon::Execute(AgentClient& client, const FixJob& job,
   request.set_save_package_set(plan->save_package_set());
   absl::StatusOr<fleet::v1::ApplyResponse> applied = client.Apply(request);
   *plan->mutable_applied_at() = Stamp(clock_->Now());
+  if (!applied.ok() && CutShort(applied.status())) {
+    ResolveByProbe(client, job.spec,
+                   absl::StrCat("the agent's answer broke off while it ran (",
+                                applied.status().message(), ")"),
+                   "then", plan);
+    Record(plan, false).IgnoreError();
+    return;
+  }
   if (!applied.ok()) {
     plan->set_status("failed");
     plan->set_outcome_reason(

@@ -37,6 +37,10 @@ class ScriptedAgent {
   int probes = 0;
   absl::Status probe_error;        // when not ok, every probe fails with it
   std::function<void()> on_apply;  // called as Apply starts
+  // Answers of the next Apply calls that break off (the agent killed while it applies): each
+  // is returned once, after the install took effect when `applied_before_error` says so.
+  std::deque<absl::Status> apply_errors;
+  bool applied_before_error = false;
   // Adjusts what a probe with this spec sees (a PATH that now holds ninja, ...).
   std::function<void(const fleet::v1::ServerSpec&, fleet::v1::ToolchainSnapshot*)> on_probe;
   EventSink* sink = nullptr;
@@ -73,6 +77,15 @@ class Client : public AgentClient {
   absl::StatusOr<fleet::v1::ApplyResponse> Apply(const fleet::v1::ApplyRequest& r) override {
     a_->applies.push_back(r);
     if (a_->on_apply) a_->on_apply();
+    if (!a_->apply_errors.empty()) {
+      const absl::Status error = a_->apply_errors.front();
+      a_->apply_errors.pop_front();
+      if (a_->applied_before_error && !a_->after.empty()) {
+        a_->toolchain = a_->after.front();
+        a_->after.pop_front();
+      }
+      return error;
+    }
     fleet::v1::ApplyResponse out;
     for (const fleet::v1::Action& action : r.actions()) {
       fleet::v1::ActionResult* result = out.add_results();
@@ -696,6 +709,66 @@ TEST_F(InterruptedRemediationTest, APlanNotInEffectIsInterruptedAndPlannedAgainN
   EXPECT_EQ(agent_.applies.size(), 2u);
   ASSERT_EQ(agent_.launches.size(), launched + 1);
   EXPECT_NE(Rows()["local/200/gpu0"].state(), "REMEDIATING");
+}
+
+// Finding 5 of docs/reliability.md: the agent killed while it applied a fix. The broken call is
+// not a failed fix: the plan was "failed" and excluded, and the canary gave up on a toolchain
+// the same fix would have mended.
+TEST_F(RemediationTest, AnApplyTheAgentDidNotFinishIsInterruptedAndPlannedAgainNotExcluded) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  agent_.toolchain = Cuda130();
+  agent_.after.push_back(pt::FixedSnapshot());
+  agent_.apply_errors.push_back(absl::UnavailableError("agent Apply: Socket closed"));
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns(5);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 2u);
+  EXPECT_EQ(plans[0].status(), "interrupted");
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("Socket closed"));
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("did not show it in effect"));
+  EXPECT_EQ(plans[1].fingerprint(), plans[0].fingerprint()) << "the same fix, not excluded";
+  EXPECT_EQ(plans[1].status(), "applied");
+  EXPECT_EQ(agent_.applies.size(), 2u);
+  ASSERT_EQ(agent_.launches.size(), 2u) << "the server restarts with the fix";
+  EXPECT_NE(Rows()["local/200/gpu0"].state(), "GAVE_UP");
+}
+
+TEST_F(RemediationTest, AnApplyThatBrokeOffAfterTakingEffectIsAppliedAndNotRunAgain) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  agent_.toolchain = Cuda130();
+  agent_.after.push_back(pt::FixedSnapshot());
+  agent_.apply_errors.push_back(absl::DeadlineExceededError("agent Apply: Deadline Exceeded"));
+  agent_.applied_before_error = true;
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns(3);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "applied");
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("then the probe showed it in effect"));
+  EXPECT_EQ(agent_.applies.size(), 1u);
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  auto attempts = daemon_->ListAttempts({});
+  ASSERT_TRUE(attempts.ok());
+  EXPECT_EQ(attempts->attempts(attempts->attempts_size() - 1).trigger(),
+            "remediation:" + plans[0].id());
+}
+
+// An answer from the agent that refuses the plan is still a failed fix.
+TEST_F(RemediationTest, AnApplyTheAgentRefusedIsFailed) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  agent_.toolchain = Cuda130();
+  agent_.apply_errors.push_back(absl::InvalidArgumentError("agent Apply: not an allowed path"));
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns(3);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_GE(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "failed");
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("the agent did not apply it"));
 }
 
 }  // namespace
