@@ -57,6 +57,9 @@ bool MayRemediateClass(const std::string& cls) {
   return MayRemediate(d);
 }
 
+// The times one fix may be cut short before it counts as failed.
+constexpr int kMaxInterruptions = 3;
+
 // A recorded plan as the planner's history: what it addressed, what became of it.
 PastRemediation Past(const fleet::v1::Plan& p) {
   PastRemediation r;
@@ -75,11 +78,18 @@ PastRemediation Past(const fleet::v1::Plan& p) {
 }
 
 std::vector<PastRemediation> History(const std::vector<fleet::v1::Plan>& plans) {
+  // An interrupted plan (fleetd stopped while it ran, or the agent's answer broke off, and the
+  // probe did not show it in effect) neither worked nor failed: it may be planned again. The
+  // same fix interrupted kMaxInterruptions times counts as failed (an agent that dies each time
+  // it runs it would otherwise be asked for ever).
+  std::map<std::string, int> interruptions;
+  for (const fleet::v1::Plan& p : plans) {
+    if (p.status() == "interrupted") ++interruptions[p.fingerprint()];
+  }
   std::vector<PastRemediation> out;
   for (const fleet::v1::Plan& p : plans) {
-    // An interrupted plan (fleetd stopped while it ran, and the probe did not show it in effect)
-    // neither worked nor failed: it may be planned again.
-    if (p.status() == "proposed" || p.status() == "superseded" || p.status() == "interrupted") {
+    if (p.status() == "proposed" || p.status() == "superseded") continue;
+    if (p.status() == "interrupted" && interruptions[p.fingerprint()] < kMaxInterruptions) {
       continue;
     }
     out.push_back(Past(p));

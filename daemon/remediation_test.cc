@@ -757,6 +757,26 @@ TEST_F(RemediationTest, AnApplyThatBrokeOffAfterTakingEffectIsAppliedAndNotRunAg
             "remediation:" + plans[0].id());
 }
 
+// An agent that dies each time it runs a fix is not asked for ever: the third interruption
+// counts as a failure, and the server ends with a reason instead of REMEDIATING.
+TEST_F(RemediationTest, AFixInterruptedThreeTimesCountsAsFailed) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  agent_.toolchain = Cuda130();
+  for (int i = 0; i < 5; ++i) {
+    agent_.apply_errors.push_back(absl::UnavailableError("agent Apply: Socket closed"));
+  }
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns(12);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 3u);
+  for (const fleet::v1::Plan& p : plans) EXPECT_EQ(p.status(), "interrupted");
+  EXPECT_EQ(agent_.applies.size(), 3u);
+  const std::string state = Rows()["local/200/gpu0"].state();
+  EXPECT_NE(state, "REMEDIATING");
+  EXPECT_NE(state, "READY");
+}
+
 // An answer from the agent that refuses the plan is still a failed fix.
 TEST_F(RemediationTest, AnApplyTheAgentRefusedIsFailed) {
   Deploy(Config(1, Policy()));
