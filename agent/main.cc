@@ -474,8 +474,8 @@ int main(int argc, char** argv) {
     }
     // One write: std::cerr is unbuffered, and whoever waits for this line (a test, a deploy
     // script) must never see it without its port.
-    std::cerr << absl::StrCat("fleet-agent: serving agent.proto on port ", port,
-                              unix_socket ? absl::StrCat(" (", listen, ")") : "", ", incarnation ",
+    std::cerr << absl::StrCat("fleet-agent: serving agent.proto on ",
+                              unix_socket ? listen : absl::StrCat("port ", port), ", incarnation ",
                               (*agent)->incarnation(), "\n");
   }
   if (!pid_file.empty()) {

@@ -179,6 +179,8 @@ absl::Status Daemon::Recover() {
         if (past.trigger == "initial" || past.trigger == "deploy") s.budget_base = past.number - 1;
       }
     }
+    // Changed as far as a watch is concerned: its first message is the whole table.
+    Touch(s);
     servers_[s.record.name] = std::move(s);
   }
   if (absl::Status s = LoadFixes(); !s.ok()) return s;

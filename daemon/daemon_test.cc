@@ -569,6 +569,22 @@ TEST_F(DaemonTest, ADaemonThatDiedBetweenAttemptRowAndLaunchLaunchesTheSameAttem
   EXPECT_EQ(attempts->attempts_size(), 2);
 }
 
+// Finding 8 of docs/reliability.md: after a restart, a watch's first message held no server
+// (the servers read back from the record had never been "changed"), and on a steady fleet
+// nothing followed: `fleetctl status --watch --until-ready` waited for ever.
+TEST_F(DaemonTest, AWatchAfterARestartStartsWithTheWholeTable) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  Open();  // a new daemon on the same record
+  uint64_t since = 0;
+  const std::vector<fleet::v1::ServerRow> first = daemon_->ChangedRows({}, &since);
+  EXPECT_EQ(first.size(), 2u) << "the first message is the whole table";
+  // And then only what changes.
+  EXPECT_TRUE(daemon_->ChangedRows({}, &since).empty());
+}
+
 TEST_F(DaemonTest, DeployDryRunChangesNothingAndReportsWhatWould) {
   agent_.snapshot.set_incarnation("inc-1");
   fleet::v1::DeployRequest r;

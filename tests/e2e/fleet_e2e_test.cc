@@ -266,7 +266,7 @@ class Fleet {
     ASSERT_TRUE(agent_
                     ->WaitForLog(
                         [](const std::string& s) {
-                          return absl::StrContains(s, "serving agent.proto on port ") &&
+                          return absl::StrContains(s, "serving agent.proto on ") &&
                                  absl::StrContains(s, ", incarnation ") &&
                                  s.find('\n', s.find(", incarnation ")) != std::string::npos;
                         },

@@ -190,8 +190,8 @@ TEST_F(LocalAccessTest, TheAgentServesAUnixSocketByDefaultAndNoTcp) {
   auto agent = StartAgent({});
   ASSERT_NE(agent, nullptr);
   const std::string socket = dir_.Join("agent-state/agent.sock");
-  EXPECT_THAT(agent->Log(), HasSubstr(absl::StrCat("serving agent.proto on port 0 (unix:", socket,
-                                                   "), incarnation ")));
+  EXPECT_THAT(agent->Log(),
+              HasSubstr(absl::StrCat("serving agent.proto on unix:", socket, ", incarnation ")));
   struct stat st {};
   ASSERT_EQ(stat(socket.c_str(), &st), 0) << agent->Log();
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
