@@ -534,6 +534,12 @@ void Daemon::ApplyEvent(const std::string& container, const fleet::v1::AgentEven
         }
         if (a.outcome != "failed") a.outcome = "stopped";
         a.ended_at = now;
+        if (s->restart_requested) {
+          // Stopped to be started again: never shown STOPPED (`status --until-ready` would take
+          // a fleet whose every server restarts for one stopped for good).
+          SetState(*s, "RESTARTING", now);
+          break;
+        }
       } else if (state == "READY") {
         a.outcome = "ready";
         s->record.progress_step = s->record.progress_total = 0;
@@ -627,7 +633,8 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
       } else if (st->state() == "READY") {
         s.attempt.outcome = "ready";
       }
-      SetState(s, st->state(), now);
+      SetState(s, st->state() == "STOPPED" && s.restart_requested ? "RESTARTING" : st->state(),
+               now);
       s.attempt_unsaved = true;
       touched->insert(name);
     } else if (s.attempt.outcome == "running" || s.attempt.outcome == "ready") {

@@ -484,6 +484,37 @@ TEST_F(DaemonTest, StopAndRestartOnRequest) {
   EXPECT_EQ(daemon_->Stop(unknown).status().code(), absl::StatusCode::kNotFound);
 }
 
+// `fleetctl restart --now` then `status --until-ready`: the server stopped to be started again
+// showed STOPPED for a moment, and a fleet whose every server was READY or STOPPED counts as
+// stopped for good (exit 2). It shows RESTARTING instead.
+TEST_F(DaemonTest, AServerStoppedToBeRestartedIsShownRestartingNotStopped) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  const auto launch = agent_.launches[0];
+  agent_.Say(Phase(launch, "READY"));
+  daemon_->Step();
+  fleet::v1::ServersRequest restart;
+  restart.add_servers("local/200/gpu0");
+  restart.set_now(true);
+  ASSERT_TRUE(daemon_->Restart(restart).ok());
+  daemon_->Step();
+  ASSERT_EQ(agent_.stops.size(), 1u);
+  // The agent says STOPPED, and its link drops at once: the relaunch waits for it, and what
+  // the table shows meanwhile is the stopped server's state.
+  agent_.Say(Phase(launch, "STOPPED"));
+  agent_.reachable = false;
+  agent_.EndStream();
+  daemon_->Step();
+  EXPECT_EQ(Rows()["local/200/gpu0"].state(), "RESTARTING");
+  agent_.reachable = true;
+  clock_.Advance(absl::Seconds(1));
+  daemon_->Step();
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 3u);
+  EXPECT_EQ(agent_.launches[2].attempt_number(), 2);
+}
+
 TEST_F(DaemonTest, AfterAStreamEndsItResumesFromTheStoredCursorAndAppliesNothingTwice) {
   agent_.snapshot.set_incarnation("inc-1");
   Deploy(TwoGpuConfig());
