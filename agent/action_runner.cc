@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/clock.h"
 #include "common/base/errno_status.h"
 #include "common/base/secret_names.h"
 #include "common/base/status_macros.h"
@@ -891,7 +892,7 @@ std::string RedactText(std::string_view text, const std::map<std::string, std::s
 
 fleet::v1::ActionResult ActionRunner::Apply(const fleet::v1::Action& action,
                                             const ActionContext& context) const {
-  const absl::Time start = absl::Now();
+  const absl::Time start = fleet::SteadyNow();
   fleet::v1::ActionResult result;
   *result.mutable_action() = action;
   Outcome outcome;
@@ -936,7 +937,7 @@ fleet::v1::ActionResult ActionRunner::Apply(const fleet::v1::Action& action,
   std::string tail = RedactText(outcome.output, context.env);
   if (tail.size() > kOutputTailBytes) tail.erase(0, tail.size() - kOutputTailBytes);
   result.set_output_tail(std::move(tail));
-  SetDuration(absl::Now() - start, result.mutable_took());
+  SetDuration(fleet::SteadyNow() - start, result.mutable_took());
   return result;
 }
 

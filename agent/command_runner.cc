@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/proc.h"
+#include "common/base/clock.h"
 #include "common/base/errno_status.h"
 
 namespace fleet::agent {
@@ -69,7 +70,7 @@ absl::StatusOr<CommandResult> PosixCommandRunner::Run(const Command& command) {
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   posix_spawnattr_setpgroup(&attr, 0);
-  const absl::Time start = absl::Now();
+  const absl::Time start = fleet::SteadyNow();
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
   posix_spawn_file_actions_destroy(&actions);
@@ -82,7 +83,7 @@ absl::StatusOr<CommandResult> PosixCommandRunner::Run(const Command& command) {
   char buffer[16 << 10];
   bool eof = false;
   while (!eof) {
-    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - fleet::SteadyNow());
     if (left_ms <= 0) {
       result.timed_out = true;
       kill(-pid, SIGKILL);
@@ -139,7 +140,7 @@ absl::StatusOr<CommandResult> PosixCommandRunner::Run(const Command& command) {
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("command: wait ", program));
   }
-  result.took = absl::Now() - start;
+  result.took = fleet::SteadyNow() - start;
   if (WIFEXITED(status)) {
     result.exited = true;
     result.exit_code = WEXITSTATUS(status);

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "agent/proc.h"
+#include "common/base/clock.h"
 #include "common/base/unique_fd.h"
 
 namespace fleet::agent {
@@ -285,10 +286,11 @@ bool GpuGuard::Reclaim(const GpuProcess& p, const std::function<bool(const ProcS
   if (!IsDead(*s) && PidfdSendSignal(pidfd.get(), SIGKILL) != 0 && errno != ESRCH) return false;
   // The pidfd is readable once the process has exited.
   pollfd pfd{pidfd.get(), POLLIN, 0};
-  const absl::Time deadline = absl::Now() + options_.reap_timeout;
+  const absl::Time deadline = fleet::SteadyNow() + options_.reap_timeout;
   int rc = 0;
   while (true) {
-    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    const int64_t ms =
+        std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - fleet::SteadyNow()));
     rc = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(ms, INT_MAX)));
     if (rc < 0 && errno == EINTR) continue;
     break;

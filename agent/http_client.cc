@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 #include "common/base/errno_status.h"
 #include "common/base/string_view.h"
 #include "common/base/unique_fd.h"
@@ -62,7 +63,7 @@ absl::StatusOr<std::vector<Address>> Addresses(const std::string& host, int port
 }
 
 int MillisecondsLeft(absl::Time deadline) {
-  const absl::Duration left = deadline - absl::Now();
+  const absl::Duration left = deadline - fleet::SteadyNow();
   if (left <= absl::ZeroDuration()) return 0;
   return static_cast<int>(std::min<int64_t>(
       absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
@@ -240,7 +241,7 @@ absl::StatusOr<HttpResponse> Exchange(int fd, const Address& address, const std:
 }  // namespace
 
 absl::StatusOr<HttpResponse> SendHttpRequest(const HttpRequest& request, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = fleet::SteadyNow() + timeout;
   if (request.path.empty() || request.path[0] != '/' ||
       std::any_of(request.path.begin(), request.path.end(),
                   [](char c) { return static_cast<unsigned char>(c) <= ' ' || c == 0x7f; })) {

@@ -192,6 +192,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> allow_gids;
   std::string port_file;
   std::string state_dir = "/var/lib/gpu-fleet-agent";
+  std::string clock_offset_file;
   std::string standalone;
   std::string host = "local";
   std::string container = "local";
@@ -227,6 +228,10 @@ int main(int argc, char** argv) {
                     "GID");
   flags.AddString("port-file", '\0', &port_file, "write the bound port here once serving", "FILE");
   flags.AddString("state-dir", '\0', &state_dir, "the agent's record (agent.db)", "DIR");
+  flags.AddString("clock-offset-file", '\0', &clock_offset_file,
+                  "testing: the wall clock the agent sees is the system's plus the signed seconds "
+                  "in this file, read again every 100 ms (the fault matrix's clock-jump row)",
+                  "FILE");
   flags.AddString("standalone", '\0', &standalone, "run the servers of this spec, no daemon",
                   "SPEC");
   flags.AddBool("until-ready", '\0', &until_ready,
@@ -380,7 +385,12 @@ int main(int argc, char** argv) {
     config = *std::move(c);
   }
 
-  fleet::RealClock clock;
+  const fleet::WallClock wall(clock_offset_file);
+  // Timers run on the monotonic clock (common/base/clock.h): a step of the wall clock is said.
+  fleet::RealClock clock(&wall, [](absl::Duration step) {
+    std::cerr << absl::StrCat("fleet-agent: the wall clock stepped by ", absl::FormatDuration(step),
+                              ": no timer moves; timestamps keep their frame until a restart\n");
+  });
   fleet::agent::PosixProcessLauncher launcher;
   // Probes read long outputs (ldconfig -p is tens of KB); action results keep their own tails.
   fleet::agent::PosixCommandRunner runner(/*max_output=*/1 << 20);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/base/clock.h"
 #include "common/base/string_view.h"
 
 extern char** environ;
@@ -77,14 +78,14 @@ class Steps {
     if (result_->steps.empty() || result_->steps.back() != step) {
       Close();
       result_->steps.emplace_back(step);
-      started_ = absl::Now();
+      started_ = fleet::SteadyNow();
     }
   }
 
   // The current step's time, once it ended.
   void Close() {
     if (result_->step_times.size() < result_->steps.size()) {
-      result_->step_times.push_back(absl::Now() - started_);
+      result_->step_times.push_back(fleet::SteadyNow() - started_);
     }
   }
 
@@ -344,11 +345,11 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
 
   // 6. It answers.
   steps.Enter("health");
-  const absl::Time deadline = absl::Now() + spec.health_timeout;
+  const absl::Time deadline = fleet::SteadyNow() + spec.health_timeout;
   absl::Duration pause = absl::Milliseconds(100);
   absl::Status health;
   while (!(health = healthy()).ok()) {
-    if (absl::Now() + pause > deadline) {
+    if (fleet::SteadyNow() + pause > deadline) {
       return steps.Fail("health",
                         absl::StrCat("no answer within ", absl::FormatDuration(spec.health_timeout),
                                      ": ", health.message()));

@@ -179,6 +179,12 @@ absl::Status Daemon::Recover() {
         if (past.trigger == "initial" || past.trigger == "deploy") s.budget_base = past.number - 1;
       }
     }
+    // Times from an earlier run are in its clock's frame: after a step of the wall clock between
+    // the two (common/base/clock.h) a backoff could end an hour late. None waits longer than its
+    // policy's longest backoff from now.
+    const absl::Time now = clock_->Now();
+    const absl::Duration longest = PolicyDuration(s.record.policy.backoff_max(), absl::Minutes(5));
+    if (s.record.backoff_until > now + longest) s.record.backoff_until = now + longest;
     // Changed as far as a watch is concerned: its first message is the whole table.
     Touch(s);
     servers_[s.record.name] = std::move(s);

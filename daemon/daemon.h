@@ -94,6 +94,9 @@ struct StartupConfigOutcome {
 };
 
 // Told (without the daemon's lock) that server rows changed.
+// A policy's duration, or `fallback` when it is not set (zero).
+absl::Duration PolicyDuration(const google::protobuf::Duration& d, absl::Duration fallback);
+
 class StatusSubscriber {
  public:
   virtual ~StatusSubscriber() = default;

@@ -220,12 +220,12 @@ bool CutShort(const absl::Status& s) {
          absl::IsAborted(s) || absl::IsUnknown(s);
 }
 
+}  // namespace
+
 absl::Duration PolicyDuration(const google::protobuf::Duration& d, absl::Duration fallback) {
   const int64_t ns = TimeUtil::DurationToNanoseconds(d);
   return ns > 0 ? absl::Nanoseconds(ns) : fallback;
 }
-
-}  // namespace
 
 absl::Status Daemon::LoadFixes() {
   auto plans = store_->Remediations("");
@@ -292,12 +292,8 @@ void Daemon::Backoff(Server& s, absl::Time now) {
     SetState(s, "GAVE_UP", now);
     return;
   }
-  auto duration_or = [](const google::protobuf::Duration& d, absl::Duration fallback) {
-    const int64_t ns = TimeUtil::DurationToNanoseconds(d);
-    return ns > 0 ? absl::Nanoseconds(ns) : fallback;
-  };
-  const absl::Duration initial = duration_or(r.policy.backoff_initial(), absl::Seconds(10));
-  const absl::Duration max = duration_or(r.policy.backoff_max(), absl::Minutes(5));
+  const absl::Duration initial = PolicyDuration(r.policy.backoff_initial(), absl::Seconds(10));
+  const absl::Duration max = PolicyDuration(r.policy.backoff_max(), absl::Minutes(5));
   s.failures = std::max(s.failures, 0) + 1;
   const int n = std::min(s.failures, 16);
   // +-25%: servers that failed together do not all come back in the same instant.

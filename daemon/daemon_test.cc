@@ -394,6 +394,30 @@ TEST_F(DaemonTest, ATransientFailureRestartsAfterBackoffUntilTheBudgetIsSpent) {
   EXPECT_THAT(Rows()["local/200/gpu0"].reason(), HasSubstr("attempt budget spent (2)"));
 }
 
+// The wall clock stepped an hour back between two runs of fleetd: a backoff recorded in the
+// first run's frame would end an hour late in the second's. It waits at most the policy's
+// longest backoff (5 minutes) from the restart.
+TEST_F(DaemonTest, ABackoffRecordedBeforeAClockStepEndsWithinTheLongestBackoff) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  const fleet::v1::LaunchRequest first = agent_.launches[0];
+  agent_.Say(Diagnosis(first, "runtime_watchdog"));
+  agent_.Say(Phase(first, "FAILED"));
+  daemon_->Step();
+  ASSERT_EQ(Rows()["local/200/gpu0"].state(), "RESTARTING");
+  clock_.Advance(-absl::Hours(1));
+  Open();
+  agent_.snapshot.set_sequence(agent_.sequence);
+  daemon_->Step();
+  EXPECT_EQ(agent_.launches.size(), 2u);
+  clock_.Advance(absl::Minutes(5) + absl::Seconds(1));
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 3u) << "relaunched within the longest backoff";
+  EXPECT_EQ(agent_.launches[2].spec().server().gpu(), 0);
+}
+
 TEST_F(DaemonTest, TheBackoffStartsAgainAfterTenMinutesReady) {
   agent_.snapshot.set_incarnation("inc-1");
   Deploy(TwoGpuConfig(/*max_attempts=*/8));

@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
   std::string agent_binary;
   std::string stop_timeout_text = absl::FormatDuration(fleet::daemon::kDefaultStopTimeout);
   std::string db_synchronous = "full";
+  std::string clock_offset_file;
   fleet::FlagSet flags(
       "fleetd [flags]",
       "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
@@ -168,6 +169,10 @@ int main(int argc, char** argv) {
                   "DURATION");
   flags.AddInt("max-events", '\0', &max_events,
                "at most this many agent events are kept in fleet.db (the newest)", "N");
+  flags.AddString("clock-offset-file", '\0', &clock_offset_file,
+                  "testing: the wall clock fleetd sees is the system's plus the signed seconds in "
+                  "this file, read again every 100 ms (the fault matrix's clock-jump row)",
+                  "FILE");
   flags.AddString("db-synchronous", '\0', &db_synchronous,
                   "how fleet.db commits: full (each commit synced: survives a power loss; the "
                   "default) or normal (survives a crash of fleetd only; for measuring the cost)",
@@ -301,7 +306,12 @@ int main(int argc, char** argv) {
     std::cerr << "fleetd: " << store.status().message() << "\n";
     return 1;
   }
-  fleet::RealClock clock;
+  const fleet::WallClock wall(clock_offset_file);
+  // Timers run on the monotonic clock (common/base/clock.h): a step of the wall clock is said.
+  fleet::RealClock clock(&wall, [](absl::Duration step) {
+    std::cerr << absl::StrCat("fleetd: the wall clock stepped by ", absl::FormatDuration(step),
+                              ": no timer moves; timestamps keep their frame until a restart\n");
+  });
   // Containers on SSH hosts get this build's agent: found once (its version is asked of it).
   RemoteContext remote;
   remote.state_dir = state_dir;

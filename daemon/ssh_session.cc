@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/clock.h"
 #include "common/base/errno_status.h"
 #include "common/base/status_macros.h"
 #include "common/base/string_view.h"
@@ -548,7 +549,7 @@ absl::StatusOr<CommandResult> SshSession::Run(const std::vector<std::string>& ar
     broken_ = true;
     return absl::UnavailableError(prefix + "ssh: not connected");
   }
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = fleet::SteadyNow() + timeout;
 
   ExecChannel channel(s, options_.max_output_bytes);
   if (channel.get() == nullptr) return absl::ResourceExhaustedError(prefix + "ssh: no channel");
@@ -587,7 +588,7 @@ absl::StatusOr<CommandResult> SshSession::Run(const std::vector<std::string>& ar
     ssh_event_free(event);
   };
   while (!channel.closed()) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - fleet::SteadyNow();
     if (left <= absl::ZeroDuration()) {
       // OpenSSH honours the signal for non-root logins only; options_.remote_deadline covers
       // the rest. Closing the channel also closes the command's pipes.

@@ -45,7 +45,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 all_rows=(kill9-fleetd kill9-agent kill9-both fleetd-sigterm-remediation fleetd-busy
-  fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot partition)
+  fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot partition
+  clock-jump)
 quick_rows=(kill9-fleetd kill9-agent fleetd-busy reboot)
 
 mode=default
@@ -180,7 +181,8 @@ start_fleetd() {
   local mark
   mark=0
   [[ ! -e $run_dir/fleetd.log ]] || mark=$(wc -l <"$run_dir/fleetd.log")
-  "$fleetd_bin" --state-dir "$fstate" 2>>"$run_dir/fleetd.log" &
+  "$fleetd_bin" --state-dir "$fstate" --clock-offset-file "$run_dir/clock-offset" \
+    2>>"$run_dir/fleetd.log" &
   fleetd_pid=$!
   disown "$fleetd_pid"  # no job notice when it is killed; bash still reaps it
   if ! timeout 30 grep -q -m1 -F 'serving on' < <(exec tail -n +"$((mark + 1))" -F --pid="$fleetd_pid" "$run_dir/fleetd.log" 2>/dev/null); then
@@ -210,7 +212,7 @@ start_container() {  # start_container [TAKE_PIDS_FILE]
 start_agent() {
   nsenter -t "$ct_init" -p -m -- "$agent_bin" --listen "unix:$run_dir/agent.sock" \
     --state-dir "$astate" --host local --container 200 --readiness-interval 0.5 --stop-grace 5 \
-    </dev/null 2>>"$run_dir/agent.log" &
+    --clock-offset-file "$run_dir/clock-offset" </dev/null 2>>"$run_dir/agent.log" &
   agent_nsenter=$!
   agent_pid=$(child_of "$agent_nsenter") || { notes+=("the agent did not start"); return 1; }
 }
@@ -433,6 +435,15 @@ inject() {
       sleep "$partition"
       kill -CONT "$proxy_pid"
       notes+=("cut for ${partition}s")
+      fault_cleared=$(now) ;;
+    clock-jump)
+      # The wall clock fleetd and the agent see steps an hour forward or back while they run
+      # (their --clock-offset-file: the machine's clock is not touched), and stays there.
+      local step=3600
+      ((RANDOM % 2 == 0)) || step=-3600
+      printf '%d\n' "$step" >"$run_dir/clock-offset.tmp"
+      mv "$run_dir/clock-offset.tmp" "$run_dir/clock-offset"
+      notes+=("stepped ${step}s")
       fault_cleared=$(now) ;;
     reboot)
       # Every process of the container dies; in the new PID namespace bystanders take the pids
