@@ -274,7 +274,8 @@ int main(int argc, char** argv) {
   flags.AddString("pid-file", '\0', &pid_file, "write the agent's pid here once serving", "FILE");
   flags.AddString("db-vfs", '\0', &db_vfs,
                   "tests only: open agent.db with this SQLite VFS (fleet-powerloss: the fault "
-                  "matrix's power-loss row, which discards unsynced writes); default SQLite's",
+                  "matrix's power-loss row, whose power cut then loses the unsynced writes); "
+                  "default: SQLite's",
                   "NAME");
   flags.AddString("boot-id-file", '\0', &boot_id_file,
                   "tests only: the machine's boot id is read from here (a new one after a "

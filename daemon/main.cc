@@ -175,7 +175,8 @@ int main(int argc, char** argv) {
                   "full|normal");
   flags.AddString("db-vfs", '\0', &db_vfs,
                   "tests only: open fleet.db with this SQLite VFS (fleet-powerloss: the fault "
-                  "matrix's power-loss row, which discards unsynced writes); default SQLite's",
+                  "matrix's power-loss row, whose power cut then loses the unsynced writes); "
+                  "default: SQLite's",
                   "NAME");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "fleetd: " << s.message() << "\n";

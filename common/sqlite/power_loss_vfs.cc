@@ -267,8 +267,10 @@ absl::Status RegisterPowerLossVfs() {
 
 namespace {
 
-// Puts back what the record at `record_path` remembers of `path`, then removes the record.
-absl::Status Undo(const std::string& path, const std::string& record_path) {
+// Puts back what the record at `record_path` remembers of `path`, then removes the record. Adds
+// a line to `undone` when `path` lost something.
+absl::Status Undo(const std::string& path, const std::string& record_path,
+                  std::vector<std::string>* undone) {
   std::string record;
   {
     UniqueFd in(open(record_path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -299,6 +301,15 @@ absl::Status Undo(const std::string& path, const std::string& record_path) {
     }
     UniqueFd fd(open(path.c_str(), O_RDWR | O_CLOEXEC));
     if (!fd.valid() && errno != ENOENT) return ErrnoToStatus(errno, absl::StrCat(path, ": open"));
+    struct stat st = {};
+    if (fd.valid() && fstat(fd.get(), &st) != 0) {
+      return ErrnoToStatus(errno, absl::StrCat(path, ": stat"));
+    }
+    if (fd.valid() && (!entries.empty() || st.st_size != header.synced_size)) {
+      undone->push_back(absl::StrCat(std::filesystem::path(path).filename().string(), ": ",
+                                     entries.size(), " writes undone, ", st.st_size, " -> ",
+                                     header.synced_size, " bytes"));
+    }
     if (fd.valid()) {
       // Newest first: the oldest entry of a range holds what the sync left there.
       for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
@@ -319,9 +330,10 @@ absl::Status Undo(const std::string& path, const std::string& record_path) {
 
 }  // namespace
 
-absl::Status CutPower(const std::string& dir) {
+absl::StatusOr<std::vector<std::string>> CutPower(const std::string& dir) {
   std::error_code ec;
   std::vector<std::string> records;
+  std::vector<std::string> undone;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().string();
     if (absl::EndsWith(name, kRecordSuffix)) records.push_back(name);
@@ -329,9 +341,9 @@ absl::Status CutPower(const std::string& dir) {
   if (ec) return ErrnoToStatus(ec.value(), absl::StrCat(dir, ": list"));
   for (const std::string& record : records) {
     const std::string path = record.substr(0, record.size() - std::strlen(kRecordSuffix));
-    if (absl::Status s = Undo(path, record); !s.ok()) return s;
+    if (absl::Status s = Undo(path, record, &undone); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return undone;
 }
 
 }  // namespace fleet::sqlite

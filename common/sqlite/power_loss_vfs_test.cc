@@ -8,11 +8,15 @@
 #include <string>
 
 #include "common/sqlite/database.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::sqlite {
 namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
 
 // In a child process: opens `path` through the power-loss VFS, commits `synced` rows under
 // synchronous=FULL, then `unsynced` rows under synchronous=OFF (a checkpoint every few pages, so
@@ -85,7 +89,9 @@ TEST(PowerLossVfs, UnsyncedCommitsAreLostToAPowerCutAndTheDatabaseIsIntact) {
   const int status = CommitThenDie(path, /*synced=*/10, /*unsynced=*/30);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   ASSERT_TRUE(std::filesystem::exists(path + "-wal-unsynced"));
-  ASSERT_TRUE(CutPower(dir.path()).ok());
+  auto undone = CutPower(dir.path());
+  ASSERT_TRUE(undone.ok()) << undone.status();
+  EXPECT_THAT(*undone, Contains(HasSubstr("x.db-wal: ")));
   EXPECT_FALSE(std::filesystem::exists(path + "-wal-unsynced"));
   EXPECT_FALSE(std::filesystem::exists(path + "-unsynced"));
   EXPECT_EQ(Count(path), 10);

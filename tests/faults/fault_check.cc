@@ -7,6 +7,7 @@
 //   fault-check --recorded-pids A      the pids agent.db A records, one `GPU PID` a line
 //   fault-check --power-cut DIR...     the power cut: the databases of DIR written through the
 //                                      power-loss VFS lose their writes since their last sync
+//                                      (a line per file that lost some)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -50,10 +51,12 @@ int main(int argc, char** argv) {
   }
   if (!power_cut.empty()) {
     for (const std::string& dir : power_cut) {
-      if (absl::Status s = fleet::sqlite::CutPower(dir); !s.ok()) {
-        std::fprintf(stderr, "fault-check: %s\n", std::string(s.message()).c_str());
+      auto undone = fleet::sqlite::CutPower(dir);
+      if (!undone.ok()) {
+        std::fprintf(stderr, "fault-check: %s\n", std::string(undone.status().message()).c_str());
         return 2;
       }
+      for (const std::string& line : *undone) std::printf("%s\n", line.c_str());
     }
     return 0;
   }

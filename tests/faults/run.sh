@@ -460,7 +460,12 @@ inject() {
       kill -KILL "$fleetd_pid" "$ct_init" 2>/dev/null || true
       kill_fleetd KILL
       kill_container
-      "$check_bin" --power-cut "$fstate" --power-cut "$astate" 2>>"$run_dir/check.log" || true
+      # What the agent did is what its record held before the cut (as the agent-wipe row keeps
+      # the wiped one): launches are checked against it; the cut loses the record, not the launch.
+      local copy=$run_dir/agent-state.before-cut
+      cp -a "$astate" "$copy"
+      old_agent_dbs+=("$copy/agent.db")
+      notes+=("cut: $("$check_bin" --power-cut "$fstate" --power-cut "$astate" 2>>"$run_dir/check.log" | tr '\n' ';')")
       cat /proc/sys/kernel/random/uuid >"$run_dir/boot_id"
       local take=$run_dir/take-pids
       "$check_bin" --recorded-pids "$astate/agent.db" 2>>"$run_dir/check.log" | awk '{ print $2 }' | sort -n >"$take" || true
