@@ -656,7 +656,8 @@ absl::Status Agent::Init() {
   if (!epoll_.valid()) return ErrnoToStatus(errno, "agent: epoll_create1");
   wake_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_.valid()) return ErrnoToStatus(errno, "agent: eventfd");
-  auto store = AgentStore::Open(options_.state_dir, options_.event_retention);
+  auto store = AgentStore::Open(options_.state_dir, options_.event_retention, options_.boot_id_path,
+                                options_.db_vfs);
   if (!store.ok()) return store.status();
   // The agent's mark in its servers' environment (gpu_guard.h): its state dir, resolved.
   char resolved[PATH_MAX];

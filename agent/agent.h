@@ -73,6 +73,10 @@ struct AgentOptions {
   size_t max_unstored_events = 10000;
   size_t max_unstored_bytes = 64 << 20;
   absl::Duration store_retry_interval = absl::Seconds(1);
+  // agent.db's boot id source and SQLite VFS (AgentStore::Open); tests and the fault matrix's
+  // power-loss row change them.
+  std::string boot_id_path = AgentStore::kBootIdPath;
+  std::string db_vfs;
 };
 
 // A stream position's owner: told (without the agent's lock held) that events may be waiting.

@@ -59,7 +59,8 @@ absl::Status PutMeta(sqlite::Database& db, std::string_view key, std::string_vie
 
 absl::StatusOr<std::unique_ptr<AgentStore>> AgentStore::Open(const std::string& state_dir,
                                                              int64_t retention,
-                                                             const std::string& boot_id_path) {
+                                                             const std::string& boot_id_path,
+                                                             const std::string& vfs) {
   absl::StatusOr<int> old_mode = MakePrivateDir(state_dir);
   if (!old_mode.ok()) return old_mode.status();
   if (*old_mode >= 0) {
@@ -71,6 +72,7 @@ absl::StatusOr<std::unique_ptr<AgentStore>> AgentStore::Open(const std::string& 
   sqlite::OpenOptions options;
   options.synchronous = sqlite::OpenOptions::Synchronous::kNormal;
   options.mode = 0600;
+  options.vfs = vfs;
   auto db = sqlite::Database::Open(absl::StrCat(state_dir, "/agent.db"), options);
   if (!db.ok()) return db.status();
   if (absl::Status s = (*db)->Migrate(Migrations()); !s.ok()) return s;

@@ -34,9 +34,10 @@ class AgentStore {
 
   // Opens or creates STATE_DIR/agent.db (creating STATE_DIR, 0700; agent.db 0600). The boot id is
   // read from `boot_id_path` (a seam for tests); an unreadable one disables the lost-tail check.
+  // `vfs`: the SQLite VFS of agent.db (empty: the default; for the fault matrix's power-loss row).
   static absl::StatusOr<std::unique_ptr<AgentStore>> Open(
       const std::string& state_dir, int64_t retention,
-      const std::string& boot_id_path = kBootIdPath);
+      const std::string& boot_id_path = kBootIdPath, const std::string& vfs = "");
   // Marks the close clean (the incarnation survives a reboot after it).
   ~AgentStore();
   AgentStore(const AgentStore&) = delete;

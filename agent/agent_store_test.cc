@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+
+#include "common/sqlite/power_loss_vfs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -37,14 +40,15 @@ class AgentStoreTest : public ::testing::Test {
   }
 
   // In a child process: opens the store, appends `n` events and ends without closing it (as
-  // kill -9 or the machine going down would). Returns the child's incarnation.
-  std::string RunAndCrash(int n) {
+  // kill -9 or the machine going down would), agent.db opened with `vfs`. Returns the child's
+  // incarnation.
+  std::string RunAndCrash(int n, const std::string& vfs = "") {
     int fds[2];
     EXPECT_EQ(pipe(fds), 0);
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      auto store = AgentStore::Open(dir_.Join("state"), 100, dir_.Join("boot_id"));
+      auto store = AgentStore::Open(dir_.Join("state"), 100, dir_.Join("boot_id"), vfs);
       if (!store.ok()) _exit(1);
       if (AppendEvents(**store, n) != static_cast<uint64_t>(n)) _exit(2);
       const std::string incarnation = (*store)->incarnation();
@@ -79,6 +83,32 @@ TEST_F(AgentStoreTest, ReopenedUnderAnotherBootAfterAnUncleanCloseStartsANewInca
   ASSERT_TRUE(again->Append(&e).ok());
   EXPECT_EQ(e.incarnation(), again->incarnation());
   EXPECT_EQ(e.sequence(), 1u);
+}
+
+// A real power cut (the power-loss VFS discards what was not synced): the events' commits
+// (synchronous=NORMAL) are lost, the incarnation (synced) is not, and the new boot id makes the
+// reopened store start a new stream rather than number new events as the lost ones were.
+TEST_F(AgentStoreTest, APowerCutLosesTheUnsyncedTailAndTheNewBootStartsANewIncarnation) {
+  const std::string before = RunAndCrash(5, sqlite::kPowerLossVfs);
+  ASSERT_FALSE(before.empty());
+  // The VFS reached the open: it kept its record beside agent.db.
+  ASSERT_TRUE(std::filesystem::exists(dir_.Join("state/agent.db-wal-unsynced")));
+  ASSERT_TRUE(sqlite::CutPower(dir_.Join("state")).ok());
+  {
+    auto db = sqlite::Database::Open(dir_.Join("state/agent.db"));
+    ASSERT_TRUE(db.ok()) << db.status();
+    auto count = (*db)->Prepare("SELECT count(*) FROM events");
+    ASSERT_TRUE(count.ok() && *count->Step());
+    EXPECT_EQ(count->ColumnInt(0), 0);
+    auto incarnation = (*db)->Prepare("SELECT value FROM meta WHERE key = 'incarnation'");
+    ASSERT_TRUE(incarnation.ok() && *incarnation->Step());
+    EXPECT_EQ(incarnation->ColumnText(0), before);
+  }
+  Boot("boot-b");
+  auto again = Open();
+  ASSERT_NE(again, nullptr);
+  EXPECT_NE(again->incarnation(), before);
+  EXPECT_EQ(again->last_sequence(), 0u);
 }
 
 TEST_F(AgentStoreTest, ReopenedInTheSameBootAfterAnUncleanCloseKeepsItsIncarnation) {

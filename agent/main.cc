@@ -213,6 +213,8 @@ int main(int argc, char** argv) {
   bool replace = false;
   std::string log_file;
   std::string pid_file;
+  std::string db_vfs;
+  std::string boot_id_file = fleet::agent::AgentStore::kBootIdPath;
   fleet::FlagSet flags("fleet-agent [flags]", kSummary);
   flags.AddBool("version", '\0', &version, "print the version and exit");
   flags.AddString("listen", '\0', &listen,
@@ -275,6 +277,15 @@ int main(int argc, char** argv) {
                 "(0) or failed (1, with the log's end)");
   flags.AddString("log-file", '\0', &log_file, "--detach: append the agent's output here", "FILE");
   flags.AddString("pid-file", '\0', &pid_file, "write the agent's pid here once serving", "FILE");
+  flags.AddString("db-vfs", '\0', &db_vfs,
+                  "tests only: open agent.db with this SQLite VFS (fleet-powerloss: the fault "
+                  "matrix's power-loss row, whose power cut then loses the unsynced writes); "
+                  "default: SQLite's",
+                  "NAME");
+  flags.AddString("boot-id-file", '\0', &boot_id_file,
+                  "tests only: the machine's boot id is read from here (a new one after a "
+                  "simulated power cut: agent.db's lost-tail check)",
+                  "FILE");
   flags.AddBool("replace", '\0', &replace,
                 "stop the agent of --pid-file first (SIGTERM, then SIGKILL after --stop-grace); "
                 "its servers keep running and are re-adopted");
@@ -399,6 +410,8 @@ int main(int argc, char** argv) {
   fleet::agent::ProcessReadinessProber prober(http_probe, &runner);
   fleet::agent::AgentOptions options;
   options.state_dir = state_dir;
+  options.boot_id_path = boot_id_file;
+  options.db_vfs = db_vfs;
   options.host = host;
   options.container = container;
   options.readiness_interval = Seconds(readiness_interval);

@@ -374,9 +374,10 @@ FleetStore::~FleetStore() {
 }
 
 absl::StatusOr<std::unique_ptr<FleetStore>> FleetStore::Open(
-    const std::string& path, sqlite::OpenOptions::Synchronous synchronous) {
+    const std::string& path, sqlite::OpenOptions::Synchronous synchronous, const std::string& vfs) {
   sqlite::OpenOptions options;
   options.synchronous = synchronous;
+  options.vfs = vfs;
   options.mode = 0600;  // it holds the config's env values
   auto db = sqlite::Database::Open(path, options);
   if (!db.ok()) return db.status();

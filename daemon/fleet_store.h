@@ -93,10 +93,12 @@ class FleetStore {
  public:
   // Opens (creating, mode 0600) the record. Every commit is synced (synchronous=FULL): a row
   // "written before launch" must survive a power loss, not only a crash of fleetd. kNormal is
-  // for measuring what that costs (fleetd --db-synchronous=normal, bench/daemon).
+  // for measuring what that costs (fleetd --db-synchronous=normal, bench/daemon). `vfs`: the
+  // SQLite VFS (empty: the default; fleetd --db-vfs, for the fault matrix's power-loss row).
   static absl::StatusOr<std::unique_ptr<FleetStore>> Open(
       const std::string& path,
-      sqlite::OpenOptions::Synchronous synchronous = sqlite::OpenOptions::Synchronous::kFull);
+      sqlite::OpenOptions::Synchronous synchronous = sqlite::OpenOptions::Synchronous::kFull,
+      const std::string& vfs = "");
   ~FleetStore();
 
   // While a Batch lives, the store's writes share one transaction, committed by Commit() or at

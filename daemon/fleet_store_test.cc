@@ -4,10 +4,12 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
+#include "common/sqlite/power_loss_vfs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -86,6 +88,19 @@ TEST(FleetStore, AnAttemptWhoseRowACommitLostIsWrittenWholeAndAMissingServerIsAn
   AttemptRecord twin = a;
   twin.id = "local/200/gpu0#1-ff";
   EXPECT_FALSE(store->PutAttempt(twin).ok());
+}
+
+// fleetd --db-vfs: the store opens fleet.db with the VFS named (the power-loss VFS keeps its
+// record of unsynced writes beside the file; the default one does not).
+TEST(FleetStore, OpensWithTheVfsNamed) {
+  fleet::testing::TempDir dir;
+  auto plain = FleetStore::Open(dir.Join("plain.db"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("plain.db-unsynced")));
+  auto store = FleetStore::Open(dir.Join("fleet.db"), sqlite::OpenOptions::Synchronous::kFull,
+                                sqlite::kPowerLossVfs);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE(std::filesystem::exists(dir.Join("fleet.db-unsynced")));
 }
 
 TEST(FleetStore, AttemptsAreNumberedPerServerWithUniqueIds) {

@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
   std::string stop_timeout_text = absl::FormatDuration(fleet::daemon::kDefaultStopTimeout);
   std::string db_synchronous = "full";
   std::string clock_offset_file;
+  std::string db_vfs;
   fleet::FlagSet flags(
       "fleetd [flags]",
       "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
@@ -177,6 +178,11 @@ int main(int argc, char** argv) {
                   "how fleet.db commits: full (each commit synced: survives a power loss; the "
                   "default) or normal (survives a crash of fleetd only; for measuring the cost)",
                   "full|normal");
+  flags.AddString("db-vfs", '\0', &db_vfs,
+                  "tests only: open fleet.db with this SQLite VFS (fleet-powerloss: the fault "
+                  "matrix's power-loss row, whose power cut then loses the unsynced writes); "
+                  "default: SQLite's",
+                  "NAME");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "fleetd: " << s.message() << "\n";
     return 1;
@@ -299,9 +305,10 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto store = fleet::daemon::FleetStore::Open(
-      state_dir + "/fleet.db", db_synchronous == "normal"
-                                   ? fleet::sqlite::OpenOptions::Synchronous::kNormal
-                                   : fleet::sqlite::OpenOptions::Synchronous::kFull);
+      state_dir + "/fleet.db",
+      db_synchronous == "normal" ? fleet::sqlite::OpenOptions::Synchronous::kNormal
+                                 : fleet::sqlite::OpenOptions::Synchronous::kFull,
+      db_vfs);
   if (!store.ok()) {
     std::cerr << "fleetd: " << store.status().message() << "\n";
     return 1;

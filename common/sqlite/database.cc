@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/string_view.h"
+#include "common/sqlite/power_loss_vfs.h"
 
 namespace fleet::sqlite {
 
@@ -79,10 +80,17 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path
       if (!s.ok()) return s;
     }
   }
+  if (options.vfs == kPowerLossVfs) {
+    if (absl::Status s = RegisterPowerLossVfs(); !s.ok()) return s;
+  }
+  if (!options.vfs.empty() && sqlite3_vfs_find(options.vfs.c_str()) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("database ", path, ": no sqlite vfs named '", options.vfs, "'"));
+  }
   sqlite3* raw = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &raw,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc = sqlite3_open_v2(path.c_str(), &raw,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 options.vfs.empty() ? nullptr : options.vfs.c_str());
   std::unique_ptr<Database> db(new Database(raw, path));
   if (rc != SQLITE_OK) return db->Error(rc, "open");
   sqlite3_extended_result_codes(raw, 1);

@@ -74,6 +74,9 @@ struct OpenOptions {
   // new, changed to it when it exists) and to a -wal/-shm file already there; SQLite creates its
   // -wal and -shm files with the database file's mode.
   int mode = 0600;
+  // The SQLite VFS to open it with; empty: SQLite's default. kPowerLossVfs (power_loss_vfs.h) is
+  // registered on first use: the fault matrix's power-loss row, never production.
+  std::string vfs;
 };
 
 // A migration brings the schema from version N-1 to N (N = its index + 1).

@@ -5,16 +5,21 @@
 //   fault-check --fleet-db F --container host/ctid --agent-db A [--old-agent-db A0]...
 //               [--launches LEDGER] [--allow-gave-up] [--no-settled]
 //   fault-check --recorded-pids A      the pids agent.db A records, one `GPU PID` a line
+//   fault-check --power-cut DIR...     the power cut: the databases of DIR written through the
+//                                      power-loss VFS lose their writes since their last sync
+//                                      (a line per file that lost some)
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "common/base/flag_set.h"
+#include "common/sqlite/power_loss_vfs.h"
 #include "tests/faults/fault_invariants.h"
 
 int main(int argc, char** argv) {
   fleet::faults::CheckInput input;
   std::string recorded_pids;
+  std::vector<std::string> power_cut;
   bool allow_gave_up = false;
   bool no_settled = false;
   fleet::FlagSet flags(
@@ -31,6 +36,10 @@ int main(int argc, char** argv) {
   flags.AddBool("no-settled", '\0', &no_settled, "skip the settled invariant");
   flags.AddString("recorded-pids", '\0', &recorded_pids,
                   "print the pids this agent.db records and exit", "FILE");
+  flags.AddRepeated("power-cut", '\0', &power_cut,
+                    "discard the writes since their last sync of the databases in DIR that were "
+                    "opened with fleet-powerloss (every process using them gone), and exit",
+                    "DIR");
   std::vector<std::string> args(argv + 1, argv + argc);
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::fprintf(stderr, "fault-check: %s\n", std::string(s.message()).c_str());
@@ -38,6 +47,17 @@ int main(int argc, char** argv) {
   }
   if (flags.help_requested()) {
     std::printf("%s", flags.Help().c_str());
+    return 0;
+  }
+  if (!power_cut.empty()) {
+    for (const std::string& dir : power_cut) {
+      auto undone = fleet::sqlite::CutPower(dir);
+      if (!undone.ok()) {
+        std::fprintf(stderr, "fault-check: %s\n", std::string(undone.status().message()).c_str());
+        return 2;
+      }
+      for (const std::string& line : *undone) std::printf("%s\n", line.c_str());
+    }
     return 0;
   }
   if (!recorded_pids.empty()) {

@@ -45,8 +45,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 all_rows=(kill9-fleetd kill9-agent kill9-both fleetd-sigterm-remediation fleetd-busy
-  fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot partition
-  clock-jump)
+  fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot power-loss
+  partition clock-jump)
 quick_rows=(kill9-fleetd kill9-agent fleetd-busy reboot)
 
 mode=default
@@ -132,6 +132,7 @@ chmod 0700 "$out"
 
 run_dir='' fstate='' astate='' world='' logs='' ledger='' base_port='' cursor_seen=''
 fleetd_pid='' ct_unshare='' ct_init='' agent_nsenter='' agent_pid='' proxy_pid=''
+fleetd_db_args=() agent_db_args=()  # the power-loss row's VFS and boot id
 mounts=()
 bystanders=()  # "HOSTPID STARTTICKS" of the processes that must survive
 old_agent_dbs=()
@@ -182,7 +183,7 @@ start_fleetd() {
   mark=0
   [[ ! -e $run_dir/fleetd.log ]] || mark=$(wc -l <"$run_dir/fleetd.log")
   "$fleetd_bin" --state-dir "$fstate" --clock-offset-file "$run_dir/clock-offset" \
-    2>>"$run_dir/fleetd.log" &
+    ${fleetd_db_args[@]+"${fleetd_db_args[@]}"} 2>>"$run_dir/fleetd.log" &
   fleetd_pid=$!
   disown "$fleetd_pid"  # no job notice when it is killed; bash still reaps it
   if ! timeout 30 grep -q -m1 -F 'serving on' < <(exec tail -n +"$((mark + 1))" -F --pid="$fleetd_pid" "$run_dir/fleetd.log" 2>/dev/null); then
@@ -212,7 +213,8 @@ start_container() {  # start_container [TAKE_PIDS_FILE]
 start_agent() {
   nsenter -t "$ct_init" -p -m -- "$agent_bin" --listen "unix:$run_dir/agent.sock" \
     --state-dir "$astate" --host local --container 200 --readiness-interval 0.5 --stop-grace 5 \
-    --clock-offset-file "$run_dir/clock-offset" </dev/null 2>>"$run_dir/agent.log" &
+    --clock-offset-file "$run_dir/clock-offset" ${agent_db_args[@]+"${agent_db_args[@]}"} \
+    </dev/null 2>>"$run_dir/agent.log" &
   agent_nsenter=$!
   agent_pid=$(child_of "$agent_nsenter") || { notes+=("the agent did not start"); return 1; }
 }
@@ -270,12 +272,18 @@ begin_run() {  # begin_run ROW K SCENARIO
   mkdir -p "$run_dir"
   fstate=$run_dir/fleetd astate=$run_dir/agent-state world=$run_dir/world logs=$run_dir/logs
   ledger=$run_dir/launches
-  bystanders=() old_agent_dbs=() notes=()
+  bystanders=() old_agent_dbs=() notes=() fleetd_db_args=() agent_db_args=()
   mkdir -p "$logs"
   : >"$ledger"
   case $1 in
     fleetd-disk-full) mount_small_fs "$fstate" ;;
     agent-disk-full) mount_small_fs "$astate" ;;
+    power-loss)
+      # Both databases through the VFS that can lose what was not synced (fault-check
+      # --power-cut); the agent reads the machine's boot id from a file the power cut renews.
+      fleetd_db_args=(--db-vfs fleet-powerloss)
+      agent_db_args=(--db-vfs fleet-powerloss --boot-id-file "$run_dir/boot_id")
+      cat /proc/sys/kernel/random/uuid >"$run_dir/boot_id" ;;
   esac
   mkdir -p "$fstate" "$astate"
   local state=seed
@@ -455,6 +463,27 @@ inject() {
       bystanders=()  # the old container's died with it, as they should
       start_container "$take"
       fault_cleared=$(now); start_agent ;;
+    power-loss)
+      # The machine loses power: fleetd, the agent and the container's processes die at once;
+      # each database loses every write since its last completed sync (fault-check --power-cut
+      # undoes them); the machine boots with a new boot id. Then as in the reboot row: in the new
+      # PID namespace bystanders take the pids the agent's record (what is left of it) names.
+      kill -KILL "$fleetd_pid" "$ct_init" 2>/dev/null || true
+      kill_fleetd KILL
+      kill_container
+      # What the agent did is what its record held before the cut (as the agent-wipe row keeps
+      # the wiped one): launches are checked against it; the cut loses the record, not the launch.
+      local copy=$run_dir/agent-state.before-cut
+      cp -a "$astate" "$copy"
+      old_agent_dbs+=("$copy/agent.db")
+      notes+=("cut: $("$check_bin" --power-cut "$fstate" --power-cut "$astate" 2>>"$run_dir/check.log" | tr '\n' ';')")
+      cat /proc/sys/kernel/random/uuid >"$run_dir/boot_id"
+      local take=$run_dir/take-pids
+      "$check_bin" --recorded-pids "$astate/agent.db" 2>>"$run_dir/check.log" | awk '{ print $2 }' | sort -n >"$take" || true
+      notes+=("recorded pids $(tr '\n' ' ' <"$take")")
+      bystanders=()
+      start_container "$take"
+      fault_cleared=$(now); start_fleetd; start_agent ;;
   esac
 }
 
