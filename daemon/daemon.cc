@@ -605,6 +605,11 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
   for (const fleet::v1::ServerStatus& st : snapshot.servers()) by_gpu[st.server().gpu()] = &st;
   // The container's servers: the names that start with "host/ctid/" (not a scan of the fleet).
   const std::string prefix = link.container + "/";
+  // An agent that lost its record (a new incarnation) may have launched an attempt we still call
+  // pending (we died before its answer was recorded): it may have run, so it is lost too, and the
+  // next launch is a new attempt. The same incarnation never forgets a launch it answered.
+  const bool forgot =
+      !link.cursor.incarnation.empty() && link.cursor.incarnation != snapshot.incarnation();
   for (auto entry = servers_.lower_bound(prefix);
        entry != servers_.end() && entry->first.compare(0, prefix.size(), prefix) == 0; ++entry) {
     const std::string& name = entry->first;
@@ -643,7 +648,8 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
                now);
       s.attempt_unsaved = true;
       touched->insert(name);
-    } else if (s.attempt.outcome == "running" || s.attempt.outcome == "ready") {
+    } else if (s.attempt.outcome == "running" || s.attempt.outcome == "ready" ||
+               (forgot && s.attempt.outcome == "pending" && !s.launch_in_flight)) {
       // We had it running, the agent does not know it (state lost): the attempt is lost, and a
       // new one will be made.
       s.attempt.outcome = "lost";

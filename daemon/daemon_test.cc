@@ -640,6 +640,47 @@ TEST_F(DaemonTest, AWatchAfterARestartStartsWithTheWholeTable) {
   EXPECT_TRUE(daemon_->ChangedRows({}, &since).empty());
 }
 
+// The fault matrix's power-loss row: fleetd sent a Launch and died before it recorded the
+// answer (its row says pending), and the agent lost its own record of the launch with the power
+// (it comes back as a new incarnation). The attempt may have run: it is lost, and the next launch
+// is a new attempt, never the same one a second time.
+TEST_F(DaemonTest, APendingAttemptANewIncarnationDoesNotKnowIsLostNotLaunchedAgain) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  const std::string first_id = agent_.launches[0].attempt_id();
+  agent_.launches.clear();
+  daemon_.reset();
+  {
+    auto store = FleetStore::Open(dir_.Join("fleet.db"));
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(
+        (*store)->db().Exec("UPDATE attempts SET outcome = 'pending', launched_at = NULL").ok());
+    ASSERT_TRUE((*store)->db().Exec("UPDATE servers SET state = 'PENDING'").ok());
+  }
+  agent_.snapshot.set_incarnation("inc-2");
+  agent_.snapshot.clear_servers();
+  agent_.snapshot.set_sequence(0);
+  agent_.sequence = 0;
+  Open();
+  daemon_->Step();
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  for (const fleet::v1::LaunchRequest& l : agent_.launches) {
+    EXPECT_NE(l.attempt_id(), first_id);
+    EXPECT_EQ(l.attempt_number(), 2);
+  }
+  auto attempts = daemon_->ListAttempts([] {
+    fleet::v1::ListAttemptsRequest r;
+    r.set_server("local/200/gpu0");
+    return r;
+  }());
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->attempts_size(), 2);
+  EXPECT_EQ(attempts->attempts(0).outcome(), "lost");
+}
+
 TEST_F(DaemonTest, DeployDryRunChangesNothingAndReportsWhatWould) {
   agent_.snapshot.set_incarnation("inc-1");
   fleet::v1::DeployRequest r;

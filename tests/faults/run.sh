@@ -19,6 +19,7 @@
 #
 #   tests/faults/run.sh [--quick | --full] [--rows R1,R2,...] [--per-row N] [--seed S]
 #                       [--speed X] [--gpus N] [--settle S] [--build-dir DIR] [--out DIR] [--keep]
+#                       [--jobs N]
 #
 #   --quick          the cheapest rows, 1 injection each (the ctest subset, about 2 minutes)
 #   --full           every row, 20 injections each (the matrix; see docs/reliability.md)
@@ -31,6 +32,9 @@
 #   --partition S    how long the partition row cuts fleetd off the container (default 60)
 #   --build-dir DIR  the build with fleetd, fleet-agent, fleetctl, sglang-server-sim, fault-check
 #                    (default build/)
+#   --jobs N         injections run at once (default 1): each is a fleet of its own (its own
+#                    directories, ports and namespaces); the moment and the choices of injection
+#                    I come from the seed and I alone, so a seed means the same faults whatever N
 #   --out DIR        each injection's state (default a new directory under /tmp); kept only for
 #                    injections with a violation, unless --keep
 #
@@ -60,6 +64,7 @@ partition=60
 build_dir=$repo/build
 out=
 keep=false
+jobs=1
 usage() {
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
   exit 2
@@ -78,6 +83,7 @@ while [[ $# -gt 0 ]]; do
     --build-dir) [[ $# -ge 2 ]] || usage; build_dir=$2; shift ;;
     --out) [[ $# -ge 2 ]] || usage; out=$2; shift ;;
     --keep) keep=true ;;
+    --jobs) [[ $# -ge 2 ]] || usage; jobs=$2; shift ;;
     --list) printf '%s\n' "${all_rows[@]}"; exit 0 ;;
     -h | --help) usage ;;
     *) printf 'faults: unknown argument %s\n' "$1" >&2; usage ;;
@@ -102,6 +108,7 @@ if [[ -n $rows_arg ]]; then
 fi
 [[ $per_row =~ ^[1-9][0-9]*$ ]] || die "--per-row must be a positive integer"
 [[ $gpus =~ ^[1-8]$ ]] || die "--gpus must be 1..8"
+[[ $jobs =~ ^[1-9][0-9]?$ ]] || die "--jobs must be 1..99"
 [[ $settle =~ ^[1-9][0-9]*$ ]] || die "--settle must be a positive integer"
 [[ $partition =~ ^[1-9][0-9]*$ ]] || die "--partition must be a positive integer"
 [[ $speed =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--speed must be a positive number"
@@ -260,6 +267,10 @@ teardown() {
 on_exit() {
   local rc=$?
   trap - EXIT
+  # Injections running in subshells (--jobs) stop too: each tears its own fleet down.
+  local p
+  for p in $(jobs -p); do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   teardown
   exit "$rc"
 }
@@ -592,11 +603,48 @@ fi
 printf 'faults: a clean seed start is READY in %s ms: seed-scenario faults strike within that\n' "$seed_window_ms"
 [[ $keep == true ]] || rm -rf -- "$run_dir"
 
+# Each injection runs in a subshell of its own (at most --jobs at once), with RANDOM seeded from
+# the run's seed and its index; its lines and its tally come back in files, printed in order.
+results=$out/.results
+rm -rf -- "$results"
+mkdir -p "$results"
+run_slot() {  # run_slot INDEX ROW K
+  (
+    trap on_exit EXIT
+    trap 'exit 130' INT TERM
+    RANDOM=$(((seed + $1 * 7919) % 1000000007))
+    total=0 violations_total=0
+    injected=() held=() recover=()
+    run_one "$2" "$3" >"$results/$1.out" 2>&1 || true
+    printf '%s %d %d %d %s\n' "$2" "${injected[$2]:-0}" "${held[$2]:-0}" "$violations_total" \
+      "${recover[$2]:-}" >"$results/$1.tally"
+  ) &
+}
+slots=() printed=0
+print_done() {  # prints, in order, the injections that have finished
+  while [[ -e $results/$printed.tally ]]; do
+    cat "$results/$printed.out"
+    local row n h v rec
+    read -r row n h v rec <"$results/$printed.tally"
+    ((total += n)) || true
+    ((violations_total += v)) || true
+    injected[$row]=$((${injected[$row]:-0} + n))
+    held[$row]=$((${held[$row]:-0} + h))
+    [[ -z $rec ]] || recover[$row]+="$rec "
+    printed=$((printed + 1))
+  done
+}
+index=0
 for row in "${rows[@]}"; do
   for ((k = 1; k <= per_row; k++)); do
-    run_one "$row" "$k" || true
+    while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; print_done; done
+    run_slot "$index" "$row" "$k"
+    index=$((index + 1))
   done
 done
+wait || true
+print_done
+rm -rf -- "$results"
 
 # The table: per row, injections, injections with every invariant held, time to recover.
 stats() {  # stats "T1 T2 ...": median/max
