@@ -78,14 +78,24 @@ void RedactDiagnosis(const std::map<std::string, std::string>& env, fleet::v1::D
   d->set_summary(RedactText(d->summary(), env));
 }
 
+// The server's name, host/ctid/gpuN (the kMarkServer value), the agent's own identity where
+// the spec names none. Two containers' agents may see each other's processes (a simulated
+// container is a chroot): the name keeps one agent's servers from the other's.
+std::string ServerMark(const ServerSpec& spec, const AgentOptions& options) {
+  const fleet::v1::ServerRef& s = spec.server();
+  return absl::StrCat(s.host().empty() ? options.host : s.host(), "/",
+                      s.container().empty() ? options.container : s.container(), "/gpu", s.gpu());
+}
+
 // What the GPU check of `request` needs besides the previous server: the GPU, the attempt, and
 // the container's nvidia-smi with the server's environment.
 void FillGpuRequest(const fleet::v1::LaunchRequest& request, const std::string& owner,
-                    GpuRequest* out) {
+                    const AgentOptions& options, GpuRequest* out) {
   const ServerSpec& spec = request.spec();
   out->gpu = spec.server().gpu();
   out->key = request.attempt_id();
   out->owner = owner;
+  out->server = ServerMark(spec, options);
   out->nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
   out->env = EnvOf(spec);
 }
@@ -838,7 +848,7 @@ absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchR
       if (!refused.ok()) return refused;
       if (response.already_running()) return response;
     }
-    FillGpuRequest(request, mark_, &gpu_request);
+    FillGpuRequest(request, mark_, options_, &gpu_request);
     check = deps_.gpu_guard->Check(gpu_request);
     LogGpuCheck(request.attempt_id(), *check, /*busy=*/!check->free);
   }
@@ -940,7 +950,7 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
   }
   // The agent's marks (gpu_guard.h), last: a server it loses the record of is still known as its.
   command.env[kMarkAgent] = mark_;
-  command.env[kMarkGpu] = absl::StrCat(gpu);
+  command.env[kMarkServer] = ServerMark(spec, options_);
   command.env[kMarkAttempt] = request.attempt_id();
   command.cwd = spec.workdir();
   command.log_path = spec.log_path();
@@ -984,7 +994,7 @@ void Agent::WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous
   const int32_t gpu = spec.server().gpu();
   GpuRequest check;
   check.previous = previous;
-  FillGpuRequest(request, mark_, &check);
+  FillGpuRequest(request, mark_, options_, &check);
   auto run = std::make_unique<ServerRun>(this, EffectiveSpec(spec, options_), request.attempt_id(),
                                          request.attempt_number());
   run->WaitForGpu(deps_.clock->Now(), absl::StrCat("checking that gpu ", gpu, " is free"));

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <functional>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -74,30 +75,20 @@ int PidfdSendSignal(int pidfd, int sig) {
 
 }  // namespace
 
-std::vector<GpuProcess> FindDeviceHolders(const std::string& proc_root, const std::string& device) {
+namespace {
+
+// The live processes under `proc_root` (this one left out) for which `match(pid)` holds, at most
+// kMaxProcesses, by pid.
+std::vector<GpuProcess> ScanProcesses(const std::string& proc_root,
+                                      const std::function<bool(pid_t)>& match) {
   std::vector<GpuProcess> out;
   DIR* dir = opendir(proc_root.c_str());
   if (dir == nullptr) return out;
+  const pid_t self = getpid();
   while (dirent* e = readdir(dir)) {
     int64_t pid = 0;
-    if (!absl::SimpleAtoi(e->d_name, &pid) || pid <= 0 || pid > INT_MAX) continue;
-    const std::string fd_dir = absl::StrCat(proc_root, "/", pid, "/fd");
-    DIR* fds = opendir(fd_dir.c_str());
-    if (fds == nullptr) continue;  // gone, or a kernel thread
-    bool holds = false;
-    while (dirent* f = readdir(fds)) {
-      if (f->d_name[0] == '.') continue;
-      char target[PATH_MAX];
-      const ssize_t n =
-          readlink(absl::StrCat(fd_dir, "/", f->d_name).c_str(), target, sizeof(target) - 1);
-      if (n <= 0) continue;
-      if (absl::string_view(target, static_cast<size_t>(n)) == device) {
-        holds = true;
-        break;
-      }
-    }
-    closedir(fds);
-    if (!holds) continue;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid <= 0 || pid > INT_MAX || pid == self) continue;
+    if (!match(static_cast<pid_t>(pid))) continue;
     const std::optional<ProcStat> s = ReadProcStat(static_cast<pid_t>(pid), proc_root);
     if (!s || IsDead(*s)) continue;
     out.push_back({s->pid, s->start_ticks, s->session, Bounded(s->comm)});
@@ -109,10 +100,38 @@ std::vector<GpuProcess> FindDeviceHolders(const std::string& proc_root, const st
   return out;
 }
 
+// Whether a descriptor of `pid` links to `device`.
+bool HoldsDevice(const std::string& proc_root, pid_t pid, const std::string& device) {
+  const std::string fd_dir = absl::StrCat(proc_root, "/", pid, "/fd");
+  DIR* fds = opendir(fd_dir.c_str());
+  if (fds == nullptr) return false;  // gone, or a kernel thread
+  bool holds = false;
+  while (dirent* f = readdir(fds)) {
+    if (f->d_name[0] == '.') continue;
+    char target[PATH_MAX];
+    const ssize_t n =
+        readlink(absl::StrCat(fd_dir, "/", f->d_name).c_str(), target, sizeof(target) - 1);
+    if (n > 0 && absl::string_view(target, static_cast<size_t>(n)) == device) {
+      holds = true;
+      break;
+    }
+  }
+  closedir(fds);
+  return holds;
+}
+
+}  // namespace
+
+std::vector<GpuProcess> FindDeviceHolders(const std::string& proc_root, const std::string& device) {
+  return ScanProcesses(proc_root, [&](pid_t pid) { return HoldsDevice(proc_root, pid, device); });
+}
+
 namespace {
 
-// Whether the environment of `pid` holds kMarkAgent=owner and kMarkGpu=gpu (read up to 1 MiB).
-bool CarriesMarks(const std::string& proc_root, pid_t pid, const std::string& owner, int32_t gpu) {
+// Whether the environment of `pid` holds kMarkAgent=owner and kMarkServer=server (read up to
+// 1 MiB).
+bool CarriesMarks(const std::string& proc_root, pid_t pid, const std::string& owner,
+                  const std::string& server) {
   const int fd = open(absl::StrCat(proc_root, "/", pid, "/environ").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   constexpr size_t kMaxEnviron = 1 << 20;
@@ -126,14 +145,14 @@ bool CarriesMarks(const std::string& proc_root, pid_t pid, const std::string& ow
   }
   close(fd);
   const std::string agent = absl::StrCat(kMarkAgent, "=", owner);
-  const std::string gpu_mark = absl::StrCat(kMarkGpu, "=", gpu);
+  const std::string server_mark = absl::StrCat(kMarkServer, "=", server);
   bool agent_seen = false;
-  bool gpu_seen = false;
+  bool server_seen = false;
   for (absl::string_view var : absl::StrSplit(env, '\0')) {
     agent_seen = agent_seen || var == agent;
-    gpu_seen = gpu_seen || var == gpu_mark;
+    server_seen = server_seen || var == server_mark;
   }
-  return agent_seen && gpu_seen;
+  return agent_seen && server_seen;
 }
 
 // The real uid of `pid` (the first field of status's Uid line), or -1.
@@ -158,26 +177,12 @@ int64_t RealUid(const std::string& proc_root, pid_t pid) {
 }  // namespace
 
 std::vector<GpuProcess> FindMarkedProcesses(const std::string& proc_root, const std::string& owner,
-                                            int32_t gpu, uid_t uid) {
-  std::vector<GpuProcess> out;
-  if (owner.empty()) return out;
-  DIR* dir = opendir(proc_root.c_str());
-  if (dir == nullptr) return out;
-  const pid_t self = getpid();
-  while (dirent* e = readdir(dir)) {
-    int64_t pid = 0;
-    if (!absl::SimpleAtoi(e->d_name, &pid) || pid <= 0 || pid > INT_MAX || pid == self) continue;
-    if (!CarriesMarks(proc_root, static_cast<pid_t>(pid), owner, gpu)) continue;
-    if (RealUid(proc_root, static_cast<pid_t>(pid)) != static_cast<int64_t>(uid)) continue;
-    const std::optional<ProcStat> s = ReadProcStat(static_cast<pid_t>(pid), proc_root);
-    if (!s || IsDead(*s)) continue;
-    out.push_back({s->pid, s->start_ticks, s->session, Bounded(s->comm)});
-    if (out.size() >= kMaxProcesses) break;
-  }
-  closedir(dir);
-  std::sort(out.begin(), out.end(),
-            [](const GpuProcess& a, const GpuProcess& b) { return a.pid < b.pid; });
-  return out;
+                                            const std::string& server, uid_t uid) {
+  if (owner.empty() || server.empty()) return {};
+  return ScanProcesses(proc_root, [&](pid_t pid) {
+    return CarriesMarks(proc_root, pid, owner, server) &&
+           RealUid(proc_root, pid) == static_cast<int64_t>(uid);
+  });
 }
 
 absl::StatusOr<int64_t> ParseMemoryUsed(absl::string_view csv) {
@@ -245,7 +250,7 @@ std::string GpuCheck::Summary() const {
     std::vector<std::string> killed;
     for (const GpuProcess& p : orphans) killed.push_back(Describe(p));
     parts.push_back(absl::StrCat("killed servers of this agent's that its record had lost (",
-                                 kMarkAgent, " and ", kMarkGpu,
+                                 kMarkAgent, " and ", kMarkServer,
                                  " in their environment): ", absl::StrJoin(killed, ", ")));
   }
   if (!stuck.empty()) {
@@ -375,7 +380,7 @@ GpuCheck GpuGuard::Check(const GpuRequest& request) {
   // The agent's own servers on this GPU that its record lost: marked, of its uid.
   std::map<pid_t, GpuProcess> orphans;
   for (GpuProcess& m :
-       FindMarkedProcesses(options_.proc_root, request.owner, request.gpu, geteuid())) {
+       FindMarkedProcesses(options_.proc_root, request.owner, request.server, geteuid())) {
     if (ours.count(m.pid) == 0) orphans.emplace(m.pid, std::move(m));
   }
   for (GpuProcess& h : FindDeviceHolders(options_.proc_root, check.device)) {
@@ -390,7 +395,7 @@ GpuCheck GpuGuard::Check(const GpuRequest& request) {
            SessionIsStillPrevious(previous, options_.proc_root);
   };
   const auto still_marked = [&](const ProcStat& s) {
-    return CarriesMarks(options_.proc_root, s.pid, request.owner, request.gpu);
+    return CarriesMarks(options_.proc_root, s.pid, request.owner, request.server);
   };
   for (const auto& [pid, p] : ours) {
     bool gone = false;

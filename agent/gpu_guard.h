@@ -10,9 +10,9 @@
 //      session, and the session is still the recorded one), and reaped where the agent is their
 //      parent (it is the container's subreaper). So are the agent's servers on this GPU that its
 //      record lost (its state dir wiped, or a lost tail): processes of the agent's uid whose
-//      environment carries the agent's marks for this GPU (kMarkAgent, kMarkGpu below), verified
-//      the same way (same start time, the marks still there). Any other holder is reported,
-//      never signalled.
+//      environment carries the agent's marks for this server (kMarkAgent, kMarkServer below),
+//      verified the same way (same start time, the marks still there). Any other holder is
+//      reported, never signalled.
 //   2. The GPU's memory, from `nvidia-smi --query-gpu=memory.used -i N`: free means below
 //      free_threshold_mib. When it is not free, `--query-compute-apps` says who holds it: inside
 //      LXC those pids are the host's, so they are reported and never signalled.
@@ -71,13 +71,14 @@ struct GpuGuardOptions {
 };
 
 // The marks the agent puts in the environment of every server it starts (and its children
-// inherit): the agent's state dir, absolute (one agent per state dir: its identity), the GPU,
-// the attempt. A process of the agent's own uid that carries the agent's marks for a GPU is a
-// server this agent started there, or a child of one, even when the agent's record of it is gone.
-// Only the agent's uid could have put them there: such a process is this agent's, or its own
-// user's to lose.
+// inherit): the agent's state dir, absolute (one agent per state dir: its identity), the server's
+// name (host/ctid/gpuN: two containers' agents may share a state dir path and see each other's
+// processes, as the simulated host's chroot containers do), the attempt. A process of the agent's
+// own uid that carries the agent's marks for a server is a server this agent started, or a child of
+// one, even when the agent's record of it is gone. Only the agent's uid could have put them there:
+// such a process is this agent's, or its own user's to lose.
 inline constexpr char kMarkAgent[] = "FLEET_AGENT_DIR";
-inline constexpr char kMarkGpu[] = "FLEET_GPU";
+inline constexpr char kMarkServer[] = "FLEET_SERVER";
 inline constexpr char kMarkAttempt[] = "FLEET_ATTEMPT_ID";
 
 // The server that ran on the GPU before, as the agent recorded it: its session (its pid: it is
@@ -92,9 +93,10 @@ struct GpuRequest {
   // Who asks (the agent's attempt id): echoed to the listener, so a stale answer is recognised.
   std::string key;
   PreviousServer previous;
-  // The agent's kMarkAgent value: its servers on this GPU that it no longer knows are reclaimed.
-  // Empty: none are looked for.
+  // The agent's kMarkAgent value and the server's name (kMarkServer: host/ctid/gpuN): the
+  // agent's servers of that name that it no longer knows are reclaimed. Empty: none looked for.
   std::string owner;
+  std::string server;
   // nvidia-smi's argv prefix (the config's tools.nvidia_smi); empty: "nvidia-smi" on env's PATH.
   std::vector<std::string> nvidia_smi;
   std::map<std::string, std::string> env;  // the server's environment (PATH for nvidia-smi)
@@ -137,9 +139,10 @@ struct GpuCheck {
 std::vector<GpuProcess> FindDeviceHolders(const std::string& proc_root, const std::string& device);
 
 // Processes under `proc_root` (not this one) of real uid `uid` whose environment holds
-// kMarkAgent=`owner` and kMarkGpu=`gpu`, at most 64, by pid. An environment is read up to 1 MiB.
+// kMarkAgent=`owner` and kMarkServer=`server`, at most 64, by pid. An environment is read up to 1
+// MiB.
 std::vector<GpuProcess> FindMarkedProcesses(const std::string& proc_root, const std::string& owner,
-                                            int32_t gpu, uid_t uid);
+                                            const std::string& server, uid_t uid);
 
 // `nvidia-smi --query-gpu=memory.used[,minor_number] --format=csv,noheader,nounits` output: the
 // first line's fields. InvalidArgument when it holds no number.

@@ -398,17 +398,22 @@ TEST(GpuGuard, KillsTheAgentsOwnServersItsRecordLostAndNoOtherMarkedProcess) {
   const std::string owner = "/var/lib/agent-a";
   const std::string mark = absl::StrCat(kMarkAgent, "=", owner);
   // This agent's server on GPU 0 (its record gone), holding the memory.
-  const pid_t lost = reaper.Add(StartWithEnv({mark, absl::StrCat(kMarkGpu, "=0"), "PATH=/bin"}));
+  const pid_t lost =
+      reaper.Add(StartWithEnv({mark, absl::StrCat(kMarkServer, "=pve1/200/gpu0"), "PATH=/bin"}));
   world.HoldMemory(0, lost, 70000, "python3");
   // Its server on GPU 1, another agent's on GPU 0, and an unmarked holder of the device.
-  const pid_t gpu1 = reaper.Add(StartWithEnv({mark, absl::StrCat(kMarkGpu, "=1")}));
-  const pid_t other_agent = reaper.Add(
-      StartWithEnv({absl::StrCat(kMarkAgent, "=/var/lib/agent-b"), absl::StrCat(kMarkGpu, "=0")}));
+  const pid_t gpu1 = reaper.Add(StartWithEnv({mark, absl::StrCat(kMarkServer, "=pve1/200/gpu1")}));
+  const pid_t other_agent = reaper.Add(StartWithEnv({absl::StrCat(kMarkAgent, "=/var/lib/agent-b"),
+                                                     absl::StrCat(kMarkServer, "=pve1/200/gpu0")}));
   const pid_t bystander = reaper.Add(HoldOpen(world.Device(0)));
+  // The same agent state dir in another container (two chroot containers of one host, as the
+  // simulated Proxmox host makes them, both with /var/lib/gpu-fleet-agent): not this server.
+  const pid_t other_container =
+      reaper.Add(StartWithEnv({mark, absl::StrCat(kMarkServer, "=pve1/201/gpu0")}));
   // A prefix of the owner is not the owner.
-  const pid_t prefix =
-      reaper.Add(StartWithEnv({absl::StrCat(mark, "-old"), absl::StrCat(kMarkGpu, "=0")}));
-  const std::vector<pid_t> spared = {gpu1, other_agent, bystander, prefix};
+  const pid_t prefix = reaper.Add(
+      StartWithEnv({absl::StrCat(mark, "-old"), absl::StrCat(kMarkServer, "=pve1/200/gpu0")}));
+  const std::vector<pid_t> spared = {gpu1, other_agent, other_container, bystander, prefix};
   std::vector<uint64_t> spared_ticks;
   for (pid_t p : spared) spared_ticks.push_back(StartTicks(p));
   const uint64_t lost_ticks = StartTicks(lost);
@@ -420,6 +425,7 @@ TEST(GpuGuard, KillsTheAgentsOwnServersItsRecordLostAndNoOtherMarkedProcess) {
 
   GpuRequest request = world.Request(0);
   request.owner = owner;
+  request.server = "pve1/200/gpu0";
   check = guard.Check(request);
   EXPECT_THAT(Pids(check.orphans), ::testing::ElementsAre(lost)) << check.Summary();
   EXPECT_FALSE(Alive(lost, lost_ticks));
@@ -727,8 +733,8 @@ TEST(AgentGpu, ServersCarryTheAgentsMarks) {
   ASSERT_NE(realpath(a.StateDir().c_str(), resolved), nullptr);
   EXPECT_THAT(environ, HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkAgent, "=", resolved,
                                               std::string(1, '\0'))));
-  EXPECT_THAT(environ,
-              HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkGpu, "=1", std::string(1, '\0'))));
+  EXPECT_THAT(environ, HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkServer,
+                                              "=local/local/gpu1", std::string(1, '\0'))));
   EXPECT_THAT(environ, HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkAttempt, "=a1",
                                               std::string(1, '\0'))));
 }
