@@ -2,7 +2,8 @@
 // knows its phase, tells why a start failed, notices stalls, and reports all of it as a
 // resumable event stream. It starts servers only when asked (Launch, with the attempt id the
 // daemon allocated; idempotent on it) and never relaunches on its own: the daemon decides
-// (DESIGN.md, "Contracts"). Standalone mode (main.cc) plays the daemon's part for a local spec.
+// (docs/design.md, "Attempt ownership"). Standalone mode (main.cc) plays the daemon's part for a
+// local spec.
 //
 // Servers are the agent's children in sessions of their own, with their logs in files, so they
 // outlive an agent restart; the agent records what it runs (AgentStore) and a restarted agent

@@ -98,8 +98,8 @@ sample=$out/sample.log
 "$gen" --size-mib "$small_mib" --seed "$seed" --jit-percent "$jit_percent" --output "$small" \
   >"$small.manifest.json"
 "$gen" --size-mib 16 --seed "$((seed + 1))" --output "$sample" >/dev/null
-# Real failure logs exercise patterns the generator never triggers; the corpus is read in place
-# when it is there (../shared/corpus, never copied into the repository).
+# Real failure logs exercise patterns the generator never triggers: a labelled corpus of real logs
+# is added when the machine has one (read in place, never copied into the repository).
 corpus_dir=../shared/corpus/dev
 if compgen -G "$corpus_dir/*.log" >/dev/null; then cat "$corpus_dir"/*.log >>"$sample"; fi
 cat "$big.manifest.json"

@@ -1,6 +1,6 @@
 // `fleetctl explain --server SERVER [--attempt N] [-o json]`: the diagnosis fleetd stored for an
 // attempt (Explain RPC), rendered exactly as `fleetctl explain FILE` renders a log's: the same
-// human report and the same JSON object (DESIGN.md "Contracts"), with `file` being `SERVER#N`
+// human report and the same JSON object (docs/design.md, "Contracts"), with `file` being `SERVER#N`
 // (N the attempt number fleetd answered for; the latest when --attempt is not given).
 #pragma once
 

@@ -1,4 +1,4 @@
-// SERVER names as the CLI accepts them: `host/ctid/gpuN` (DESIGN.md "CLI surface"), e.g.
+// SERVER names as the CLI accepts them: `host/ctid/gpuN` (docs/design.md "CLI surface"), e.g.
 // `pve1/200/gpu3` or `local/sim/gpu0`. Checked before any call to fleetd so a typo gets a precise
 // message instead of the daemon's "unknown server". Only the shape is checked here; whether the
 // server exists is the daemon's answer.

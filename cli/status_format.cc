@@ -19,7 +19,7 @@ constexpr std::string_view kCyan = "\x1b[36m";
 constexpr std::string_view kDim = "\x1b[2m";
 constexpr int kBarWidth = 10;
 
-// The states in the order a start goes through them (DESIGN.md "Per-server state machine").
+// The states in the order a start goes through them (docs/design.md "Per-server state machine").
 constexpr std::string_view kStateOrder[] = {
     "PENDING", "STARTING",    "LOADING",    "JIT_COMPILING", "CAPTURING_GRAPHS", "READY",
     "FAILED",  "REMEDIATING", "RESTARTING", "GAVE_UP",       "STOPPED"};

@@ -23,7 +23,7 @@ using fleet::v1::Action;
 using fleet::v1::ServerSpec;
 using fleet::v1::ToolchainSnapshot;
 
-// The classes the planner acts on (DESIGN.md's table; the strings are a contract).
+// The classes the planner acts on (docs/design.md's table; the strings are a contract).
 constexpr char kMissingLibrary[] = "missing_shared_library";
 constexpr char kNvccNotFound[] = "nvcc_not_found";
 constexpr char kNinjaNotFound[] = "ninja_not_found";

@@ -2,8 +2,8 @@
 // is known: the diagnosis of a failed start (or none, before the first launch: Preflight), the
 // toolchain the agent's probe saw, this container's past remediations, the server's spec and the
 // policy. It answers with either a plan of typed agent actions (agent.proto `Action`, one reason
-// each) or a report of why it will not touch anything; never both (DESIGN.md "Remediation: a
-// small solver, not a lookup table").
+// each) or a report of why it will not touch anything; never both (docs/design.md "Remediation:
+// a small solver").
 //
 // It is a solver, not a lookup table: every constraint it knows (ptxas accepts the PTX wanted;
 // nvcc major.minor = the headers' CUDART_VERSION; nvcc, crt, nvvm, runtime, nvrtc, cupti of one

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo.sh: the seed scenario of DESIGN.md on a simulated container with 8 GPUs, through fleetd.
+# demo.sh: the seed scenario (docs/design.md) on a simulated container with 8 GPUs, through fleetd.
 #
 #   deploy/demo.sh [--state-dir DIR] [--speed X] [--build-dir DIR]
 #

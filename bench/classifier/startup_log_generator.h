@@ -36,7 +36,7 @@ struct StartupLogOptions {
 // A failure the generator wrote: the class the classifier must report when it is the first one.
 struct InjectedFailure {
   std::string_view kind;             // what was injected, e.g. "ptxas_unsupported_version"
-  std::string_view diagnosis_class;  // DESIGN.md's class string
+  std::string_view diagnosis_class;  // a class string of docs/design.md's table
   int64_t root_cause_line = 0;       // 1-based line number of the deciding line
 };
 

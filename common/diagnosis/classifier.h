@@ -4,7 +4,7 @@
 // input. Linear time and bounded memory whatever the input: lines over kMaxLineBytes are cut with
 // a marker, evidence and facts are capped, and lines that match no pattern are skipped in bulk.
 //
-// How it decides (DESIGN.md, "Diagnosis"):
+// How it decides (docs/design.md, "Diagnosis: root cause, not symptom"):
 //  - Lines group into units: a ninja `FAILED:` block, a Python traceback, a vLLM worker error, or
 //    a run of matching lines with a little trailing context.
 //  - The root cause is the earliest root-cause signature; its unit is the evidence. Symptoms

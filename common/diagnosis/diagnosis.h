@@ -1,5 +1,6 @@
 // Diagnosis: what the classifier concluded about one log (one start attempt): the class (a string
-// of DESIGN.md's table), the root-cause line, the evidence, the facts, and the symptoms it saw.
+// of docs/design.md's table), the root-cause line, the evidence, the facts, and the symptoms it
+// saw.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The diagnosis classes of DESIGN.md ("Diagnosis classes"), as a table: the stable strings that
+// The diagnosis classes (docs/design.md, "Diagnosis classes"), as a table: the stable strings that
 // JSON, SQLite and the CLI show, who can fix each, and how specific a class is when it is known
 // only from a symptom. The strings are a contract; never rename one.
 #pragma once

@@ -1,5 +1,6 @@
-// Renderers of a Diagnosis: the `fleetctl explain -o json` object (a contract, DESIGN.md
-// "Contracts") and the human text. Shared by the CLI (files) and, later, stored evidence.
+// Renderers of a Diagnosis: the `fleetctl explain -o json` object (a contract, docs/design.md
+// "`fleetctl explain` JSON") and the human text. Shared by the CLI (files) and, later, stored
+// evidence.
 #pragma once
 
 #include <string>

@@ -19,7 +19,7 @@ enum class SignatureRole {
   kContext,    // carries facts only (versions, paths, package lists)
 };
 
-// Startup phases, as in DESIGN.md's state machine.
+// Startup phases, as in the state machine of docs/design.md.
 enum class Phase { kStarting, kLoading, kJitCompiling, kCapturingGraphs, kReady };
 
 // The structural units of a log that a failure is reported with.

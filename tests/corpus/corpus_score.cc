@@ -1,7 +1,7 @@
 // corpus_score: scores `fleetctl explain -o json` output against a labelled corpus
-// (labels.json, as in ../shared/corpus/dev): class accuracy per class (expected or acceptable
-// counts as correct), a confusion list, safety violations (toolchain_fix true where the label says
-// a toolchain change must never be proposed) and fact coverage.
+// (labels.json; tests/corpus/eval.sh says where it looks): class accuracy per class (expected or
+// acceptable counts as correct), a confusion list, safety violations (toolchain_fix true where the
+// label says a toolchain change must never be proposed) and fact coverage.
 //
 //   corpus_score LABELS.json RESULTS.jsonl [--min-accuracy 0.95]
 //

@@ -1,6 +1,6 @@
 // flashinfer's JIT build as the simulated server performs it: which ops a start builds, where
 // their sources, objects and cached libraries live, and the text `ninja -v` prints for each step
-// and each failure. The text follows what real builds print (corpus and DESIGN.md), so that the
+// and each failure. The text follows what real builds print (docs/design.md), so that the
 // classifier, the agent's progress tracking and the remediation planner meet the same lines they
 // meet on a real machine.
 #pragma once

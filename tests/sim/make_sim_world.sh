@@ -4,7 +4,7 @@
 #
 #   make_sim_world.sh DIR [--state seed|fixed] [--break PROBLEM]... [--server PATH] [--gpus N]
 #
-#   --state seed    every problem of DESIGN.md's failure cascade present (the default)
+#   --state seed    every problem of the seed cascade (docs/design.md) present (the default)
 #   --state fixed   the state after the fixes: CUDA 13.2 throughout, ninja, lib64 and the libcuda
 #                   stub, and a server environment (server.env) that uses them
 #   --break P       with --state fixed: put one seed problem back, P one of

@@ -1,8 +1,9 @@
-// The simulated SGLang server against the real diagnosis engine: for each problem of DESIGN.md's
-// seed cascade, a world with exactly that problem fails the way the real stack does and is
-// classified as such; the fixed world serves HTTP; negatives and injected faults fail as their
-// real counterparts. Every test builds its own world in its own temp dir and runs the simulator
-// fast (FLEET_SIM_SPEED=500); waits are on log conditions and process exits, never fixed sleeps.
+// The simulated SGLang server against the real diagnosis engine: for each problem of the seed
+// cascade (docs/design.md), a world with exactly that problem fails the way the real stack does
+// and is classified as such; the fixed world serves HTTP; negatives and injected faults fail as
+// their real counterparts. Every test builds its own world in its own temp dir and runs the
+// simulator fast (FLEET_SIM_SPEED=500); waits are on log conditions and process exits, never fixed
+// sleeps.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>

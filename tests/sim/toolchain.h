@@ -1,5 +1,5 @@
 // What the simulated server finds in its container when it needs CUDA: the facts that decide, in
-// the seed's order (DESIGN.md), whether a start gets past the sgl_kernel import and through
+// the seed's order (docs/design.md), whether a start gets past the sgl_kernel import and through
 // flashinfer's JIT build. Everything is read the way the real stack reads it: libraries from the
 // loader path, nvcc from CUDA_HOME or PATH, ninja from PATH, versions by running
 // `nvcc --version` / `ptxas --version`, CUDART_VERSION from the header on the include path, link
@@ -31,8 +31,8 @@ std::optional<Version2> ParseCudartVersion(std::string_view header_text);
 // The highest PTX ISA that the ptxas of CUDA `release` accepts (13.0 → 9.0, 12.8 → 8.7).
 Version2 PtxIsaOfRelease(Version2 release);
 
-// flashinfer's bundled CCCL emits PTX ISA 9.2 (DESIGN.md): not visible to a probe, learned from
-// the first ptxas failure.
+// flashinfer's bundled CCCL emits PTX ISA 9.2 (docs/design.md): not visible to a probe, learned
+// from the first ptxas failure.
 inline constexpr Version2 kFlashinferPtxIsa{9, 2};
 
 // The library sgl_kernel's extension needs from the loader path (LD_LIBRARY_PATH).
