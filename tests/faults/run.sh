@@ -29,6 +29,8 @@
 #   --gpus N         GPUs of the simulated container (default 4)
 #   --settle S       seconds a fleet has to settle after a fault cleared (default 90)
 #   --partition S    how long the partition row cuts fleetd off the container (default 60)
+#   --ssh-step STEP  the ssh-* rows strike while the bootstrap runs STEP (stage, push or start),
+#                    0-200 ms after the host began it, not at a random moment of the bootstrap
 #   --build-dir DIR  the build with fleetd, fleet-agent, fleetctl, sglang-server-sim, fault-check
 #                    (default build/)
 #   --out DIR        each injection's state (default a new directory under /tmp); kept only for
@@ -57,6 +59,7 @@ speed=20
 gpus=4
 settle=90
 partition=60
+ssh_step=
 build_dir=$repo/build
 out=
 keep=false
@@ -75,6 +78,7 @@ while [[ $# -gt 0 ]]; do
     --gpus) [[ $# -ge 2 ]] || usage; gpus=$2; shift ;;
     --settle) [[ $# -ge 2 ]] || usage; settle=$2; shift ;;
     --partition) [[ $# -ge 2 ]] || usage; partition=$2; shift ;;
+    --ssh-step) [[ $# -ge 2 ]] || usage; ssh_step=$2; shift ;;
     --build-dir) [[ $# -ge 2 ]] || usage; build_dir=$2; shift ;;
     --out) [[ $# -ge 2 ]] || usage; out=$2; shift ;;
     --keep) keep=true ;;
@@ -105,6 +109,7 @@ fi
 [[ $settle =~ ^[1-9][0-9]*$ ]] || die "--settle must be a positive integer"
 [[ $partition =~ ^[1-9][0-9]*$ ]] || die "--partition must be a positive integer"
 [[ $speed =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--speed must be a positive number"
+[[ $ssh_step =~ ^(|stage|push|start)$ ]] || die "--ssh-step must be stage, push or start"
 seed=${seed:-$(( $(date +%s%N) % 1000000007 ))}
 [[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer"
 RANDOM=$seed
@@ -301,15 +306,23 @@ stop_remote_host() {
 host_link() { ip -n "$host_ns" link set "$host_if" "$1"; }
 
 # The host's sshd drops every session it has (what a host whose side of a stalled connection
-# timed out does), the listener stays: the sessions' own sshd processes are killed.
+# timed out does), the listener stays: every sshd process below it (each connection's monitor
+# and its session process, which holds the connection) is killed.
 kill_host_sessions() {
-  local listener pid n=0
-  listener=$(<"$host_dir/sshd.pid")
-  for pid in $(children_of "$listener"); do
-    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == sshd ]] || continue
-    kill -KILL "$pid" 2>/dev/null && n=$((n + 1))
-  done
-  printf '%d' "$n"
+  local pids
+  pids=$(ps -e -o pid=,ppid=,comm= 2>/dev/null | awk -v root="$(<"$host_dir/sshd.pid")" '
+    { ppid[$1] = $2; comm[$1] = $3 }
+    END {
+      for (p in ppid) {
+        if (comm[p] != "sshd" || p == root) continue
+        d = 0
+        for (q = ppid[p]; q in ppid && q != root && d < 50; q = ppid[q]) d++
+        if (q == root) print p
+      }
+    }')
+  # shellcheck disable=SC2086  # a list of pids
+  [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+  printf '%d' "$(wc -w <<<"$pids")"
 }
 
 # What the host runs for fleetd now (the bootstrap's step): the commands below its sshd
@@ -539,6 +552,20 @@ inject() {
       sleep 0.01
     done
     moment=$(rand_ms 0 300)
+  elif [[ -n $ssh_step ]] && is_remote "$row"; then
+    # The moment is inside a step of the bootstrap: a poll of the host's commands until it runs
+    # the step (nothing announces it), then 0-200 ms more.
+    local pattern deadline=$((SECONDS + 30))
+    case $ssh_step in
+      stage) pattern="^dd of=/root/\\.gpu-fleet-bootstrap/200/" ;;
+      push) pattern="pct-sim --root $host_dir/ct push " ;;
+      start) pattern="--listen $ct_addr:50151 .* --detach" ;;
+    esac
+    while ((SECONDS < deadline)); do
+      if pgrep -f -- "$pattern" >/dev/null; then notes+=("in $ssh_step"); break; fi
+      sleep 0.01
+    done
+    moment=$(rand_ms 0 200)
   else
     moment=$(rand_ms 0 "$window_ms")
   fi
