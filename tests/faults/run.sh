@@ -346,10 +346,10 @@ host_commands() {
 #                        agent's private key is nowhere on the host, nor in the container but at
 #                        /etc/gpu-fleet/agent.key (mode 0600), and no half-installed file (*.new)
 #                        is left in the container
-#   bootstrap_logged     fleetd logged the agent it installed; when the fault cut the bootstrap
-#                        off (bootstrap_cut), that the agent was unreachable and why, and then
-#                        either the agent installed or the agent reachable again (the cut-off
-#                        bootstrap had started it: the next one finds it up to date)
+#   bootstrap_logged     fleetd logged the agent it installed; or, when the fault cut the
+#                        bootstrap off (bootstrap_cut) after it had started the agent (the next
+#                        one finds it up to date and installs nothing), that the agent was
+#                        unreachable and why, and that it is reachable again
 bootstrap_cut=false
 check_bootstrap() {
   local pid agents=() pidfile rootfs=$host_dir/ct/200/rootfs key_line f leaks=()
@@ -385,13 +385,15 @@ check_bootstrap() {
   [[ -z $f ]] || printf 'violation: bootstrap_no_secret: half-installed files left: %s\n' "$f"
   local installed=false
   grep -qE 'container 200: .* started \(' "$run_dir/fleetd.log" && installed=true
-  if [[ $bootstrap_cut == true ]]; then
+  if $installed; then
+    :
+  elif [[ $bootstrap_cut != true ]]; then
+    printf 'violation: bootstrap_logged: fleetd logged no agent installed in pve1/200\n'
+  else
     grep -qF 'fleetd: pve1/200: agent unreachable: host pve1' "$run_dir/fleetd.log" ||
       printf 'violation: bootstrap_logged: the bootstrap was cut off, fleetd logged no reason\n'
-    grep -qF 'fleetd: pve1/200: agent reachable again' "$run_dir/fleetd.log" || $installed ||
+    grep -qF 'fleetd: pve1/200: agent reachable again' "$run_dir/fleetd.log" ||
       printf 'violation: bootstrap_logged: fleetd logged neither the agent installed nor reachable again\n'
-  elif ! $installed; then
-    printf 'violation: bootstrap_logged: fleetd logged no agent installed in pve1/200\n'
   fi
 }
 
