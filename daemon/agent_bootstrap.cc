@@ -226,7 +226,33 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
   if (!version.ok()) return version.status();
   if (version->exit_status == 0) result.previous_version = FirstLine(version->out);
   const bool current = result.previous_version == package.version;
+  // The host's staging directory: a fixed one per container, in the SSH user's home (root's:
+  // 0700), so that what a bootstrap cut off mid-way left there (it could not clean up over a
+  // lost connection) is found and removed by a later one.
+  auto stage_dir = [&]() -> absl::StatusOr<std::string> {
+    absl::StatusOr<CommandResult> home = steps.Run("stage", {"pwd"});
+    if (!home.ok()) return home.status();
+    const std::string home_dir = FirstLine(home->out);
+    if (home_dir.empty() || home_dir[0] != '/' || absl::StrContains(home_dir, "/../")) {
+      return steps.Fail("stage", "pwd printed no absolute directory");
+    }
+    return absl::StrCat(home_dir == "/" ? "" : home_dir, "/", kHostStageRoot, "/", spec.ctid);
+  };
+  // Best effort: a removal that fails is reported (stage_left), for the next bootstrap to redo.
+  auto remove_stage = [&](const std::string& stage) {
+    absl::StatusOr<CommandResult> rm = host.Run({"rm", "-rf", "--", stage}, {}, absl::Seconds(30));
+    result.stage_left = !rm.ok() || rm->exit_status != 0;
+  };
   if (current && healthy().ok()) {
+    if (spec.remove_stale_stage) {
+      absl::StatusOr<std::string> stage = stage_dir();
+      if (stage.ok()) {
+        result.stage_dir = *stage;
+        remove_stage(*stage);
+      } else {
+        result.stage_left = true;
+      }
+    }
     steps.Close();
     return result;
   }
@@ -262,18 +288,12 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
   absl::StatusOr<std::string> key = ReadWhole(spec.agent_key_file);
   if (!key.ok()) return steps.Fail("stage", key.status().message());
 
-  // The staging directory is a fixed one per container, in the SSH user's home (root's: 0700),
-  // made 0700 and emptied first: what a bootstrap cut off mid-way left there (it could not clean
-  // up over a lost connection) is removed by the next one, and two bootstraps of one container
-  // never share it.
-  absl::StatusOr<CommandResult> home = steps.Run("stage", {"pwd"});
-  if (!home.ok()) return home.status();
-  const std::string home_dir = FirstLine(home->out);
-  if (home_dir.empty() || home_dir[0] != '/' || absl::StrContains(home_dir, "/../")) {
-    return steps.Fail("stage", "pwd printed no absolute directory");
-  }
-  const std::string stage_root = absl::StrCat(home_dir == "/" ? "" : home_dir, "/", kHostStageRoot);
-  const std::string stage = absl::StrCat(stage_root, "/", spec.ctid);
+  // The staging directory, made 0700 and emptied first: what a bootstrap cut off mid-way left
+  // there is removed, and two bootstraps of one container never share it.
+  absl::StatusOr<std::string> stage_path = stage_dir();
+  if (!stage_path.ok()) return stage_path.status();
+  const std::string stage = *std::move(stage_path);
+  const std::string stage_root = stage.substr(0, stage.rfind('/'));
   result.stage_dir = stage;
   for (std::vector<std::string> argv :
        {std::vector<std::string>{"rm", "-rf", "--", stage},
@@ -281,9 +301,9 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
         std::vector<std::string>{"mkdir", "-m", "0700", "--", stage}}) {
     if (absl::StatusOr<CommandResult> r = steps.Run("stage", argv); !r.ok()) return r.status();
   }
-  absl::Cleanup remove_stage = [&] {
-    host.Run({"rm", "-rf", "--", stage}, {}, absl::Seconds(30)).IgnoreError();
-  };
+  // On the way out of a failed bootstrap (its caller takes the directory to be left); a
+  // successful one removes it below and says whether that worked.
+  absl::Cleanup remove_on_failure = [&] { remove_stage(stage); };
   for (File& f : files) {
     if (!f.local.empty()) {
       absl::StatusOr<std::string> data = ReadWhole(f.local);
@@ -358,6 +378,8 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(pause));
     pause = std::min(pause * 2, absl::Seconds(1));
   }
+  std::move(remove_on_failure).Cancel();
+  remove_stage(stage);
   steps.Close();
   return result;
 }

@@ -7,8 +7,9 @@
 //   2. init     systemd in the container (`test -d /run/systemd/system`)?
 //   3. stage    the binaries, the CA and the agent's certificate to the host, in a directory of
 //               its own per container (kHostStageRoot/CTID, 0700, emptied first: a bootstrap
-//               cut off mid-way leaves nothing the next one does not remove), `dd of=FILE` with
-//               the bytes on stdin; removed afterwards
+//               cut off mid-way leaves nothing the next one does not remove, even one that
+//               finds the agent up to date: BootstrapSpec::remove_stale_stage), `dd of=FILE`
+//               with the bytes on stdin; removed afterwards
 //   4. push     `pct push --perms MODE` each into the container: binaries as NAME.new, then
 //               renamed over the old ones (a running agent keeps its inode); the private key is
 //               never staged on the host: `pct exec ... dd` writes it into a 0600 file in the
@@ -68,6 +69,10 @@ struct BootstrapSpec {
   std::string agent_cert_file;
   std::string agent_key_file;
   absl::Duration health_timeout = absl::Seconds(30);
+  // A bootstrap before this one may have left its staging directory on the host (it was cut
+  // off, its clean-up's connection was lost, or fleetd died): removed even when the agent is up
+  // to date and nothing is staged (two more commands: `pwd`, `rm`).
+  bool remove_stale_stage = false;
 };
 
 struct BootstrapResult {
@@ -76,6 +81,7 @@ struct BootstrapResult {
   bool started = false;                    // agent (re)started
   bool systemd = false;                    // started as a systemd unit (else detached)
   std::string stage_dir;                   // the host's staging directory (removed afterwards)
+  bool stage_left = false;                 // its removal failed: it may still be on the host
   std::vector<std::string> steps;          // the steps that ran, in order
   std::vector<absl::Duration> step_times;  // how long each took (same order)
 };

@@ -45,7 +45,7 @@ class ScriptedHost : public CommandRunner {
     if (line == "pct status 201") {
       r.out = "status: running\n";
     } else if (absl::StrContains(line, "fleet-agent --version")) {
-      r.out = "fleet-agent 0.0.9 (old)\n";
+      r.out = version;
     } else if (line == "pwd") {
       r.out = "/root\n";
     } else if (command[0] == "dd") {
@@ -80,9 +80,10 @@ class ScriptedHost : public CommandRunner {
     return found;
   }
   std::vector<std::string> commands;
-  std::map<std::string, std::string> staged;     // path on the host -> bytes
-  std::map<std::string, std::string> container;  // path in the container -> bytes
-  std::map<std::string, std::string> modes;      // path in the container -> mode
+  std::map<std::string, std::string> staged;          // path on the host -> bytes
+  std::map<std::string, std::string> container;       // path in the container -> bytes
+  std::map<std::string, std::string> modes;           // path in the container -> mode
+  std::string version = "fleet-agent 0.0.9 (old)\n";  // what the container's agent says
   bool restarted = false;
   int cut_after = -1;  // commands that work before the connection is lost; -1: never
 };
@@ -208,6 +209,44 @@ TEST(EnsureAgent, TheNextBootstrapRemovesWhatACutOffOneLeft) {
   EXPECT_LT(first_rm, first_dd);
   EXPECT_THAT(host.commands, ::testing::Contains(absl::StrCat("mkdir -m 0700 -- ", kStage)));
   EXPECT_THAT(host.staged, ::testing::IsEmpty());
+}
+
+TEST(EnsureAgent, AStagingDirectoryLeftBehindIsRemovedEvenWhenTheAgentIsUpToDate) {
+  // The connection is lost once the agent was restarted: it runs, up to date, but the staging
+  // directory's removal failed (the fault matrix's ssh-bootstrap-cut met this).
+  Fixture f;
+  ScriptedHost whole;
+  ASSERT_TRUE(EnsureAgent(whole, f.package, f.spec, [&] {
+                return whole.restarted ? absl::OkStatus() : absl::UnavailableError("no");
+              }).ok());
+  ScriptedHost host;
+  host.cut_after = static_cast<int>(whole.commands.size()) - 1;  // all but the clean-up
+  auto first = EnsureAgent(host, f.package, f.spec, [&] {
+    return host.restarted ? absl::OkStatus() : absl::UnavailableError("no");
+  });
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->stage_left);
+  ASSERT_EQ(host.staged.count(absl::StrCat(kStage, "/fleet-agent")), 1u);
+  // Back, with the agent that bootstrap installed: nothing to install, and what was left goes.
+  host.cut_after = -1;
+  host.commands.clear();
+  host.version = f.package.version + "\n";
+  BootstrapSpec spec = f.spec;
+  spec.remove_stale_stage = first->stage_left;
+  auto r = EnsureAgent(host, f.package, spec, [] { return absl::OkStatus(); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->started);
+  EXPECT_FALSE(r->stage_left);
+  EXPECT_THAT(host.staged, ::testing::IsEmpty()) << absl::StrJoin(host.commands, "\n");
+}
+
+TEST(EnsureAgent, AnUpToDateAgentCostsNoMoreCommandsWhenNothingWasLeft) {
+  Fixture f;
+  ScriptedHost host;
+  host.version = f.package.version + "\n";
+  auto r = EnsureAgent(host, f.package, f.spec, [] { return absl::OkStatus(); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(host.commands.size(), 2u) << absl::StrJoin(host.commands, "\n");  // status, version
 }
 
 }  // namespace

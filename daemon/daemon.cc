@@ -358,10 +358,7 @@ void Daemon::Ingest(absl::Time now) {
           l.retry_at = now;
           continue;
         }
-        l.failures = std::min(l.failures + 1, 20);
-        l.last_error = std::string(q.status.message());
-        l.retry_at = now + std::min(options_.reconnect_max,
-                                    options_.reconnect_initial * (1 << std::min(l.failures, 10)));
+        LinkFailed(l, q.status, now);
         continue;
       }
       // What a stream said after its Resync: the snapshot of the next connection covers it.
@@ -687,6 +684,7 @@ void Daemon::Connect(absl::Time now) {
         if (!link->client) {
           link->retry_at = absl::InfiniteFuture();
           link->last_error = "no way to reach this container yet";
+          TouchContainer(key);
           continue;
         }
       }
@@ -715,11 +713,7 @@ void Daemon::Connected(const std::string& container, const AgentClient* client,
     if (link == links_.end() || link->second->client.get() != client) return;
     Link& l = *link->second;
     if (!snapshot.ok()) {
-      l.state = Link::kIdle;
-      l.failures = std::min(l.failures + 1, 20);
-      l.last_error = std::string(snapshot.status().message());
-      l.retry_at = now + std::min(options_.reconnect_max,
-                                  options_.reconnect_initial * (1 << std::min(l.failures, 10)));
+      LinkFailed(l, snapshot.status(), now);
       return;
     }
     if (l.resync || snapshot->incarnation() != l.cursor.incarnation) {
@@ -733,13 +727,43 @@ void Daemon::Connected(const std::string& container, const AgentClient* client,
       l.resync = false;
     }
     l.state = Link::kFollowing;
-    l.failures = 0;
-    l.last_error.clear();
+    LinkUp(l);
     // Follow only starts the stream (its events come on gRPC's threads, to the queue): it does
     // not wait for the agent.
     l.client->Follow(l.cursor.incarnation, l.cursor.sequence, this);
   }
   Wake();  // a turn: its servers can be launched now
+}
+
+void Daemon::LinkFailed(Link& l, const absl::Status& why, absl::Time now) {
+  l.state = Link::kIdle;
+  l.failures = std::min(l.failures + 1, 20);
+  const absl::Duration wait = std::min(
+      options_.reconnect_max, options_.reconnect_initial * (1 << std::min(l.failures, 10)));
+  l.retry_at = now + wait;
+  if (absl::IsCancelled(why)) return;
+  const std::string message(why.message());
+  if (message == l.last_error) return;  // said once; the retries say nothing new
+  l.last_error = message;
+  fprintf(stderr, "fleetd: %s: agent unreachable: %s (retrying, next in %s)\n", l.container.c_str(),
+          message.c_str(), absl::FormatDuration(wait).c_str());
+  TouchContainer(l.container);
+}
+
+void Daemon::LinkUp(Link& l) {
+  if (!l.last_error.empty()) {
+    fprintf(stderr, "fleetd: %s: agent reachable again (after %d failed tries)\n",
+            l.container.c_str(), l.failures);
+    l.last_error.clear();
+    TouchContainer(l.container);
+  }
+  l.failures = 0;
+}
+
+void Daemon::TouchContainer(const std::string& container) {
+  for (auto& [name, s] : servers_) {
+    if (ContainerKey(s.record.host, s.record.container) == container) Touch(s);
+  }
 }
 
 // --- The reconciler -------------------------------------------------------------------------
@@ -1258,6 +1282,14 @@ void Daemon::FillRow(const Server& s, fleet::v1::ServerRow* row) const {
   row->set_port(r.spec.port());
   row->set_degraded(r.degraded);
   row->set_reason(r.reason);
+  if (r.reason.empty()) {
+    // No reason of its own: why its agent cannot be reached now, if so (what keeps it PENDING,
+    // or what fleetd no longer hears from a running one).
+    auto link = links_.find(ContainerKey(r.host, r.container));
+    if (link != links_.end() && !link->second->last_error.empty()) {
+      row->set_reason(absl::StrCat("agent unreachable: ", link->second->last_error));
+    }
+  }
 }
 
 fleet::v1::FleetStatusResponse Daemon::Status(const fleet::v1::FleetStatusRequest& request) {

@@ -235,7 +235,7 @@ class Daemon : public EventSink {
     absl::Time retry_at = absl::InfinitePast();
     int failures = 0;
     AgentCursor cursor;
-    std::string last_error;
+    std::string last_error;  // why it cannot reach its agent now ("" when it can)
   };
   struct Queued {
     std::string container;
@@ -269,6 +269,14 @@ class Daemon : public EventSink {
                      std::set<std::string>* touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks every due link's agent for its Status (all at once); Connected follows each answer.
   void Connect(absl::Time now);
+  // A link that could not reach its agent (its Status failed, or its stream ended): retried
+  // with backoff. Why is logged when it changes and shown as its servers' reason (status,
+  // watch) until the agent answers again (LinkUp): an unreachable host, a failed agent
+  // bootstrap. A cancelled stream (fleetd ended it) is retried without a word.
+  void LinkFailed(Link& l, const absl::Status& why, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LinkUp(Link& l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchContainer(const std::string& container) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Connected(const std::string& container, const AgentClient* client,
                  const absl::StatusOr<fleet::v1::StatusResponse>& snapshot)
       ABSL_LOCKS_EXCLUDED(mu_, store_mu_);

@@ -1138,6 +1138,34 @@ TEST_F(DaemonTest, StatusAnswersWhileAnAgentTakesItsTimeToAnswerAResync) {
   EXPECT_GE(agent_.follows.size(), 2u);
 }
 
+TEST_F(DaemonTest, WhyAnAgentCannotBeReachedIsItsServersReasonUntilItAnswers) {
+  // An agent fleetd cannot reach (a host unreachable, a bootstrap cut off): its servers stay
+  // PENDING, and status and a watch say why, not just PENDING.
+  agent_.snapshot.set_incarnation("inc-1");
+  agent_.reachable = false;
+  uint64_t since = 0;
+  Deploy(TwoGpuConfig());
+  daemon_->ChangedRows({}, &since);
+  daemon_->Step();
+  EXPECT_TRUE(agent_.launches.empty());
+  auto rows = Rows();
+  EXPECT_EQ(rows["local/200/gpu0"].state(), "PENDING");
+  EXPECT_EQ(rows["local/200/gpu0"].reason(), "agent unreachable: agent away");
+  EXPECT_EQ(rows["local/200/gpu1"].reason(), "agent unreachable: agent away");
+  const std::vector<fleet::v1::ServerRow> watched = daemon_->ChangedRows({}, &since);
+  ASSERT_EQ(watched.size(), 2u) << "a watch was not told";
+  EXPECT_EQ(watched[0].reason(), "agent unreachable: agent away");
+  // It answers again: the reason goes, and the servers launch.
+  agent_.reachable = true;
+  clock_.Advance(options_.reconnect_max);
+  daemon_->Step();
+  daemon_->Step();
+  EXPECT_EQ(agent_.launches.size(), 2u);
+  rows = Rows();
+  EXPECT_EQ(rows["local/200/gpu0"].reason(), "");
+  EXPECT_EQ(rows["local/200/gpu0"].state(), "STARTING");
+}
+
 TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheClientALogStreamUses) {
   agent_.snapshot.set_incarnation("inc-1");
   Deploy(TwoGpuConfig());

@@ -155,9 +155,13 @@ absl::Status RemoteAgentClient::BootstrapOnce() {
   spec.agent_cert_file = ch.agent_cert_file();
   spec.agent_key_file = ch.agent_key_file();
   spec.health_timeout = options_.health_timeout;
+  spec.remove_stale_stage = stage_may_be_left_;
   GrpcAgentClient* grpc = grpc_.get();
   absl::StatusOr<BootstrapResult> r =
       EnsureAgent(*ssh_, options_.package, spec, [grpc] { return grpc->Status().status(); });
+  // A failed bootstrap may have left its staging directory (its clean-up needs the connection
+  // it lost): the next one removes it, even if it finds the agent up to date.
+  stage_may_be_left_ = !r.ok() || r->stage_left;
   if (!r.ok()) return r.status();
   if (r->started) {
     // What an operator wants in fleetd's log: which agent now runs there, and what it took.

@@ -6,8 +6,9 @@
 // TLS inside it).
 //
 // Until the agent answers, every call and the stream fail at once with Unavailable and the
-// reason ("host pve1, container 201: agent bootstrap, step push: ..."), which the daemon shows as
-// the container's link error while it retries with its backoff. Thread-safe.
+// reason ("host pve1, container 201: agent bootstrap, step push: ..."), which the daemon logs and
+// shows as its servers' reason ("agent unreachable: ...") while it retries with its backoff.
+// Thread-safe.
 #pragma once
 
 #include <memory>
@@ -87,6 +88,9 @@ class RemoteAgentClient : public AgentClient {
   std::unique_ptr<SshSession> ssh_;
   std::unique_ptr<SshTunnel> tunnel_;
   std::shared_ptr<GrpcAgentClient> grpc_;
+  // A bootstrap may have left its staging directory on the host: at first (a fleetd before this
+  // one may have died mid-bootstrap), and after one that failed or could not remove it.
+  bool stage_may_be_left_ = true;
 };
 
 }  // namespace fleet::daemon

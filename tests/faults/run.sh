@@ -30,6 +30,8 @@
 #   --gpus N         GPUs of the simulated container (default 4)
 #   --settle S       seconds a fleet has to settle after a fault cleared (default 90)
 #   --partition S    how long the partition row cuts fleetd off the container (default 60)
+#   --ssh-step STEP  the ssh-* rows strike while the bootstrap runs STEP (stage, push or start),
+#                    0-200 ms after the host began it, not at a random moment of the bootstrap
 #   --build-dir DIR  the build with fleetd, fleet-agent, fleetctl, sglang-server-sim, fault-check
 #                    (default build/)
 #   --jobs N         injections run at once (default 1): each is a fleet of its own (its own
@@ -50,7 +52,7 @@ repo=$(cd "$here/../.." && pwd)
 
 all_rows=(kill9-fleetd kill9-agent kill9-both fleetd-sigterm-remediation fleetd-busy
   fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot power-loss
-  partition clock-jump)
+  partition clock-jump ssh-bootstrap-cut)
 quick_rows=(kill9-fleetd kill9-agent fleetd-busy reboot)
 
 mode=default
@@ -61,6 +63,7 @@ speed=20
 gpus=4
 settle=90
 partition=60
+ssh_step=
 build_dir=$repo/build
 out=
 keep=false
@@ -80,6 +83,7 @@ while [[ $# -gt 0 ]]; do
     --gpus) [[ $# -ge 2 ]] || usage; gpus=$2; shift ;;
     --settle) [[ $# -ge 2 ]] || usage; settle=$2; shift ;;
     --partition) [[ $# -ge 2 ]] || usage; partition=$2; shift ;;
+    --ssh-step) [[ $# -ge 2 ]] || usage; ssh_step=$2; shift ;;
     --build-dir) [[ $# -ge 2 ]] || usage; build_dir=$2; shift ;;
     --out) [[ $# -ge 2 ]] || usage; out=$2; shift ;;
     --keep) keep=true ;;
@@ -112,6 +116,7 @@ fi
 [[ $settle =~ ^[1-9][0-9]*$ ]] || die "--settle must be a positive integer"
 [[ $partition =~ ^[1-9][0-9]*$ ]] || die "--partition must be a positive integer"
 [[ $speed =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--speed must be a positive number"
+[[ $ssh_step =~ ^(|stage|push|start)$ ]] || die "--ssh-step must be stage, push or start"
 seed=${seed:-$(( $(date +%s%N) % 1000000007 ))}
 [[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer"
 RANDOM=$seed
@@ -140,6 +145,8 @@ chmod 0700 "$out"
 run_dir='' fstate='' astate='' world='' logs='' ledger='' base_port='' cursor_seen=''
 fleetd_pid='' ct_unshare='' ct_init='' agent_nsenter='' agent_pid='' proxy_pid=''
 fleetd_db_args=() agent_db_args=()  # the power-loss row's VFS and boot id
+ct_name=local/200 in_ct=()  # the container as fleetd names it; the command prefix that enters it
+host_dir='' host_ns='' host_if='' ct_ns='' ct_addr=''  # a remote row's simulated host
 mounts=()
 bystanders=()  # "HOSTPID STARTTICKS" of the processes that must survive
 old_agent_dbs=()
@@ -238,6 +245,168 @@ kill_container() {
   ct_init='' ct_unshare='' agent_pid='' agent_nsenter=''
 }
 
+# --- A remote container (the ssh-* rows): a simulated Proxmox host, fleetd bootstraps the agent ---
+#
+# tests/sim/sim_proxmox_host.sh makes the host: a network namespace behind a veth pair, a real
+# sshd of its own (own host key, root's authorized_keys, no system service) and `pct` =
+# tests/sim/pct-sim, with container 200 (a network namespace and a chroot) behind its bridge.
+# fleetd reaches the host over SSH and the agent over the `direct` channel (mutual TLS, routed
+# through the host), and installs the agent itself (daemon/agent_bootstrap.h); no agent is started
+# here. The container sees the run's share/ (world, logs, launch ledger), the build and the repo at
+# the same paths.
+
+is_remote() { [[ $1 == ssh-* ]]; }
+
+# start_remote_host: the host up, our key authorized, its host key in our known_hosts, the
+# fleet's certificates; sets the host_* and ct_* variables, astate (the agent's state in the
+# container) and in_ct.
+start_remote_host() {
+  local up=$run_dir/host.up key_type key_text host_addr
+  host_dir=$run_dir/host
+  if ! bash "$repo/tests/sim/sim_proxmox_host.sh" up "$host_dir" 200 --route \
+    --bind "$run_dir/share" --bind "$bin" --bind "$repo" >"$up" 2>&1; then
+    notes+=("the simulated host did not come up: $(tail -1 "$up")")
+    return 1
+  fi
+  host_addr=$(sed -n 's/^host_addr=//p' "$up")
+  ct_addr=$(sed -n 's/^ct_200=//p' "$up")
+  # shellcheck disable=SC1091  # the host's state: root_if and namespaces (host first)
+  host_ns=$(source "$host_dir/state" && printf '%s' "${namespaces[0]}")
+  # shellcheck disable=SC1091
+  host_if=$(source "$host_dir/state" && printf '%s' "${root_if%-r}-h")
+  ct_ns=$(<"$host_dir/ct/200/netns")
+  ct_name=pve1/200 in_ct=(ip netns exec "$ct_ns")
+  astate=$host_dir/ct/200/rootfs/var/lib/gpu-fleet-agent
+  ssh-keygen -q -t ed25519 -N '' -C gpu-fleet-faults -f "$run_dir/id_ed25519"
+  cat "$run_dir/id_ed25519.pub" >>"$host_dir/authorized_keys"
+  read -r key_type key_text _ <"$(sed -n 's/^host_key=//p' "$up")"
+  printf '%s %s %s\n' "$host_addr" "$key_type" "$key_text" >"$run_dir/known_hosts"
+  "$fleetctl_bin" certs init --dir "$run_dir/pki" --agents "$ct_addr" >"$run_dir/certs.log" 2>&1 ||
+    { notes+=("fleetctl certs init failed"); return 1; }
+  printf '%s %s\n' "$host_addr" "$ct_addr" >"$run_dir/addresses"
+}
+
+# The config of the remote container (the same world, template and policy as the local one).
+remote_config() {
+  local g gpu_list= y=("$run_dir/id_ed25519" "$run_dir/known_hosts" "$run_dir/pki")
+  for ((g = 0; g < gpus; g++)); do gpu_list+="${gpu_list:+, }$g"; done
+  printf '# written by tests/faults/run.sh: container 200 on the simulated host pve1\nhosts:\n'
+  printf '  - name: pve1\n    reach: {kind: ssh, address: %s, identity_file: "%s", known_hosts: "%s"}\n' \
+    "$(cut -d' ' -f1 "$run_dir/addresses")" "${y[0]}" "${y[1]}"
+  printf '    containers:\n      - ctid: "200"\n'
+  printf '        channel: {kind: direct, address: %s, port: 50151, ca_file: "%s", cert_file: "%s", key_file: "%s", agent_cert_file: "%s", agent_key_file: "%s"}\n' \
+    "$ct_addr" "${y[2]}/ca.crt" "${y[2]}/fleetd.crt" "${y[2]}/fleetd.key" \
+    "${y[2]}/agent-$ct_addr.crt" "${y[2]}/agent-$ct_addr.key"
+  printf '        gpus: [%s]\n        template: sglang\n        base_port: %d\n' "$gpu_list" "$base_port"
+  bash "$repo/tests/sim/sim_fleet_config.sh" --world "$world" --tools-only
+  printf 'templates:\n'
+  bash "$repo/tests/sim/sim_fleet_config.sh" --world "$world" --template-only sglang \
+    --log-path "$logs/sglang_gpu{gpu}.log" --speed "$speed"
+  printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n'
+}
+
+stop_remote_host() {
+  [[ -n $host_dir ]] || return 0
+  bash "$repo/tests/sim/sim_proxmox_host.sh" down "$host_dir" 2>>"$run_dir/host.up" || true
+  host_dir=''
+}
+
+# The host's link (its end of the veth pair) down or up: a host unreachable, as when its cable
+# or switch port goes: packets to it are lost, connections stall, new ones time out.
+host_link() { ip -n "$host_ns" link set "$host_if" "$1"; }
+
+# The host's sshd drops every session it has (what a host whose side of a stalled connection
+# timed out does), the listener stays: every sshd process below it (each connection's monitor
+# and its session process, which holds the connection) is killed.
+kill_host_sessions() {
+  local pids
+  pids=$(ps -e -o pid=,ppid=,comm= 2>/dev/null | awk -v root="$(<"$host_dir/sshd.pid")" '
+    { ppid[$1] = $2; comm[$1] = $3 }
+    END {
+      for (p in ppid) {
+        if (comm[p] != "sshd" || p == root) continue
+        d = 0
+        for (q = ppid[p]; q in ppid && q != root && d < 50; q = ppid[q]) d++
+        if (q == root) print p
+      }
+    }')
+  # shellcheck disable=SC2086  # a list of pids
+  [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+  printf '%d' "$(wc -w <<<"$pids")"
+}
+
+# What the host runs for fleetd now (the bootstrap's step): the commands below its sshd
+# sessions, the deepest one (the command itself, not the shells and `timeout` around it).
+host_commands() {
+  ps -e -o pid=,ppid=,args= 2>/dev/null | awk -v root="$(<"$host_dir/sshd.pid")" '
+    { ppid[$1] = $2; line = $0; sub(/^ *[0-9]+ +[0-9]+ +/, "", line); args[$1] = line }
+    END {
+      for (p in ppid) {
+        d = 0
+        for (q = p; q in ppid && q != root && d < 50; q = ppid[q]) d++
+        if (q == root && args[p] !~ /^sshd/ && d > best) { best = d; cmd = args[p] }
+      }
+      print substr(cmd, 1, 90)
+    }'
+}
+
+# The bootstrap's own invariants, once the fleet settled (violations on stdout):
+#   bootstrap_one_agent  exactly one fleet-agent runs in the container, the one its pid file names
+#   bootstrap_no_secret  nothing staged is left on the host (its staging directory is empty); the
+#                        agent's private key is nowhere on the host, nor in the container but at
+#                        /etc/gpu-fleet/agent.key (mode 0600), and no half-installed file (*.new)
+#                        is left in the container
+#   bootstrap_logged     fleetd logged the agent it installed; or, when the fault cut the
+#                        bootstrap off (bootstrap_cut) after it had started the agent (the next
+#                        one finds it up to date and installs nothing), that the agent was
+#                        unreachable and why, and that it is reachable again
+bootstrap_cut=false
+check_bootstrap() {
+  local pid agents=() pidfile rootfs=$host_dir/ct/200/rootfs key_line f leaks=()
+  for pid in $(ip netns pids "$ct_ns" 2>/dev/null); do
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == fleet-agent ]] && agents+=("$pid")
+  done
+  pidfile=$(cat "$rootfs/run/gpu-fleet-agent.pid" 2>/dev/null || true)
+  if ((${#agents[@]} != 1)); then
+    printf 'violation: bootstrap_one_agent: %d fleet-agent processes in the container (%s)\n' \
+      "${#agents[@]}" "${agents[*]}"
+  elif [[ $pidfile != "${agents[0]}" ]]; then
+    # The pid file holds the pid as the container sees it; without a PID namespace of its own
+    # that is the same pid.
+    printf 'violation: bootstrap_one_agent: the agent is pid %s, its pid file says %s\n' \
+      "${agents[0]}" "${pidfile:-nothing}"
+  fi
+  f=$(find "$host_dir/root-home/.gpu-fleet-bootstrap" -mindepth 1 2>/dev/null | head -5 | tr '\n' ' ')
+  [[ -z $f ]] || printf 'violation: bootstrap_no_secret: left staged on the host: %s\n' "$f"
+  # A line of the key's body: in no file of the host's (root's home, /tmp) but the ones fleetd
+  # was given and the container's installed key. The host's /tmp is this machine's: only files
+  # written since the run began are read.
+  key_line=$(sed -n 2p "$run_dir/pki/agent-$ct_addr.key")
+  while IFS= read -r f; do
+    [[ $f == "$rootfs/etc/gpu-fleet/agent.key" ]] || leaks+=("$f")
+  done < <({ find "$host_dir/root-home" "$rootfs" -xdev -type f -size -64k 2>/dev/null
+    find /tmp -xdev -type f -newer "$run_dir/started" -size -64k -not -path "$out/*" 2>/dev/null; } |
+    xargs -r -d '\n' grep -lsF -- "$key_line" 2>/dev/null || true)
+  ((${#leaks[@]} == 0)) ||
+    printf 'violation: bootstrap_no_secret: the agent key is also in %s\n' "${leaks[*]}"
+  [[ $(stat -c %a "$rootfs/etc/gpu-fleet/agent.key" 2>/dev/null) == 600 ]] ||
+    printf 'violation: bootstrap_no_secret: /etc/gpu-fleet/agent.key is not 0600 in the container\n'
+  f=$(find "$rootfs/etc/gpu-fleet" "$rootfs/opt/gpu-fleet" -name '*.new' 2>/dev/null | tr '\n' ' ')
+  [[ -z $f ]] || printf 'violation: bootstrap_no_secret: half-installed files left: %s\n' "$f"
+  local installed=false
+  grep -qE 'container 200: .* started \(' "$run_dir/fleetd.log" && installed=true
+  if $installed; then
+    :
+  elif [[ $bootstrap_cut != true ]]; then
+    printf 'violation: bootstrap_logged: fleetd logged no agent installed in pve1/200\n'
+  else
+    grep -qF 'fleetd: pve1/200: agent unreachable: host pve1' "$run_dir/fleetd.log" ||
+      printf 'violation: bootstrap_logged: the bootstrap was cut off, fleetd logged no reason\n'
+    grep -qF 'fleetd: pve1/200: agent reachable again' "$run_dir/fleetd.log" ||
+      printf 'violation: bootstrap_logged: fleetd logged neither the agent installed nor reachable again\n'
+  fi
+}
+
 # --- One injection ------------------------------------------------------------------------------
 
 mount_small_fs() {  # mount_small_fs DIR: a 32 MiB tmpfs (the disk that fills)
@@ -249,6 +418,7 @@ mount_small_fs() {  # mount_small_fs DIR: a 32 MiB tmpfs (the disk that fills)
 stop_fleet() {
   kill_fleetd TERM
   kill_container
+  stop_remote_host
   if [[ -n $proxy_pid ]]; then
     kill -CONT "$proxy_pid" 2>/dev/null || true
     stop_pid "$proxy_pid" TERM
@@ -281,10 +451,15 @@ begin_run() {  # begin_run ROW K SCENARIO
   run_dir=$out/$1-$2
   rm -rf -- "$run_dir"
   mkdir -p "$run_dir"
-  fstate=$run_dir/fleetd astate=$run_dir/agent-state world=$run_dir/world logs=$run_dir/logs
-  ledger=$run_dir/launches
-  bystanders=() old_agent_dbs=() notes=() fleetd_db_args=() agent_db_args=()
+  # A remote container sees share/ (the world, the servers' logs, the launch ledger).
+  local share=$run_dir
+  is_remote "$1" && share=$run_dir/share
+  fstate=$run_dir/fleetd astate=$run_dir/agent-state world=$share/world logs=$share/logs
+  ledger=$share/launches
+  bystanders=() old_agent_dbs=() notes=() ct_name=local/200 in_ct=() bootstrap_cut=false
+  fleetd_db_args=() agent_db_args=()
   mkdir -p "$logs"
+  : >"$run_dir/started"
   : >"$ledger"
   case $1 in
     fleetd-disk-full) mount_small_fs "$fstate" ;;
@@ -296,7 +471,8 @@ begin_run() {  # begin_run ROW K SCENARIO
       agent_db_args=(--db-vfs fleet-powerloss --boot-id-file "$run_dir/boot_id")
       cat /proc/sys/kernel/random/uuid >"$run_dir/boot_id" ;;
   esac
-  mkdir -p "$fstate" "$astate"
+  mkdir -p "$fstate"
+  is_remote "$1" || mkdir -p "$astate"
   local state=seed
   [[ $3 == steady ]] && state=fixed
   bash "$repo/tests/sim/make_sim_world.sh" "$world" --state "$state" --server "$server_bin" \
@@ -311,6 +487,12 @@ begin_run() {  # begin_run ROW K SCENARIO
   # Consecutive free ports outside the ephemeral range (a parallel test's port-0 bind cannot
   # take one): a server's port is base_port + gpu.
   base_port=$("$free_ports" "$gpus" | sed -n 1p) || die "sim-free-ports failed"
+  if is_remote "$1"; then
+    start_remote_host || return 1
+    remote_config >"$run_dir/fleet.yaml"
+    start_fleetd
+    return
+  fi
   # The partition row puts a link (fault-proxy) between fleetd and the agent's socket.
   local channel=$run_dir/agent.sock
   if [[ $1 == partition ]]; then
@@ -341,7 +523,7 @@ servers_answer() {
   local g line
   for ((g = 0; g < gpus; g++)); do
     # shellcheck disable=SC2016  # the inner script's own argument
-    line=$(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /health HTTP/1.0\r\n\r\n" >&3 && head -1 <&3' _ \
+    line=$(timeout 2 ${in_ct[@]+"${in_ct[@]}"} bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /health HTTP/1.0\r\n\r\n" >&3 && head -1 <&3' _ \
       "$((base_port + g))" 2>/dev/null || true)
     [[ $line == *" 200 "* ]] || return 1
   done
@@ -393,6 +575,20 @@ inject() {
       sleep 0.01
     done
     moment=$(rand_ms 0 300)
+  elif [[ -n $ssh_step ]] && is_remote "$row"; then
+    # The moment is inside a step of the bootstrap: a poll of the host's commands until it runs
+    # the step (nothing announces it), then 0-200 ms more.
+    local pattern deadline=$((SECONDS + 30))
+    case $ssh_step in
+      stage) pattern="^dd of=/root/\\.gpu-fleet-bootstrap/200/" ;;
+      push) pattern="pct-sim --root $host_dir/ct push " ;;
+      start) pattern="--listen $ct_addr:50151 .* --detach" ;;
+    esac
+    while ((SECONDS < deadline)); do
+      if pgrep -f -- "$pattern" >/dev/null; then notes+=("in $ssh_step"); break; fi
+      sleep 0.01
+    done
+    moment=$(rand_ms 0 200)
   else
     moment=$(rand_ms 0 "$window_ms")
   fi
@@ -495,6 +691,30 @@ inject() {
       bystanders=()
       start_container "$take"
       fault_cleared=$(now); start_fleetd; start_agent ;;
+    ssh-bootstrap-cut)
+      # The host is unreachable for 2-12 s at a random moment of the agent's bootstrap (its
+      # link down: what fleetd meets when a host's network goes). In the even injections the
+      # host also drops its SSH sessions meanwhile, as a host does whose side of a stalled
+      # connection timed out: fleetd's connections are then reset when the host is back, and
+      # the bootstrap must start again; in the odd ones they stall and resume. (k: run_one's.)
+      hold=$(rand_ms 2000 12000)
+      local reset=$((k % 2 == 0)) what
+      what=$(host_commands)
+      host_link down
+      notes+=("host ran: ${what:-nothing}")
+      # Sessions dropped before the bootstrap ended: it fails, and fleetd must say so.
+      if ((reset == 1)); then
+        notes+=("$(kill_host_sessions) sessions dropped")
+        grep -qE 'container 200: .* started \(' "$run_dir/fleetd.log" || bootstrap_cut=true
+      fi
+      sleep_ms "$hold"
+      # What fleetd says meanwhile (it must answer: the host is not fleetd's to wait for).
+      "$fleetctl_bin" --state-dir "$fstate" --timeout 5s status -o wide >"$run_dir/status-cut" 2>&1 ||
+        printf 'violation: status: fleetd did not answer status while the host was unreachable: %s\n' \
+          "$(tail -1 "$run_dir/status-cut")" >>"$run_dir/violations"
+      host_link up
+      notes+=("unreachable ${hold}ms")
+      fault_cleared=$(now) ;;
   esac
 }
 
@@ -502,9 +722,26 @@ inject() {
 # a steady READY fleet.
 scenario_of() {
   case $1 in
-    fleetd-sigterm-remediation | fleetd-busy | fleetd-disk-full | agent-disk-full | log-* | partition) echo seed ;;
+    fleetd-sigterm-remediation | fleetd-busy | fleetd-disk-full | agent-disk-full | log-* | partition | ssh-*) echo seed ;;
     *) (( $2 % 2 == 0 )) && echo seed || echo steady ;;
   esac
+}
+
+# deploy ROW: the config deployed. A remote row's deploy runs beside the fault (it may wait for
+# the agent's bootstrap, which the fault strikes): deploy_wait ends it.
+deploy_pid=''
+deploy() {
+  if is_remote "$1"; then
+    "$fleetctl_bin" --state-dir "$fstate" deploy -f "$run_dir/fleet.yaml" >>"$run_dir/fleetctl.log" 2>&1 &
+    deploy_pid=$!
+  else
+    fleetctl deploy -f "$run_dir/fleet.yaml" >>"$run_dir/fleetctl.log" 2>&1 || notes+=("deploy failed")
+  fi
+}
+deploy_wait() {
+  [[ -n $deploy_pid ]] || return 0
+  wait "$deploy_pid" || notes+=("deploy failed")
+  deploy_pid=''
 }
 
 declare -A injected=() held=() recover=()
@@ -524,11 +761,13 @@ run_one() {  # run_one ROW K
   fi
   vfile=$run_dir/violations
   : >"$vfile"
-  fleetctl deploy -f "$run_dir/fleet.yaml" >>"$run_dir/fleetctl.log" 2>&1 || notes+=("deploy failed")
   t0=$(now)
+  deploy "$row"
   if [[ $scenario == steady ]]; then
     wait_settled || printf 'violation: settled: the fleet did not get READY before the fault\n' >>"$vfile"
     window_ms=2000
+  elif is_remote "$row"; then
+    window_ms=$remote_window_ms
   else
     window_ms=$seed_window_ms
   fi
@@ -553,8 +792,15 @@ run_one() {  # run_one ROW K
   # events_once judges the product, not the moment of the stop (a bounded poll, 10 s).
   local tries
   for ((tries = 0; tries < 40; tries++)); do cursor_caught_up && break; sleep 0.25; done
+  if is_remote "$row"; then
+    deploy_wait
+    check_bootstrap >>"$vfile"
+    local said
+    said=$(grep -m1 -o 'agent unreachable: .*' "$run_dir/fleetd.log" || true)
+    [[ -z $said ]] || notes+=("fleetd: ${said:0:110}")
+  fi
   stop_fleet
-  local args=(--fleet-db "$fstate/fleet.db" --container local/200 --agent-db "$astate/agent.db"
+  local args=(--fleet-db "$fstate/fleet.db" --container "$ct_name" --agent-db "$astate/agent.db"
     --launches "$ledger")
   for v in ${old_agent_dbs[@]+"${old_agent_dbs[@]}"}; do args+=(--old-agent-db "$v"); done
   "$check_bin" "${args[@]}" >>"$vfile" 2>>"$run_dir/check.log" || true
@@ -588,20 +834,45 @@ printf 'faults: seed %s, rows %s, %d each, speed %s, %d GPUs, out %s, revision %
   "${rows[*]}" "$per_row" "$speed" "$gpus" "$out" "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 # Calibration: one clean seed start, no fault; its time to READY is the window the random
-# moments of seed injections fall in. Its invariants count as the control row.
-begin_run none 0 seed || die "setup failed: ${notes[*]}"
-fleetctl deploy -f "$run_dir/fleet.yaml" >>"$run_dir/fleetctl.log" 2>&1
-c0=$(now)
-wait_settled || die "the clean start did not settle: ${notes[*]} (state in $run_dir)"
-seed_window_ms=$(awk -v a="$c0" -v b="$(now)" 'BEGIN { printf "%d", (b - a) * 1000 }')
-teardown
-if ! "$check_bin" --fleet-db "$fstate/fleet.db" --container local/200 --agent-db "$astate/agent.db" \
-  --launches "$ledger" >"$run_dir/violations" 2>&1; then
-  sed 's/^/      /' "$run_dir/violations"
-  die "the clean start already breaks an invariant (state in $run_dir)"
-fi
+# moments of seed injections fall in (of a remote row: its time to the agent's bootstrap logged).
+# Its invariants count as the control row.
+calibrate() {  # calibrate ROW: sets cal_ms
+  local c0 logged
+  begin_run "$1" 0 seed || die "setup failed: ${notes[*]}"
+  deploy "$1"
+  c0=$(now)
+  if is_remote "$1"; then
+    timeout "$settle" grep -q -m1 -E 'container 200: .* started \(' \
+      < <(exec tail -n +1 -F --pid="$fleetd_pid" "$run_dir/fleetd.log" 2>/dev/null) ||
+      die "the clean remote start bootstrapped no agent within ${settle}s (state in $run_dir)"
+    cal_ms=$(awk -v a="$c0" -v b="$(now)" 'BEGIN { printf "%d", (b - a) * 1000 }')
+  fi
+  wait_settled || die "the clean start did not settle: ${notes[*]} (state in $run_dir)"
+  [[ -n ${cal_ms:-} ]] || cal_ms=$(awk -v a="$c0" -v b="$(now)" 'BEGIN { printf "%d", (b - a) * 1000 }')
+  deploy_wait
+  if is_remote "$1"; then check_bootstrap >"$run_dir/violations"; else : >"$run_dir/violations"; fi
+  teardown
+  if ! "$check_bin" --fleet-db "$fstate/fleet.db" --container "$ct_name" --agent-db "$astate/agent.db" \
+    --launches "$ledger" >>"$run_dir/violations" 2>&1 || [[ -s $run_dir/violations ]]; then
+    sed 's/^/      /' "$run_dir/violations"
+    die "the clean start already breaks an invariant (state in $run_dir)"
+  fi
+  [[ $keep == true ]] || rm -rf -- "$run_dir"
+}
+cal_ms=''
+calibrate none
+seed_window_ms=$cal_ms
 printf 'faults: a clean seed start is READY in %s ms: seed-scenario faults strike within that\n' "$seed_window_ms"
-[[ $keep == true ]] || rm -rf -- "$run_dir"
+remote_window_ms=''
+for row in "${rows[@]}"; do
+  if is_remote "$row"; then
+    cal_ms=''
+    calibrate "$row"
+    remote_window_ms=$cal_ms
+    printf 'faults: a clean remote start bootstraps its agent in %s ms: ssh-* faults strike within that\n' "$remote_window_ms"
+    break
+  fi
+done
 
 # Each injection runs in a subshell of its own (at most --jobs at once), with RANDOM seeded from
 # the run's seed and its index; its lines and its tally come back in files, printed in order.
