@@ -553,6 +553,29 @@ Daemon::FixDone Daemon::RunJob(FixJob job) {
   PlannerDecision decision = job.kind == FixJob::kPreflight ? planner_.Preflight(input)
                                                             : planner_.Plan(job.diagnosis, input);
   done.failed_remediations = decision.failed_remediations;
+  if (decision.report && job.kind == FixJob::kDiagnosis) {
+    // A fix cut short earlier (interrupted: the probe then failed or did not show it) that the
+    // probe shows in effect now did its work after all (the agent's pip outlived the agent, say):
+    // it is applied, and the servers that wait for it restart with it.
+    for (auto p = job.history.rbegin(); p != job.history.rend(); ++p) {
+      if (p->status() != "interrupted" || p->diagnosis_class() != job.diagnosis.diagnosis_class() ||
+          !NotInEffect(*p, *snapshot).empty()) {
+        continue;
+      }
+      fleet::v1::Plan plan = *p;
+      plan.set_status("applied");
+      plan.set_outcome_reason(
+          absl::StrCat(p->outcome_reason(), "; a later probe showed it in effect"));
+      *plan.mutable_after() = *snapshot;
+      if (absl::Status s = Record(&plan, false); !s.ok()) {
+        done.error = absl::StrCat("record: ", s.message());
+      } else {
+        done.plan = std::move(plan);
+      }
+      done.job = std::move(job);
+      return done;
+    }
+  }
   if (decision.report) {
     done.report = std::move(decision.report);
     done.job = std::move(job);

@@ -36,6 +36,7 @@ class ScriptedAgent {
   std::vector<fleet::v1::Package> saved;  // the venv's package set Apply reports saved
   int probes = 0;
   absl::Status probe_error;        // when not ok, every probe fails with it
+  int probe_failures = 0;          // the next this many probes fail (the agent away)
   std::function<void()> on_apply;  // called as Apply starts
   // Answers of the next Apply calls that break off (the agent killed while it applies): each
   // is returned once, after the install took effect when `applied_before_error` says so.
@@ -70,6 +71,10 @@ class Client : public AgentClient {
   absl::StatusOr<fleet::v1::ToolchainSnapshot> Probe(const fleet::v1::ServerSpec& spec) override {
     ++a_->probes;
     if (!a_->probe_error.ok()) return a_->probe_error;
+    if (a_->probe_failures > 0) {
+      --a_->probe_failures;
+      return absl::UnavailableError("agent Probe: Socket closed");
+    }
     fleet::v1::ToolchainSnapshot seen = a_->toolchain;
     if (a_->on_probe) a_->on_probe(spec, &seen);
     return seen;
@@ -755,6 +760,30 @@ TEST_F(RemediationTest, AnApplyThatBrokeOffAfterTakingEffectIsAppliedAndNotRunAg
   ASSERT_TRUE(attempts.ok());
   EXPECT_EQ(attempts->attempts(attempts->attempts_size() - 1).trigger(),
             "remediation:" + plans[0].id());
+}
+
+// The fault matrix's kill9-both row: the agent was killed while it applied the PTX fix, but the
+// pip it ran finished; the probe that judged the plan failed (the agent was still away), so the
+// plan was interrupted. The next diagnosis' probe shows the fix in effect: the plan is applied
+// and the canary restarts with it, instead of giving up on "nothing the planner would change".
+TEST_F(RemediationTest, AnInterruptedFixALaterProbeShowsInEffectIsAppliedAndTheServerRestarts) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  agent_.toolchain = Cuda130();
+  agent_.after.push_back(pt::FixedSnapshot());
+  agent_.apply_errors.push_back(absl::UnavailableError("agent Apply: Socket closed"));
+  agent_.applied_before_error = true;
+  agent_.on_apply = [this] { agent_.probe_failures = 1; };
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns(6);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "applied");
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("a later probe showed it in effect"));
+  EXPECT_EQ(agent_.applies.size(), 1u);
+  ASSERT_EQ(agent_.launches.size(), 2u) << Rows()["local/200/gpu0"].reason();
+  EXPECT_NE(Rows()["local/200/gpu0"].state(), "GAVE_UP");
 }
 
 // An agent that dies each time it runs a fix is not asked for ever: the third interruption
