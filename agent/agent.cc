@@ -669,12 +669,16 @@ absl::Status Agent::Init() {
   auto store = AgentStore::Open(options_.state_dir, options_.event_retention, options_.boot_id_path,
                                 options_.db_vfs);
   if (!store.ok()) return store.status();
-  // The agent's mark in its servers' environment (gpu_guard.h): its state dir, resolved.
+  // The agent's mark in its servers' environment (gpu_guard.h): its state dir, resolved, and
+  // its root directory (device:inode), which tells apart two containers that see one /proc
+  // (chroot containers of one simulated host, fleets side by side) with the same state dir path.
   char resolved[PATH_MAX];
   if (realpath(options_.state_dir.c_str(), resolved) == nullptr) {
     return ErrnoToStatus(errno, absl::StrCat("agent: realpath ", options_.state_dir));
   }
-  mark_ = resolved;
+  struct stat root {};
+  if (stat("/", &root) != 0) return ErrnoToStatus(errno, "agent: stat /");
+  mark_ = absl::StrCat(resolved, "@", root.st_dev, ":", root.st_ino);
   if (deps_.gpu_guard != nullptr) {
     deps_.gpu_guard->SetListener([this](const GpuRequest& r, const GpuCheck& c,
                                         GpuGuard::Verdict v) { OnGpuCheck(r, c, v); });

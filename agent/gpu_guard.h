@@ -71,13 +71,14 @@ struct GpuGuardOptions {
 };
 
 // The marks the agent puts in the environment of every server it starts (and its children
-// inherit): the agent's state dir, absolute (one agent per state dir: its identity), the server's
+// inherit): the agent's state dir, absolute, with its root's device:inode (one agent per state
+// dir and root: its identity), the server's
 // name (host/ctid/gpuN: two containers' agents may share a state dir path and see each other's
 // processes, as the simulated host's chroot containers do), the attempt. A process of the agent's
 // own uid that carries the agent's marks for a server is a server this agent started, or a child of
 // one, even when the agent's record of it is gone. Only the agent's uid could have put them there:
 // such a process is this agent's, or its own user's to lose.
-inline constexpr char kMarkAgent[] = "FLEET_AGENT_DIR";
+inline constexpr char kMarkAgent[] = "FLEET_AGENT";
 inline constexpr char kMarkServer[] = "FLEET_SERVER";
 inline constexpr char kMarkAttempt[] = "FLEET_ATTEMPT_ID";
 

@@ -731,8 +731,11 @@ TEST(AgentGpu, ServersCarryTheAgentsMarks) {
   const std::string environ = Environ(r->status().pid());
   char resolved[PATH_MAX];
   ASSERT_NE(realpath(a.StateDir().c_str(), resolved), nullptr);
-  EXPECT_THAT(environ, HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkAgent, "=", resolved,
-                                              std::string(1, '\0'))));
+  struct stat root {};
+  ASSERT_EQ(stat("/", &root), 0);
+  EXPECT_THAT(environ,
+              HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkAgent, "=", resolved, "@",
+                                     root.st_dev, ":", root.st_ino, std::string(1, '\0'))));
   EXPECT_THAT(environ, HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkServer,
                                               "=local/local/gpu1", std::string(1, '\0'))));
   EXPECT_THAT(environ, HasSubstr(absl::StrCat(std::string(1, '\0'), kMarkAttempt, "=a1",
