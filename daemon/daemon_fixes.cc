@@ -511,6 +511,16 @@ void Daemon::RecordPending() {
 
 Daemon::FixDone Daemon::RunJob(FixJob job) {
   FixDone done;
+  // The job's outcome is `plan`, once the record holds it.
+  auto recorded = [&](fleet::v1::Plan plan) {
+    if (absl::Status s = Record(&plan, false); !s.ok()) {
+      done.error = absl::StrCat("record: ", s.message());
+    } else {
+      done.plan = std::move(plan);
+    }
+    done.job = std::move(job);
+    return std::move(done);
+  };
   std::unique_ptr<AgentClient> client = factory_(job.container, job.host, job.config);
   if (client == nullptr) {
     done.error = absl::StrCat(job.container, ": no agent client");
@@ -522,13 +532,7 @@ Daemon::FixDone Daemon::RunJob(FixJob job) {
     // whether it is in effect (applied) or not (interrupted: planned again, not excluded).
     fleet::v1::Plan plan = job.manual;
     ResolveByProbe(*client, job.spec, "fleetd stopped while it ran", "at the next start", &plan);
-    if (absl::Status s = Record(&plan, false); !s.ok()) {
-      done.error = absl::StrCat("record: ", s.message());
-    } else {
-      done.plan = std::move(plan);
-    }
-    done.job = std::move(job);
-    return done;
+    return recorded(std::move(plan));
   }
   if (job.kind == FixJob::kManual) {
     fleet::v1::Plan plan = job.manual;
@@ -567,13 +571,7 @@ Daemon::FixDone Daemon::RunJob(FixJob job) {
       plan.set_outcome_reason(
           absl::StrCat(p->outcome_reason(), "; a later probe showed it in effect"));
       *plan.mutable_after() = *snapshot;
-      if (absl::Status s = Record(&plan, false); !s.ok()) {
-        done.error = absl::StrCat("record: ", s.message());
-      } else {
-        done.plan = std::move(plan);
-      }
-      done.job = std::move(job);
-      return done;
+      return recorded(std::move(plan));
     }
   }
   if (decision.report) {

@@ -238,6 +238,18 @@ class RemediationTest : public ::testing::Test {
   }
 
   // A few turns: a job's turn, the turn that takes its result, the launches after it.
+  // The canary fails on PTX (the container has CUDA 13.0), and the agent's answer to the fix
+  // breaks off with `error`; with `took_effect`, the fix was done all the same.
+  void FailTheCanaryAndBreakTheApply(absl::Status error, bool took_effect) {
+    Deploy(Config(1, Policy()));
+    Turns();
+    ASSERT_EQ(agent_.launches.size(), 1u);
+    agent_.toolchain = Cuda130();
+    agent_.after.push_back(pt::FixedSnapshot());
+    agent_.apply_errors.push_back(std::move(error));
+    agent_.applied_before_error = took_effect;
+  }
+
   void Turns(int n = 3) {
     for (int i = 0; i < n; ++i) daemon_->Step();
   }
@@ -720,12 +732,7 @@ TEST_F(InterruptedRemediationTest, APlanNotInEffectIsInterruptedAndPlannedAgainN
 // not a failed fix: the plan was "failed" and excluded, and the canary gave up on a toolchain
 // the same fix would have mended.
 TEST_F(RemediationTest, AnApplyTheAgentDidNotFinishIsInterruptedAndPlannedAgainNotExcluded) {
-  Deploy(Config(1, Policy()));
-  Turns();
-  ASSERT_EQ(agent_.launches.size(), 1u);
-  agent_.toolchain = Cuda130();
-  agent_.after.push_back(pt::FixedSnapshot());
-  agent_.apply_errors.push_back(absl::UnavailableError("agent Apply: Socket closed"));
+  FailTheCanaryAndBreakTheApply(absl::UnavailableError("agent Apply: Socket closed"), false);
   Fail(agent_.launches[0], pt::PtxDiag());
   Turns(5);
   const std::vector<fleet::v1::Plan> plans = Plans();
@@ -741,13 +748,8 @@ TEST_F(RemediationTest, AnApplyTheAgentDidNotFinishIsInterruptedAndPlannedAgainN
 }
 
 TEST_F(RemediationTest, AnApplyThatBrokeOffAfterTakingEffectIsAppliedAndNotRunAgain) {
-  Deploy(Config(1, Policy()));
-  Turns();
-  ASSERT_EQ(agent_.launches.size(), 1u);
-  agent_.toolchain = Cuda130();
-  agent_.after.push_back(pt::FixedSnapshot());
-  agent_.apply_errors.push_back(absl::DeadlineExceededError("agent Apply: Deadline Exceeded"));
-  agent_.applied_before_error = true;
+  FailTheCanaryAndBreakTheApply(absl::DeadlineExceededError("agent Apply: Deadline Exceeded"),
+                                true);
   Fail(agent_.launches[0], pt::PtxDiag());
   Turns(3);
   const std::vector<fleet::v1::Plan> plans = Plans();
@@ -767,13 +769,7 @@ TEST_F(RemediationTest, AnApplyThatBrokeOffAfterTakingEffectIsAppliedAndNotRunAg
 // plan was interrupted. The next diagnosis' probe shows the fix in effect: the plan is applied
 // and the canary restarts with it, instead of giving up on "nothing the planner would change".
 TEST_F(RemediationTest, AnInterruptedFixALaterProbeShowsInEffectIsAppliedAndTheServerRestarts) {
-  Deploy(Config(1, Policy()));
-  Turns();
-  ASSERT_EQ(agent_.launches.size(), 1u);
-  agent_.toolchain = Cuda130();
-  agent_.after.push_back(pt::FixedSnapshot());
-  agent_.apply_errors.push_back(absl::UnavailableError("agent Apply: Socket closed"));
-  agent_.applied_before_error = true;
+  FailTheCanaryAndBreakTheApply(absl::UnavailableError("agent Apply: Socket closed"), true);
   agent_.on_apply = [this] { agent_.probe_failures = 1; };
   Fail(agent_.launches[0], pt::PtxDiag());
   Turns(6);
