@@ -712,8 +712,19 @@ Agent::~Agent() {
   if (readiness_thread_.joinable()) readiness_thread_.join();
 }
 
-void Agent::Readopt(const fleet::v1::ServerRecord& record) {
+void Agent::Readopt(const fleet::v1::ServerRecord& stored) {
   const absl::Time now = deps_.clock->Now();
+  fleet::v1::ServerRecord record = stored;
+  if (record.has_launching()) {
+    if (AdoptUnrecordedLaunch(record.launching())) return;
+    // Never started: the record is what it was before (the daemon's repeat launches it).
+    const int32_t gpu = record.launching().spec().server().gpu();
+    record.clear_launching();
+    const absl::Status s =
+        record.attempt_id().empty() ? store_->DeleteServer(gpu) : store_->PutServer(gpu, record);
+    if (!s.ok()) fprintf(stderr, "fleet-agent: record: %s\n", s.ToString().c_str());
+    if (record.attempt_id().empty()) return;
+  }
   auto run = std::make_unique<ServerRun>(this, record.spec(), record.attempt_id(),
                                          record.attempt_number());
   const int32_t gpu = record.spec().server().gpu();
@@ -748,6 +759,47 @@ void Agent::Readopt(const fleet::v1::ServerRecord& record) {
   ServerRun* raw = run.get();
   servers_[gpu] = std::move(run);
   Persist(*raw);
+}
+
+bool Agent::AdoptUnrecordedLaunch(const fleet::v1::LaunchIntent& intent) {
+  const ServerSpec& spec = intent.spec();
+  const int32_t gpu = spec.server().gpu();
+  for (const GpuProcess& p : FindMarkedProcesses(
+           options_.proc_root, mark_, ServerMark(spec, options_), geteuid(), intent.attempt_id())) {
+    if (p.session != p.pid) continue;  // a child of the server: the leader is the server
+    absl::StatusOr<UniqueFd> pidfd = OpenPidfd(p.pid, p.start_ticks);
+    if (!pidfd.ok()) continue;
+    const absl::Time now = deps_.clock->Now();
+    fleet::v1::ServerRecord record;
+    *record.mutable_spec() = spec;
+    record.set_attempt_id(intent.attempt_id());
+    record.set_attempt_number(intent.attempt_number());
+    record.set_pid(p.pid);
+    record.set_start_ticks(p.start_ticks);
+    *record.mutable_started_at() = ToTimestamp(now);
+    record.set_state(kStarting);
+    auto run =
+        std::make_unique<ServerRun>(this, spec, intent.attempt_id(), intent.attempt_number());
+    run->Adopted(record, *std::move(pidfd), now);
+    fprintf(stderr,
+            "fleet-agent: gpu %d: attempt %s: its server (pid %d) started before the agent went "
+            "away and was never recorded: adopted\n",
+            gpu, intent.attempt_id().c_str(), p.pid);
+    // The launch's own event, which the agent died before storing; then where the server is.
+    AgentEvent e;
+    *e.mutable_at() = ToTimestamp(now);
+    *e.mutable_server() = spec.server();
+    e.set_attempt_id(intent.attempt_id());
+    e.mutable_phase()->set_state(kStarting);
+    Emit(std::move(e));
+    run->StartFollowing(/*replay=*/true).IgnoreError();
+    run->AnnounceAdopted();
+    ServerRun* raw = run.get();
+    Install(gpu, std::move(run));
+    Persist(*raw);
+    return true;
+  }
+  return false;
 }
 
 void Agent::Start() {
@@ -942,8 +994,23 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
     return absl::Status(from_files.status().code(),
                         absl::StrCat("launch: gpu ", gpu, ": ", from_files.status().message()));
   }
-  RotateLog(spec.log_path(), previous_attempt);
   const ServerSpec effective = EffectiveSpec(spec, options_);
+  // Written ahead of the spawn (agent_state.proto's LaunchIntent): an agent killed between the
+  // spawn and the record below adopts the process at start. No launch without it.
+  {
+    fleet::v1::ServerRecord ahead;
+    auto current = servers_.find(gpu);
+    if (current != servers_.end()) ahead = current->second->Record();
+    fleet::v1::LaunchIntent* intent = ahead.mutable_launching();
+    intent->set_attempt_id(request.attempt_id());
+    intent->set_attempt_number(request.attempt_number());
+    *intent->mutable_spec() = effective;
+    if (absl::Status s = store_->PutServer(gpu, ahead); !s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("launch: gpu ", gpu, ": the launch cannot be recorded: ", s.message()));
+    }
+  }
+  RotateLog(spec.log_path(), previous_attempt);
   ServerCommand command;
   command.argv.assign(spec.argv().begin(), spec.argv().end());
   command.env = {effective.env().begin(), effective.env().end()};
@@ -959,7 +1026,16 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
   command.cwd = spec.workdir();
   command.log_path = spec.log_path();
   absl::StatusOr<ServerProcess> process = deps_.launcher->Launch(command);
-  if (!process.ok()) return process.status();
+  if (!process.ok()) {
+    // Nothing started: the record goes back to the server that ran before.
+    auto current = servers_.find(gpu);
+    if (current != servers_.end()) {
+      Persist(*current->second);
+    } else if (absl::Status s = store_->DeleteServer(gpu); !s.ok()) {
+      fprintf(stderr, "fleet-agent: record: %s\n", s.ToString().c_str());
+    }
+    return process.status();
+  }
   auto run =
       std::make_unique<ServerRun>(this, effective, request.attempt_id(), request.attempt_number());
   run->Launched(*std::move(process), deps_.clock->Now());

@@ -179,6 +179,11 @@ class Agent {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Init();
   void Readopt(const fleet::v1::ServerRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A launch written ahead of its spawn and never recorded after it (the agent was killed in
+  // between): the process it started, found by its marks (gpu_guard.h), is adopted and its launch
+  // recorded. False when there is none: it was never started.
+  bool AdoptUnrecordedLaunch(const fleet::v1::LaunchIntent& intent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleTimers(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(fleet::v1::AgentEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Persist(const ServerRun& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -70,11 +71,15 @@ class AgentHarness {
 
   void Recreate() {
     agent_.reset();
-    auto a = Agent::Create(options_, {clock_, &launcher_, prober_, &runner_});
+    auto a = Agent::Create(
+        options_, {clock_, launcher_override_ != nullptr ? launcher_override_ : &launcher_, prober_,
+                   &runner_});
     EXPECT_TRUE(a.ok()) << a.status();
     agent_ = *std::move(a);
   }
   void Destroy() { agent_.reset(); }
+  // The launcher of the next Recreate (nullptr: the real one).
+  void UseLauncher(ProcessLauncher* launcher) { launcher_override_ = launcher; }
 
   Agent& agent() { return *agent_; }
   AgentOptions& options() { return options_; }
@@ -155,6 +160,7 @@ class AgentHarness {
   Clock* clock_;
   ReadinessProber* prober_;
   PosixProcessLauncher launcher_;
+  ProcessLauncher* launcher_override_ = nullptr;
   PosixCommandRunner runner_;
   AgentOptions options_;
   std::unique_ptr<Agent> agent_;
@@ -483,6 +489,101 @@ TEST_F(AgentTest, ARestartedAgentReadoptsItsLiveServerAndKeepsItsIncarnation) {
   EXPECT_GT(h.agent().last_sequence(), last);
   // Still the same process: re-adopted, not relaunched.
   EXPECT_TRUE(IsSameLiveProcess(pid, ReadProcStat(pid)->start_ticks));
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+// The real launcher, and a copy of the agent's store (agent.db and its WAL) taken right after
+// each spawn: the disk as an agent killed -9 at that moment leaves it.
+class SnapshotAfterSpawn : public ProcessLauncher {
+ public:
+  SnapshotAfterSpawn(std::string state_dir, std::string snapshot_dir)
+      : state_dir_(std::move(state_dir)), snapshot_dir_(std::move(snapshot_dir)) {}
+  absl::StatusOr<ServerProcess> Launch(const ServerCommand& command) override {
+    ++launches;
+    absl::StatusOr<ServerProcess> p = real_.Launch(command);
+    std::filesystem::remove_all(snapshot_dir_);
+    std::filesystem::create_directories(snapshot_dir_);
+    for (const char* name : {"agent.db", "agent.db-wal"}) {
+      const std::filesystem::path from = std::filesystem::path(state_dir_) / name;
+      if (std::filesystem::exists(from)) {
+        std::filesystem::copy_file(from, std::filesystem::path(snapshot_dir_) / name);
+      }
+    }
+    return p;
+  }
+  int launches = 0;
+
+ private:
+  PosixProcessLauncher real_;
+  std::string state_dir_;
+  std::string snapshot_dir_;
+};
+
+// The fault matrix's kill9-agent row (finding 13): the agent spawned a server and was killed
+// before it recorded the launch. The restarted agent finds that server by its marks, records its
+// launch, and adopts it: the daemon's repeat of the launch starts nothing a second time.
+TEST_F(AgentTest, AServerSpawnedJustBeforeTheAgentDiedIsAdoptedAndItsLaunchRecorded) {
+  AgentHarness h;
+  const std::string snapshot = h.dir().Join("at-spawn");
+  SnapshotAfterSpawn launcher(h.options().state_dir, snapshot);
+  h.UseLauncher(&launcher);
+  h.Recreate();
+  const auto spec = h.ChildSpec(0, {"quiet"});
+  auto launched = h.Launch(spec, "a");
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  const int pid = launched->status().pid();
+  h.Destroy();
+  // The disk as it was right after the spawn: the launch's record and event never written.
+  std::filesystem::remove(std::filesystem::path(h.options().state_dir) / "agent.db-shm");
+  std::filesystem::remove(std::filesystem::path(h.options().state_dir) / "agent.db-wal");
+  for (const auto& f : std::filesystem::directory_iterator(snapshot)) {
+    std::filesystem::copy_file(f.path(),
+                               std::filesystem::path(h.options().state_dir) / f.path().filename(),
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  h.Recreate();
+  const auto status = h.agent().Status();
+  ASSERT_EQ(status.servers_size(), 1);
+  EXPECT_EQ(status.servers(0).attempt_id(), "a");
+  EXPECT_EQ(status.servers(0).pid(), pid);
+  // Its launch is in the record, once.
+  int starts = 0;
+  for (const AgentEvent& e : h.events()) {
+    if (e.attempt_id() == "a" && e.has_phase() && e.phase().state() == "STARTING") ++starts;
+  }
+  EXPECT_GE(starts, 1);
+  // The daemon's repeat of the launch finds it running: no second process.
+  auto again = h.Launch(spec, "a");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->already_running());
+  EXPECT_EQ(again->status().pid(), pid);
+  EXPECT_EQ(launcher.launches, 1);
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
+// Written ahead but never spawned (killed between the two): the record is what it was before,
+// and the repeat of the launch starts it.
+TEST_F(AgentTest, ALaunchWrittenAheadButNeverSpawnedIsLaunchedByItsRepeat) {
+  AgentHarness h;
+  const auto spec = h.ChildSpec(0, {"quiet"});
+  h.Destroy();
+  {
+    auto store = AgentStore::Open(h.options().state_dir, 100);
+    ASSERT_TRUE(store.ok()) << store.status();
+    fleet::v1::ServerRecord record;
+    record.mutable_launching()->set_attempt_id("a");
+    record.mutable_launching()->set_attempt_number(1);
+    *record.mutable_launching()->mutable_spec() = spec;
+    ASSERT_TRUE((*store)->PutServer(0, record).ok());
+  }
+  h.Recreate();
+  EXPECT_EQ(h.agent().Status().servers_size(), 0);
+  auto launched = h.Launch(spec, "a");
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_FALSE(launched->already_running());
+  EXPECT_GT(launched->status().pid(), 0);
   h.Stop(0);
   ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
 }

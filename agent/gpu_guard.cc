@@ -128,10 +128,10 @@ std::vector<GpuProcess> FindDeviceHolders(const std::string& proc_root, const st
 
 namespace {
 
-// Whether the environment of `pid` holds kMarkAgent=owner and kMarkServer=server (read up to
-// 1 MiB).
+// Whether the environment of `pid` holds kMarkAgent=owner and kMarkServer=server, and
+// kMarkAttempt=attempt unless `attempt` is empty (read up to 1 MiB).
 bool CarriesMarks(const std::string& proc_root, pid_t pid, const std::string& owner,
-                  const std::string& server) {
+                  const std::string& server, const std::string& attempt) {
   const int fd = open(absl::StrCat(proc_root, "/", pid, "/environ").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   constexpr size_t kMaxEnviron = 1 << 20;
@@ -146,13 +146,16 @@ bool CarriesMarks(const std::string& proc_root, pid_t pid, const std::string& ow
   close(fd);
   const std::string agent = absl::StrCat(kMarkAgent, "=", owner);
   const std::string server_mark = absl::StrCat(kMarkServer, "=", server);
+  const std::string attempt_mark = absl::StrCat(kMarkAttempt, "=", attempt);
   bool agent_seen = false;
   bool server_seen = false;
+  bool attempt_seen = attempt.empty();
   for (absl::string_view var : absl::StrSplit(env, '\0')) {
     agent_seen = agent_seen || var == agent;
     server_seen = server_seen || var == server_mark;
+    attempt_seen = attempt_seen || var == attempt_mark;
   }
-  return agent_seen && server_seen;
+  return agent_seen && server_seen && attempt_seen;
 }
 
 // The real uid of `pid` (the first field of status's Uid line), or -1.
@@ -177,10 +180,11 @@ int64_t RealUid(const std::string& proc_root, pid_t pid) {
 }  // namespace
 
 std::vector<GpuProcess> FindMarkedProcesses(const std::string& proc_root, const std::string& owner,
-                                            const std::string& server, uid_t uid) {
+                                            const std::string& server, uid_t uid,
+                                            const std::string& attempt) {
   if (owner.empty() || server.empty()) return {};
   return ScanProcesses(proc_root, [&](pid_t pid) {
-    return CarriesMarks(proc_root, pid, owner, server) &&
+    return CarriesMarks(proc_root, pid, owner, server, attempt) &&
            RealUid(proc_root, pid) == static_cast<int64_t>(uid);
   });
 }
@@ -395,7 +399,7 @@ GpuCheck GpuGuard::Check(const GpuRequest& request) {
            SessionIsStillPrevious(previous, options_.proc_root);
   };
   const auto still_marked = [&](const ProcStat& s) {
-    return CarriesMarks(options_.proc_root, s.pid, request.owner, request.server);
+    return CarriesMarks(options_.proc_root, s.pid, request.owner, request.server, "");
   };
   for (const auto& [pid, p] : ours) {
     bool gone = false;

@@ -140,10 +140,11 @@ struct GpuCheck {
 std::vector<GpuProcess> FindDeviceHolders(const std::string& proc_root, const std::string& device);
 
 // Processes under `proc_root` (not this one) of real uid `uid` whose environment holds
-// kMarkAgent=`owner` and kMarkServer=`server`, at most 64, by pid. An environment is read up to 1
-// MiB.
+// kMarkAgent=`owner` and kMarkServer=`server` (and kMarkAttempt=`attempt` unless it is empty), at
+// most 64, by pid. An environment is read up to 1 MiB.
 std::vector<GpuProcess> FindMarkedProcesses(const std::string& proc_root, const std::string& owner,
-                                            const std::string& server, uid_t uid);
+                                            const std::string& server, uid_t uid,
+                                            const std::string& attempt = "");
 
 // `nvidia-smi --query-gpu=memory.used[,minor_number] --format=csv,noheader,nounits` output: the
 // first line's fields. InvalidArgument when it holds no number.
