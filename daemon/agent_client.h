@@ -202,4 +202,8 @@ class UnavailableAgentClient : public AgentClient {
 // A gRPC status as an absl::Status naming the container and the call.
 absl::Status FromGrpc(const grpc::Status& s, const std::string& container, const char* call);
 
+// Makes the client of one container's agent ("host/ctid"), from its config.
+using AgentClientFactory = std::function<std::unique_ptr<AgentClient>(
+    const std::string& container, const fleet::v1::Host& host, const fleet::v1::Container& config)>;
+
 }  // namespace fleet::daemon

@@ -39,8 +39,10 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "daemon/agent_client.h"
-#include "daemon/fleet_store.h"
-#include "daemon/planner.h"
+#include "daemon/call_pacer.h"
+#include "daemon/planner/planner.h"
+#include "daemon/remediation_runner.h"
+#include "daemon/store/fleet_store.h"
 #include "proto/config.pb.h"
 #include "proto/fleet.pb.h"
 
@@ -69,10 +71,6 @@ struct DaemonOptions {
   absl::Duration backoff_reset = absl::Minutes(10);
 };
 
-// Makes the client of one container's agent ("host/ctid"), from its config.
-using AgentClientFactory = std::function<std::unique_ptr<AgentClient>(
-    const std::string& container, const fleet::v1::Host& host, const fleet::v1::Container& config)>;
-
 // What `fleetd --config FILE` does with FILE when it starts. The stored desired state wins (the
 // habit of kubectl and Nomad): FILE seeds an empty record, and is applied again only when its
 // text changed since it was last applied from that path; a `fleetctl deploy -f` made after it
@@ -94,16 +92,13 @@ struct StartupConfigOutcome {
 };
 
 // Told (without the daemon's lock) that server rows changed.
-// A policy's duration, or `fallback` when it is not set (zero).
-absl::Duration PolicyDuration(const google::protobuf::Duration& d, absl::Duration fallback);
-
 class StatusSubscriber {
  public:
   virtual ~StatusSubscriber() = default;
   virtual void OnStatusChanged() = 0;
 };
 
-class Daemon : public EventSink {
+class Daemon : public EventSink, public PlanRecorder {
  public:
   static absl::StatusOr<std::unique_ptr<Daemon>> Create(std::unique_ptr<FleetStore> store,
                                                         AgentClientFactory factory, Clock* clock,
@@ -203,26 +198,6 @@ class Daemon : public EventSink {
     bool jit_warm = false;  // a server passed the JIT phase since the last JIT-affecting change
     std::string canary;     // the server that starts alone while the cache is cold
   };
-  struct FixJob {
-    enum Kind { kPreflight, kDiagnosis, kManual, kResolve } kind = kPreflight;
-    std::string container;
-    fleet::v1::Host host;
-    fleet::v1::Container config;
-    std::string server;
-    std::string attempt_id;
-    fleet::v1::Diagnosis diagnosis;
-    fleet::v1::ServerSpec spec;
-    fleet::v1::Policy policy;
-    std::vector<fleet::v1::Plan> history;
-    fleet::v1::Plan manual;  // kManual: the recorded plan to run; kResolve: the one to resolve
-  };
-  struct FixDone {
-    FixJob job;
-    std::optional<fleet::v1::Plan> plan;  // as recorded: proposed, applied, failed, rolled_back
-    std::optional<PlannerReport> report;
-    std::vector<std::string> failed_remediations;
-    std::string error;  // the agent could not be asked
-  };
   struct Link {
     std::string container;  // host/ctid
     fleet::v1::Host host;
@@ -243,15 +218,6 @@ class Daemon : public EventSink {
     absl::Status status;
     fleet::v1::AgentEvent event;
   };
-  // What a turn decided to ask an agent, done without the lock.
-  struct Call {
-    enum Kind { kLaunch, kStop } kind = kLaunch;
-    std::string server;
-    std::string container;
-    fleet::v1::LaunchRequest launch;
-    fleet::v1::StopRequest stop;
-  };
-
   Daemon(std::unique_ptr<FleetStore> store, AgentClientFactory factory, Clock* clock,
          DaemonOptions options);
   absl::Status Recover();
@@ -282,14 +248,12 @@ class Daemon : public EventSink {
       ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   // Decides each server's next move; the names of the servers whose rows changed go to
   // `changed` (written by the caller).
-  std::vector<Call> Reconcile(absl::Time now, std::set<std::string>* changed,
-                              std::vector<FixJob>* jobs)
+  std::vector<AgentCall> Reconcile(absl::Time now, std::set<std::string>* changed,
+                                   std::vector<FixJob>* jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
-  // Queues a turn's calls and sends them, a bounded number at a time, without waiting for them;
-  // their answers are applied as they come.
-  void Perform(std::vector<Call> calls) ABSL_LOCKS_EXCLUDED(mu_, calls_mu_);
-  void StartCalls() ABSL_LOCKS_EXCLUDED(mu_, calls_mu_);
-  void CallFinished() ABSL_LOCKS_EXCLUDED(mu_, calls_mu_);
+  // Hands one of a turn's calls to its agent's client (CallPacer's `send`): false when it is
+  // dropped (its link is gone, or a newer attempt superseded it).
+  bool SendCall(AgentCall& call, std::function<void()> finished) ABSL_LOCKS_EXCLUDED(mu_);
   void LaunchDone(const std::string& server, const std::string& attempt_id,
                   const absl::StatusOr<fleet::v1::LaunchResponse>& r) ABSL_LOCKS_EXCLUDED(mu_);
   void StopDone(const std::string& server, const absl::StatusOr<fleet::v1::StopResponse>& r)
@@ -351,18 +315,14 @@ class Daemon : public EventSink {
   // The spec with the fixes of the container's applied remediations.
   void WithFixes(const std::string& container, fleet::v1::ServerSpec* spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunJobs(std::vector<FixJob> jobs) ABSL_LOCKS_EXCLUDED(mu_, fix_mu_);
-  FixDone RunJob(FixJob job) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
-  // Runs a plan's actions through the agent, checks the toolchain after it, rolls it back when
-  // it made things worse; records every step.
-  void Execute(AgentClient& client, const FixJob& job, const fleet::v1::ToolchainSnapshot& before,
-               fleet::v1::Plan* plan) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
-  absl::Status Record(fleet::v1::Plan* plan, bool create) ABSL_LOCKS_EXCLUDED(store_mu_);
+  // PlanRecorder, for the remediation runner.
+  absl::Status Record(fleet::v1::Plan* plan, bool create) override ABSL_LOCKS_EXCLUDED(store_mu_);
+  // A job's result (the runner's `done`), taken by the next turn.
+  void FixFinished(FixDone done) ABSL_LOCKS_EXCLUDED(queue_mu_);
   // Writes the plans whose update failed (Record kept them), oldest id first; stops at a failure.
   void RecordPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   void ApplyFixResults(absl::Time now, std::set<std::string>* changed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
-  void FixWorker() ABSL_LOCKS_EXCLUDED(fix_mu_);
 
   // Constant after construction.
   const AgentClientFactory factory_;
@@ -414,14 +374,10 @@ class Daemon : public EventSink {
   // queue_limit, so the streams wait while the record cannot keep them.
   size_t unsaved_events_ ABSL_GUARDED_BY(queue_mu_) = 0;
 
-  // Agent calls waiting to be sent, and how many are unanswered.
-  absl::Mutex calls_mu_;
-  std::deque<Call> pending_calls_ ABSL_GUARDED_BY(calls_mu_);
   // A turn's calls whose commit failed: sent after the next turn's commit succeeds.
-  std::vector<Call> unrecorded_calls_ ABSL_GUARDED_BY(store_mu_);
-  int in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
-  int sending_ ABSL_GUARDED_BY(calls_mu_) = 0;  // StartCalls holding a client to hand a call over
-  bool calls_closed_ ABSL_GUARDED_BY(calls_mu_) = false;
+  std::vector<AgentCall> unrecorded_calls_ ABSL_GUARDED_BY(store_mu_);
+  // The calls sent, a bounded number unanswered at a time.
+  CallPacer pacer_;
 
   // The Logs calls in progress: the destructor cancels them and waits for them to end.
   absl::Mutex logs_mu_;
@@ -435,11 +391,9 @@ class Daemon : public EventSink {
   const RemediationPlanner planner_;
   std::map<std::string, Fixes> fixes_ ABSL_GUARDED_BY(mu_);  // by container (host/ctid)
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
-  // Jobs waiting for a fix thread, and the results waiting for a turn.
-  absl::Mutex fix_mu_;
-  std::deque<FixJob> fix_jobs_ ABSL_GUARDED_BY(fix_mu_);
-  bool fix_stopping_ ABSL_GUARDED_BY(fix_mu_) = false;
-  std::vector<std::thread> fix_workers_;
+  // Runs the remediation jobs a turn decided (after the members it uses: destroyed first).
+  std::unique_ptr<RemediationRunner> runner_;
+  // The runner's results, waiting for a turn.
   std::deque<FixDone> fix_done_ ABSL_GUARDED_BY(queue_mu_);
 };
 

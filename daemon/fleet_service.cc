@@ -8,7 +8,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/config/secret_redaction.h"
-#include "daemon/ssh_reach.h"
+#include "daemon/ssh/ssh_reach.h"
 
 namespace fleet::daemon {
 namespace {

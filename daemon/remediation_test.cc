@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
-#include "daemon/planner_testing.h"
+#include "daemon/planner/planner_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_clock.h"
@@ -778,6 +778,41 @@ TEST_F(RemediationTest, AnInterruptedFixALaterProbeShowsInEffectIsAppliedAndTheS
   EXPECT_EQ(plans[0].status(), "applied");
   EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("a later probe showed it in effect"));
   EXPECT_EQ(agent_.applies.size(), 1u);
+  ASSERT_EQ(agent_.launches.size(), 2u) << Rows()["local/200/gpu0"].reason();
+  EXPECT_NE(Rows()["local/200/gpu0"].state(), "GAVE_UP");
+}
+
+// The fault matrix's kill9-agent row: the agent was killed in the middle of the PTX fix's pip
+// install (nvcc and ptxas 13.2 in, the rest of the set not), and the probe that judged the plan
+// failed: interrupted. The next diagnosis' probe no longer shows the PTX cause, so the planner
+// has nothing to change; the fix is run again (a new plan of the same fix), and the canary
+// restarts with the whole set instead of giving up.
+TEST_F(RemediationTest, AFixCutShortHalfwayIsRunAgainWhenThePlannerNoLongerSeesItsCause) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  agent_.toolchain = Cuda130();
+  fleet::v1::ToolchainSnapshot halfway = pt::FixedSnapshot();
+  std::map<std::string, std::string> packages = pt::Set132();
+  packages["nvidia-cuda-cupti"] = pt::kSet130.at("nvidia-cuda-cupti");
+  pt::SetPackages(&halfway, packages);
+  agent_.after.push_back(halfway);
+  agent_.after.push_back(pt::FixedSnapshot());
+  agent_.apply_errors.push_back(absl::UnavailableError("agent Apply: Socket closed"));
+  agent_.applied_before_error = true;
+  agent_.on_apply = [this] {
+    if (agent_.applies.size() == 1) agent_.probe_failures = 1;
+  };
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns(8);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 2u) << Rows()["local/200/gpu0"].reason();
+  EXPECT_EQ(plans[0].status(), "interrupted");
+  EXPECT_EQ(plans[1].fingerprint(), plans[0].fingerprint()) << "the same fix";
+  EXPECT_EQ(plans[1].status(), "applied") << plans[1].outcome_reason();
+  EXPECT_THAT(plans[1].outcome_reason(), HasSubstr("run again: plan " + plans[0].id()));
+  EXPECT_THAT(plans[1].outcome_reason(), HasSubstr("nvidia-cuda-cupti"));
+  EXPECT_EQ(agent_.applies.size(), 2u);
   ASSERT_EQ(agent_.launches.size(), 2u) << Rows()["local/200/gpu0"].reason();
   EXPECT_NE(Rows()["local/200/gpu0"].state(), "GAVE_UP");
 }

@@ -9,7 +9,7 @@
 
 #include "agent/agent_store.h"
 #include "common/sqlite/database.h"
-#include "daemon/fleet_store.h"
+#include "daemon/store/fleet_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/agent.pb.h"

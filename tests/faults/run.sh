@@ -251,7 +251,7 @@ kill_container() {
 # sshd of its own (own host key, root's authorized_keys, no system service) and `pct` =
 # tests/sim/pct-sim, with container 200 (a network namespace and a chroot) behind its bridge.
 # fleetd reaches the host over SSH and the agent over the `direct` channel (mutual TLS, routed
-# through the host), and installs the agent itself (daemon/agent_bootstrap.h); no agent is started
+# through the host), and installs the agent itself (daemon/remote/agent_bootstrap.h); no agent is started
 # here. The container sees the run's share/ (world, logs, launch ledger), the build and the repo at
 # the same paths.
 

@@ -1,0 +1,486 @@
+// The daemon's links to its agents: the event streams' queue (held while the record cannot keep
+// up), the events and snapshots applied to the servers, and the links' connection, backoff and
+// reasons. No lock is held across an agent call.
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/proto_time.h"
+#include "common/config/desired_server.h"
+#include "common/config/fleet_config.h"
+#include "common/config/server_name.h"
+#include "daemon/daemon.h"
+#include "daemon/server_state.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace fleet::daemon {
+
+using google::protobuf::util::MessageDifferencer;
+
+// --- Events ---------------------------------------------------------------------------------
+
+void Daemon::OnEvent(const std::string& container, fleet::v1::AgentEvent event) {
+  absl::MutexLock lock(&queue_mu_);
+  queue_.push_back({container, false, absl::OkStatus(), std::move(event)});
+  wake_ = true;
+}
+
+bool Daemon::Admit(std::function<void()> resume) {
+  absl::MutexLock lock(&queue_mu_);
+  if (stopping_ || queue_.size() + unsaved_events_ < options_.queue_limit) return true;
+  parked_.push_back(std::move(resume));
+  return false;
+}
+
+void Daemon::OnStreamEnded(const std::string& container, absl::Status status) {
+  absl::MutexLock lock(&queue_mu_);
+  queue_.push_back({container, true, std::move(status), {}});
+  wake_ = true;
+}
+
+void Daemon::ResumeStreams() {
+  std::vector<std::function<void()>> resume;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    if (!stopping_ && queue_.size() + unsaved_events_ >= options_.queue_limit) return;
+    resume.swap(parked_);
+  }
+  for (auto& r : resume) r();
+}
+
+void Daemon::Ingest(absl::Time now) {
+  std::deque<Queued> batch;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    batch.swap(queue_);
+  }
+  // The queue has room again: the streams that waited read on (while this turn records), unless
+  // events whose write failed fill it.
+  ResumeStreams();
+  // Streams to end for a resynchronisation: cancelled after the lock is let go.
+  std::vector<std::shared_ptr<AgentClient>> resyncing;
+  const size_t chunk = std::max<size_t>(options_.events_per_lock, 1);
+  for (size_t first = 0; first < batch.size(); first += chunk) {
+    // Applied in chunks: status queries get the lock between them.
+    absl::MutexLock lock(&mu_);
+    for (size_t i = first; i < std::min(batch.size(), first + chunk); ++i) {
+      Queued& q = batch[i];
+      auto link = links_.find(q.container);
+      if (link == links_.end()) continue;
+      Link& l = *link->second;
+      if (q.ended) {
+        l.state = Link::kIdle;
+        if (l.resync) {
+          // Ended to resynchronise: connected again at once (Connect takes the snapshot).
+          l.retry_at = now;
+          continue;
+        }
+        LinkFailed(l, q.status, now);
+        continue;
+      }
+      // What a stream said after its Resync: the snapshot of the next connection covers it.
+      if (l.resync) continue;
+      const fleet::v1::AgentEvent& e = q.event;
+      if (e.has_resync()) {
+        // The agent cannot replay from our position (reinstalled, or its log was pruned): its
+        // stream is ended and the link connected again, which takes the agent's snapshot (its
+        // Status, asked without any lock held), records the gap, and follows on from where the
+        // snapshot is. Asking here, under mu_, froze every status query for as long as the
+        // agent took to answer.
+        l.resync = true;
+        if (l.client) resyncing.push_back(l.client);
+        continue;
+      }
+      if (e.incarnation() == l.cursor.incarnation && e.sequence() <= l.cursor.sequence) continue;
+      l.cursor = {e.incarnation(), e.sequence()};
+      ApplyEvent(q.container, e, now, &unsaved_.rows[q.container]);
+      unsaved_.events[q.container].push_back(std::move(q.event));
+    }
+  }
+  for (const std::shared_ptr<AgentClient>& client : resyncing) client->CancelFollow();
+}
+
+void Daemon::WriteUnsaved(absl::Time now) {
+  // What to write: the events, the rows as they are now and each container's cursor, copied under
+  // mu_; written with store_mu_ alone, taken before mu_ is let go, so that no write of a newer
+  // state can come first. Per container all or nothing; the whole turn one commit (a row that
+  // many events changed is written once). What could not be written is put back, ahead of what
+  // came meanwhile, and written with the next turn: the stored cursor moves only with the
+  // events it covers, and no event is dropped.
+  struct Write {
+    std::vector<ServerRecord> servers;
+    std::vector<AttemptRecord> attempts;
+    AgentCursor cursor;
+  };
+  std::map<std::string, Write> writes;
+  Unsaved u;
+  mu_.Lock();
+  std::swap(u, unsaved_);
+  if (u.events.empty() && u.rows.empty() && u.lost.empty() && u.gaps.empty()) {
+    mu_.Unlock();
+    return;
+  }
+  for (const auto& [container, list] : u.events) writes[container];
+  for (const auto& [container, names] : u.rows) {
+    Write& w = writes[container];
+    for (const std::string& name : names) {
+      Server& s = servers_[name];
+      w.servers.push_back(StateOf(s.record));
+      if (!s.attempt.id.empty() && s.attempt_unsaved) {
+        w.attempts.push_back(s.attempt);
+        s.attempt_unsaved = false;
+      }
+    }
+  }
+  for (auto& [container, w] : writes) w.cursor = links_[container]->cursor;
+  store_mu_.Lock();
+  mu_.Unlock();
+  std::set<std::string> failed;  // containers whose batch was not stored
+  std::vector<AttemptRecord> lost_failed;
+  std::vector<Unsaved::Gap> gaps_failed;
+  {
+    FleetStore::Batch write(store_.get());
+    for (const AttemptRecord& a : u.lost) {
+      if (absl::Status st = store_->PutAttempt(a); !st.ok()) {
+        fprintf(stderr, "fleetd: record %s: %s\n", a.server.c_str(), st.ToString().c_str());
+        lost_failed.push_back(a);
+      }
+    }
+    for (const Unsaved::Gap& g : u.gaps) {
+      if (absl::Status st = store_->RecordGap(g.container, g.from, g.to, now); !st.ok()) {
+        gaps_failed.push_back(g);
+      }
+    }
+    for (auto& [container, w] : writes) {
+      absl::Status st =
+          store_->IngestBatch(container, u.events[container], w.servers, w.attempts, w.cursor, now);
+      if (!st.ok()) {
+        fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+        failed.insert(container);
+      }
+    }
+    if (absl::Status st = write.Commit(); !st.ok()) {
+      fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+      for (const auto& [container, w] : writes) failed.insert(container);
+      lost_failed = u.lost;
+      gaps_failed = u.gaps;
+    }
+  }
+  store_mu_.Unlock();
+  size_t held = 0;
+  if (!failed.empty() || !lost_failed.empty() || !gaps_failed.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& container : failed) {
+      std::vector<fleet::v1::AgentEvent>& later = unsaved_.events[container];
+      std::vector<fleet::v1::AgentEvent>& kept = u.events[container];
+      kept.insert(kept.end(), std::make_move_iterator(later.begin()),
+                  std::make_move_iterator(later.end()));
+      later = std::move(kept);
+      if (later.empty()) unsaved_.events.erase(container);
+      auto rows = u.rows.find(container);
+      if (rows == u.rows.end()) continue;
+      for (const std::string& name : rows->second) {
+        Server& s = servers_[name];
+        if (!s.attempt.id.empty()) s.attempt_unsaved = true;
+      }
+      unsaved_.rows[container].merge(rows->second);
+    }
+    lost_failed.insert(lost_failed.end(), unsaved_.lost.begin(), unsaved_.lost.end());
+    unsaved_.lost = std::move(lost_failed);
+    gaps_failed.insert(gaps_failed.end(), unsaved_.gaps.begin(), unsaved_.gaps.end());
+    unsaved_.gaps = std::move(gaps_failed);
+    for (const auto& [container, list] : unsaved_.events) held += list.size();
+  }
+  {
+    absl::MutexLock lock(&queue_mu_);
+    unsaved_events_ = held;
+  }
+  ResumeStreams();
+}
+
+Daemon::Server* Daemon::FindServer(const fleet::v1::ServerRef& ref) {
+  auto it = servers_.find(config::ServerName(ref.host(), ref.container(), ref.gpu()));
+  return it == servers_.end() ? nullptr : &it->second;
+}
+
+void Daemon::SetState(Server& s, const std::string& state, absl::Time now) {
+  if (s.record.state != state) {
+    s.record.state = state;
+    s.record.state_since = now;
+  }
+  Touch(s);
+}
+
+void Daemon::Touch(Server& s) {
+  s.version = ++version_;
+  changed_ = true;
+}
+
+void Daemon::ApplyEvent(const std::string& container, const fleet::v1::AgentEvent& e,
+                        absl::Time now, std::set<std::string>* touched) {
+  Server* s = FindServer(e.server());
+  if (s == nullptr) return;
+  // Events of an older attempt (late, or replayed) update nothing current.
+  if (e.attempt_id() != s->attempt.id) return;
+  touched->insert(s->record.name);
+  AttemptRecord& a = s->attempt;
+  if (a.outcome == "pending") {
+    a.outcome = "running";
+    if (a.launched_at == absl::InfinitePast()) a.launched_at = now;
+    s->attempt_unsaved = true;
+  }
+  // Only progress and the phases in between leave the attempt as it was.
+  if (e.kind_case() != fleet::v1::AgentEvent::kProgress &&
+      (!e.has_phase() || e.phase().state() == "FAILED" || e.phase().state() == "STOPPED" ||
+       e.phase().state() == "READY")) {
+    s->attempt_unsaved = true;
+  }
+  switch (e.kind_case()) {
+    case fleet::v1::AgentEvent::kPhase: {
+      const std::string& state = e.phase().state();
+      s->record.phase_detail = e.phase().detail();
+      if (state == "FAILED") {
+        a.outcome = "failed";
+        a.ended_at = now;
+        s->record.reason = a.summary.empty() ? "the server failed" : a.summary;
+      } else if (state == "STOPPED") {
+        if (s->stalled) {
+          // Stopped because it stalled: a failure with the stall's diagnosis.
+          a.outcome = "failed";
+          SetState(*s, "FAILED", now);
+          a.ended_at = now;
+          s->record.reason = a.summary;
+          break;
+        }
+        if (a.outcome != "failed") a.outcome = "stopped";
+        a.ended_at = now;
+        if (s->restart_requested) {
+          // Stopped to be started again: never shown STOPPED (`status --until-ready` would take
+          // a fleet whose every server restarts for one stopped for good).
+          SetState(*s, "RESTARTING", now);
+          break;
+        }
+      } else if (state == "READY") {
+        a.outcome = "ready";
+        s->record.progress_step = s->record.progress_total = 0;
+      }
+      if (state == "READY") {
+        // Past the JIT phase (SGLang JIT-compiles during graph capture, so READY is the first
+        // state that is surely past it): the container's JIT cache is warm, the canary is done.
+        fixes_[container].jit_warm = true;
+      }
+      SetState(*s, state, now);
+      break;
+    }
+    case fleet::v1::AgentEvent::kProgress:
+      s->record.progress_step = e.progress().step();
+      s->record.progress_total = e.progress().total();
+      Touch(*s);
+      break;
+    case fleet::v1::AgentEvent::kDiagnosis: {
+      const fleet::v1::Diagnosis& d = e.diagnosis().diagnosis();
+      a.diagnosis = d;
+      a.diagnosis_class = d.diagnosis_class();
+      a.summary = d.summary();
+      s->record.last_class = ShortClass(d.diagnosis_class());
+      s->record.last_summary = d.summary();
+      Touch(*s);
+      break;
+    }
+    case fleet::v1::AgentEvent::kExited:
+      a.exit = e.exited();
+      a.ended_at = now;
+      Touch(*s);
+      break;
+    case fleet::v1::AgentEvent::kReady:
+      a.time_to_ready_ms = absl::ToInt64Milliseconds(FromProtoDuration(e.ready().time_to_ready()));
+      Touch(*s);
+      break;
+    case fleet::v1::AgentEvent::kStalled: {
+      const fleet::v1::Diagnosis& d = e.stalled().diagnosis();
+      a.diagnosis = d;
+      a.diagnosis_class = d.diagnosis_class();
+      a.summary = d.summary();
+      s->record.last_class = d.diagnosis_class();
+      s->record.last_summary = d.summary();
+      s->stalled = true;
+      Touch(*s);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// What the agent runs now, after a (re)connection it could not replay from our position.
+void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot, absl::Time now,
+                           std::set<std::string>* touched) {
+  std::map<int32_t, const fleet::v1::ServerStatus*> by_gpu;
+  for (const fleet::v1::ServerStatus& st : snapshot.servers()) by_gpu[st.server().gpu()] = &st;
+  // The container's servers: the names that start with "host/ctid/" (not a scan of the fleet).
+  const std::string prefix = link.container + "/";
+  // An agent that lost its record (a new incarnation) may have launched an attempt we still call
+  // pending (we died before its answer was recorded): it may have run, so it is lost too, and the
+  // next launch is a new attempt. The same incarnation never forgets a launch it answered.
+  const bool forgot =
+      !link.cursor.incarnation.empty() && link.cursor.incarnation != snapshot.incarnation();
+  for (auto entry = servers_.lower_bound(prefix);
+       entry != servers_.end() && entry->first.compare(0, prefix.size(), prefix) == 0; ++entry) {
+    const std::string& name = entry->first;
+    Server& s = entry->second;
+    if (s.attempt.id.empty()) continue;
+    auto it = by_gpu.find(s.record.gpu);
+    const fleet::v1::ServerStatus* st = it == by_gpu.end() ? nullptr : it->second;
+    if (st != nullptr && st->attempt_id() == s.attempt.id) {
+      // The agent knows our attempt: take its view.
+      if (s.attempt.outcome == "pending") {
+        s.attempt.outcome = "running";
+        s.attempt.launched_at = now;
+      }
+      s.record.phase_detail = st->phase_detail();
+      s.record.progress_step = st->progress_step();
+      s.record.progress_total = st->progress_total();
+      if (st->has_diagnosis()) {
+        s.attempt.diagnosis = st->diagnosis();
+        s.attempt.diagnosis_class = st->diagnosis().diagnosis_class();
+        s.attempt.summary = st->diagnosis().summary();
+        s.record.last_class = ShortClass(st->diagnosis().diagnosis_class());
+        s.record.last_summary = st->diagnosis().summary();
+      }
+      if (st->has_exit()) s.attempt.exit = st->exit();
+      if (st->state() == "FAILED") {
+        s.attempt.outcome = "failed";
+        s.attempt.ended_at = now;
+        s.record.reason = s.attempt.summary;
+      } else if (st->state() == "STOPPED") {
+        if (s.attempt.outcome != "failed") s.attempt.outcome = "stopped";
+        s.attempt.ended_at = now;
+      } else if (st->state() == "READY") {
+        s.attempt.outcome = "ready";
+      }
+      SetState(s, st->state() == "STOPPED" && s.restart_requested ? "RESTARTING" : st->state(),
+               now);
+      s.attempt_unsaved = true;
+      touched->insert(name);
+    } else if (s.attempt.outcome == "running" || s.attempt.outcome == "ready" ||
+               (forgot && s.attempt.outcome == "pending" && !s.launch_in_flight)) {
+      // We had it running, the agent does not know it (state lost): the attempt is lost, and a
+      // new one will be made.
+      s.attempt.outcome = "lost";
+      s.attempt.ended_at = now;
+      s.record.reason = "the agent lost this attempt (its state was reset)";
+      SetState(s, "PENDING", now);
+      s.record.attempt_id.clear();
+      touched->insert(name);
+      // The lost attempt's row is closed with the turn's writes; the next attempt gets the next
+      // number (its row is there already).
+      unsaved_.lost.push_back(s.attempt);
+      s.attempt = AttemptRecord();
+    }
+  }
+  link.cursor = {snapshot.incarnation(), snapshot.sequence()};
+}
+
+// --- Links ----------------------------------------------------------------------------------
+
+void Daemon::Connect(absl::Time now) {
+  // Which links are due, and their clients (made on first use), under the lock; the calls
+  // without it.
+  struct Due {
+    std::string container;
+    std::shared_ptr<AgentClient> client;  // held for the call: a redeploy may retire it meanwhile
+    AgentCursor cursor;
+  };
+  std::vector<Due> due;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, link] : links_) {
+      if (link->state != Link::kIdle || now < link->retry_at) continue;
+      if (!link->client) {
+        link->client = factory_(key, link->host, link->config);
+        if (!link->client) {
+          link->retry_at = absl::InfiniteFuture();
+          link->last_error = "no way to reach this container yet";
+          TouchContainer(key);
+          continue;
+        }
+      }
+      link->state = Link::kConnecting;
+      due.push_back({key, link->client, link->cursor});
+    }
+  }
+  // Know what each agent runs before following it: its incarnation tells whether its stream
+  // can resume from our cursor. All asked at once; each answer is taken as it comes.
+  for (const Due& d : due) {
+    // The answer names the client it came from (compared, never used: the link's own is).
+    d.client->StatusAsync([this, container = d.container, client = d.client.get()](
+                              absl::StatusOr<fleet::v1::StatusResponse> snapshot) {
+      Connected(container, client, snapshot);
+    });
+  }
+}
+
+void Daemon::Connected(const std::string& container, const AgentClient* client,
+                       const absl::StatusOr<fleet::v1::StatusResponse>& snapshot) {
+  const absl::Time now = clock_->Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto link = links_.find(container);
+    // A deploy replaced the link meanwhile: the new one connects on its own.
+    if (link == links_.end() || link->second->client.get() != client) return;
+    Link& l = *link->second;
+    if (!snapshot.ok()) {
+      LinkFailed(l, snapshot.status(), now);
+      return;
+    }
+    if (l.resync || snapshot->incarnation() != l.cursor.incarnation) {
+      // The snapshot's rows, the gap and the new cursor are written with the loop's next writes
+      // (a callback never waits for the record while it holds mu_).
+      const AgentCursor from = l.cursor;
+      ApplySnapshot(l, *snapshot, now, &unsaved_.rows[container]);
+      if (l.resync || !from.incarnation.empty()) {
+        unsaved_.gaps.push_back({container, from, l.cursor});
+      }
+      l.resync = false;
+    }
+    l.state = Link::kFollowing;
+    LinkUp(l);
+    // Follow only starts the stream (its events come on gRPC's threads, to the queue): it does
+    // not wait for the agent.
+    l.client->Follow(l.cursor.incarnation, l.cursor.sequence, this);
+  }
+  Wake();  // a turn: its servers can be launched now
+}
+
+void Daemon::LinkFailed(Link& l, const absl::Status& why, absl::Time now) {
+  l.state = Link::kIdle;
+  l.failures = std::min(l.failures + 1, 20);
+  const absl::Duration wait = std::min(
+      options_.reconnect_max, options_.reconnect_initial * (1 << std::min(l.failures, 10)));
+  l.retry_at = now + wait;
+  if (absl::IsCancelled(why)) return;
+  const std::string message(why.message());
+  if (message == l.last_error) return;  // said once; the retries say nothing new
+  l.last_error = message;
+  fprintf(stderr, "fleetd: %s: agent unreachable: %s (retrying, next in %s)\n", l.container.c_str(),
+          message.c_str(), absl::FormatDuration(wait).c_str());
+  TouchContainer(l.container);
+}
+
+void Daemon::LinkUp(Link& l) {
+  if (!l.last_error.empty()) {
+    fprintf(stderr, "fleetd: %s: agent reachable again (after %d failed tries)\n",
+            l.container.c_str(), l.failures);
+    l.last_error.clear();
+    TouchContainer(l.container);
+  }
+  l.failures = 0;
+}
+
+void Daemon::TouchContainer(const std::string& container) {
+  for (auto& [name, s] : servers_) {
+    if (ContainerKey(s.record.host, s.record.container) == container) Touch(s);
+  }
+}
+
+}  // namespace fleet::daemon

@@ -1,0 +1,268 @@
+// FleetStore on real SQLite files: attempt numbering, exactly-once event ingest with the cursor in
+// the same transaction, the config as desired state, retention, and a reopened file.
+#include "daemon/store/fleet_store.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "common/sqlite/power_loss_vfs.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+
+namespace fleet::daemon {
+namespace {
+
+const absl::Time kNow = absl::FromUnixSeconds(1800000000);
+
+std::unique_ptr<FleetStore> Open(const testing::TempDir& dir) {
+  auto store = FleetStore::Open(dir.Join("fleet.db"));
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+int64_t Count(FleetStore& store, const std::string& sql) {
+  auto st = store.db().Prepare(sql);
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (!st.ok()) return -1;
+  auto row = st->Step();
+  EXPECT_TRUE(row.ok() && *row);
+  return st->ColumnInt(0);
+}
+
+ServerRecord Server(const std::string& gpu) {
+  ServerRecord r;
+  r.name = "local/200/gpu" + gpu;
+  r.host = "local";
+  r.container = "200";
+  r.gpu = std::stoi(gpu);
+  return r;
+}
+
+fleet::v1::AgentEvent Event(const std::string& incarnation, uint64_t sequence) {
+  fleet::v1::AgentEvent e;
+  e.set_incarnation(incarnation);
+  e.set_sequence(sequence);
+  e.mutable_server()->set_host("local");
+  e.mutable_server()->set_container("200");
+  e.mutable_phase()->set_state("LOADING");
+  return e;
+}
+
+TEST(FleetStore, AnAttemptWhoseRowACommitLostIsWrittenWholeAndAMissingServerIsAnError) {
+  testing::TempDir dir;
+  auto store = Open(dir);
+  ASSERT_TRUE(store->PutServer(Server("0")).ok());
+  AttemptRecord a;
+  {
+    // Created in a batch whose commit is lost (rolled back): the daemon still holds the record.
+    FleetStore::Batch batch(store.get());
+    auto created = store->CreateAttempt("local/200/gpu0", "initial", {}, kNow);
+    ASSERT_TRUE(created.ok()) << created.status();
+    a = *created;
+    ASSERT_TRUE(store->db().Exec("ROLLBACK").ok());
+  }
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts"), 0);
+  a.outcome = "running";
+  a.launched_at = kNow + absl::Seconds(1);
+  ASSERT_TRUE(store->PutAttempt(a).ok());
+  auto stored = store->Attempt("local/200/gpu0", 1);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->id, a.id);
+  EXPECT_EQ((*stored)->trigger, "initial");
+  EXPECT_EQ((*stored)->outcome, "running");
+  // Written again: the same row, updated.
+  a.outcome = "ready";
+  ASSERT_TRUE(store->PutAttempt(a).ok());
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts WHERE outcome = 'ready'"), 1);
+  // An attempt of a server that has no row is not silently dropped.
+  AttemptRecord orphan = a;
+  orphan.id = "local/200/gpu7#1-00";
+  orphan.server = "local/200/gpu7";
+  EXPECT_FALSE(store->PutAttempt(orphan).ok());
+  // Nor is one whose number another attempt of its server holds.
+  AttemptRecord twin = a;
+  twin.id = "local/200/gpu0#1-ff";
+  EXPECT_FALSE(store->PutAttempt(twin).ok());
+}
+
+// fleetd --db-vfs: the store opens fleet.db with the VFS named (the power-loss VFS keeps its
+// record of unsynced writes beside the file; the default one does not).
+TEST(FleetStore, OpensWithTheVfsNamed) {
+  fleet::testing::TempDir dir;
+  auto plain = FleetStore::Open(dir.Join("plain.db"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("plain.db-unsynced")));
+  auto store = FleetStore::Open(dir.Join("fleet.db"), sqlite::OpenOptions::Synchronous::kFull,
+                                sqlite::kPowerLossVfs);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE(std::filesystem::exists(dir.Join("fleet.db-unsynced")));
+}
+
+TEST(FleetStore, AttemptsAreNumberedPerServerWithUniqueIds) {
+  testing::TempDir dir;
+  auto store = Open(dir);
+  ASSERT_TRUE(store->PutServer(Server("0")).ok());
+  ASSERT_TRUE(store->PutServer(Server("1")).ok());
+  std::set<std::string> ids;
+  for (int i = 1; i <= 3; ++i) {
+    auto a = store->CreateAttempt("local/200/gpu0", "initial", {}, kNow);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->number, i);
+    EXPECT_EQ(a->outcome, "pending");
+    ids.insert(a->id);
+  }
+  auto other = store->CreateAttempt("local/200/gpu1", "initial", {}, kNow);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->number, 1);
+  ids.insert(other->id);
+  EXPECT_EQ(ids.size(), 4u);
+  // Closed and read back.
+  AttemptRecord closed = *other;
+  closed.outcome = "failed";
+  closed.diagnosis_class = "link_error";
+  closed.ended_at = kNow + absl::Seconds(9);
+  ASSERT_TRUE(store->PutAttempt(closed).ok());
+  auto back = store->Attempt("local/200/gpu1", 0);
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_EQ((*back)->outcome, "failed");
+  EXPECT_EQ((*back)->diagnosis_class, "link_error");
+  auto all = store->Attempts("");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 4u);
+}
+
+TEST(FleetStore, AnEventDeliveredTwiceIsStoredOnceAndTheCursorMovesWithIt) {
+  testing::TempDir dir;
+  auto store = Open(dir);
+  ASSERT_TRUE(store->PutServer(Server("0")).ok());
+  std::vector<fleet::v1::AgentEvent> batch = {Event("inc-1", 1), Event("inc-1", 2)};
+  ASSERT_TRUE(store->IngestBatch("local/200", batch, {}, {}, {"inc-1", 2}, kNow).ok());
+  // The same events again (a replay after a reconnect), and one new.
+  batch.push_back(Event("inc-1", 3));
+  ASSERT_TRUE(store->IngestBatch("local/200", batch, {}, {}, {"inc-1", 3}, kNow).ok());
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM events"), 3);
+  EXPECT_EQ(Count(*store, "SELECT count(DISTINCT sequence) FROM events"), 3);
+  auto cursor = store->Cursor("local/200");
+  ASSERT_TRUE(cursor.ok());
+  EXPECT_EQ(cursor->incarnation, "inc-1");
+  EXPECT_EQ(cursor->sequence, 3u);
+  // A new incarnation starts its own numbering; a gap is recorded apart from real events.
+  ASSERT_TRUE(store->RecordGap("local/200", {"inc-1", 3}, {"inc-2", 0}, kNow).ok());
+  ASSERT_TRUE(
+      store->IngestBatch("local/200", {Event("inc-2", 1)}, {}, {}, {"inc-2", 1}, kNow).ok());
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM events WHERE kind = 'gap'"), 1);
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM events WHERE incarnation = 'inc-2'"), 2);
+  // A bad container name is refused, and nothing of its batch is written.
+  EXPECT_FALSE(store->IngestBatch("nocontainer", {Event("x", 1)}, {}, {}, {"x", 1}, kNow).ok());
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM events"), 5);
+}
+
+TEST(FleetStore, TheConfigSurvivesAReopenAndTheFileIsSound) {
+  testing::TempDir dir;
+  {
+    auto store = Open(dir);
+    fleet::v1::FleetConfig config;
+    config.add_hosts()->set_name("local");
+    auto v1 = store->SaveConfig(config, "a.yaml", "hosts: ...", kNow);
+    config.add_hosts()->set_name("pve1");
+    auto v2 = store->SaveConfig(config, "b.yaml", "hosts: ...", kNow);
+    ASSERT_TRUE(v1.ok() && v2.ok());
+    EXPECT_LT(*v1, *v2);
+    ASSERT_TRUE(store->PutServer(Server("3")).ok());
+  }
+  auto store = Open(dir);  // migrations again: idempotent
+  auto config = store->LatestConfig();
+  ASSERT_TRUE(config.ok() && config->has_value());
+  ASSERT_EQ((*config)->hosts_size(), 2);
+  EXPECT_EQ((*config)->hosts(1).name(), "pve1");
+  auto servers = store->Servers();
+  ASSERT_TRUE(servers.ok());
+  ASSERT_EQ(servers->size(), 1u);
+  EXPECT_EQ((*servers)[0].name, "local/200/gpu3");
+  auto check = store->db().Prepare("PRAGMA integrity_check");
+  ASSERT_TRUE(check.ok());
+  ASSERT_TRUE(*check->Step());
+  EXPECT_EQ(check->ColumnText(0), "ok");
+  EXPECT_GE(Count(*store, "PRAGMA user_version"), 1);
+}
+
+TEST(FleetStore, RetentionPrunesEventsByAgeAndCountButKeepsAttempts) {
+  testing::TempDir dir;
+  auto store = Open(dir);
+  ASSERT_TRUE(store->PutServer(Server("0")).ok());
+  ASSERT_TRUE(store->CreateAttempt("local/200/gpu0", "initial", {}, kNow).ok());
+  std::vector<fleet::v1::AgentEvent> old_events;
+  for (uint64_t i = 1; i <= 10; ++i) old_events.push_back(Event("inc-1", i));
+  ASSERT_TRUE(store->IngestBatch("local/200", old_events, {}, {}, {"inc-1", 10}, kNow).ok());
+  std::vector<fleet::v1::AgentEvent> new_events;
+  for (uint64_t i = 11; i <= 30; ++i) new_events.push_back(Event("inc-1", i));
+  ASSERT_TRUE(
+      store->IngestBatch("local/200", new_events, {}, {}, {"inc-1", 30}, kNow + absl::Hours(48))
+          .ok());
+  // Older than a day: the first ten go.
+  ASSERT_TRUE(store->PruneEvents(kNow + absl::Hours(24), 1000).ok());
+  EXPECT_EQ(*store->EventCount(), 20);
+  EXPECT_EQ(Count(*store, "SELECT min(sequence) FROM events"), 11);
+  // At most 5: the newest 5 stay.
+  ASSERT_TRUE(store->PruneEvents(kNow, 5).ok());
+  EXPECT_EQ(*store->EventCount(), 5);
+  EXPECT_EQ(Count(*store, "SELECT min(sequence) FROM events"), 26);
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts"), 1);
+}
+
+TEST(FleetStore, ConfigsKeepTheDigestOfTheirTextAndAVersionOneFileGainsTheColumn) {
+  testing::TempDir dir;
+  {
+    auto store = Open(dir);
+    fleet::v1::FleetConfig config;
+    ASSERT_TRUE(store->SaveConfig(config, "/etc/fleet.yaml", "hosts: []\n", kNow).ok());
+    ASSERT_TRUE(store->SaveConfig(config, "(the stored config)", "", kNow).ok());
+    auto from = store->LastConfigFrom("/etc/fleet.yaml");
+    ASSERT_TRUE(from.ok() && from->has_value());
+    EXPECT_EQ((*from)->version, 1);
+    EXPECT_EQ((*from)->digest, ConfigDigest("hosts: []\n"));
+    EXPECT_TRUE(absl::StartsWith((*from)->digest, "sha256:"));
+    auto latest = store->LatestConfigInfo();
+    ASSERT_TRUE(latest.ok() && latest->has_value());
+    EXPECT_EQ((*latest)->version, 2);
+    EXPECT_EQ((*latest)->digest, "");  // deployed without text
+    auto none = store->LastConfigFrom("/elsewhere.yaml");
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(none->has_value());
+    // Back to what a fleetd of schema version 1 wrote: no digest column.
+    ASSERT_TRUE(store->db()
+                    .Exec("DROP INDEX configs_source; ALTER TABLE configs DROP COLUMN digest; "
+                          "PRAGMA user_version = 1")
+                    .ok());
+  }
+  auto store = Open(dir);  // migrated to version 2
+  EXPECT_EQ(Count(*store, "PRAGMA user_version"), 2);
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM configs WHERE digest IS NULL"), 2);
+  // An old row's digest is computed from its stored text.
+  auto from = store->LastConfigFrom("/etc/fleet.yaml");
+  ASSERT_TRUE(from.ok() && from->has_value());
+  EXPECT_EQ((*from)->digest, ConfigDigest("hosts: []\n"));
+}
+
+TEST(FleetStore, EveryCommitIsSyncedAndTheFileIsOwnerOnly) {
+  testing::TempDir dir;
+  auto store = Open(dir);
+  ASSERT_NE(store, nullptr);
+  // synchronous=FULL: a row written before a launch survives a power loss, not only a crash.
+  EXPECT_EQ(*store->db().Synchronous(), 2);
+  fleet::v1::FleetConfig config;
+  ASSERT_TRUE(store->SaveConfig(config, "fleet.yaml", "env: {HF_TOKEN: x}", kNow).ok());
+  struct stat st = {};
+  ASSERT_EQ(stat(dir.Join("fleet.db").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(dir.Join("fleet.db-wal").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+}  // namespace
+}  // namespace fleet::daemon
