@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154  # fleetctl_bin, free_ports: the sourcing script's
 # fleet.sh: the shell functions that gpu-fleet's scripts share (deploy/, bench/, tests/sim/,
 # tests/faults/, tests/run.sh): messages and usage, numbers, the build, the results dir, free
 # ports, the config's YAML strings, and the bookkeeping of the processes a script starts.
@@ -25,7 +25,7 @@
 fleet_script=${BASH_SOURCE[1]:-$0}
 fleet_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
-# --- Messages --------------------------------------------------------------------------------------
+# --- Messages ------------------------------------------------------------------------------------
 
 # usage: the script's header comment (line 2 up to `set -euo`) on stderr, exit 2.
 usage() {
@@ -46,15 +46,19 @@ note() {
   printf '%*s%s\n' "$((${#mark} + 1))" '' "$*"
 }
 
-# --- Numbers ---------------------------------------------------------------------------------------
+# --- Numbers -------------------------------------------------------------------------------------
 
 now() { printf '%s\n' "$EPOCHREALTIME"; }
 # secs T0 T1: T1 - T0 in seconds, to the millisecond.
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
 # median [FORMAT] / minimum / maximum of the numbers on stdin, one a line. median prints "-" when
 # there are none, else with FORMAT (printf's, default %.3f).
+# shellcheck disable=SC2120  # FORMAT is optional
 median() {
-  sort -g | awk -v f="${1:-%.3f}" '{v[NR] = $1} END {if (NR == 0) print "-"; else printf f "\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+  sort -g | awk -v f="${1:-%.3f}" '{v[NR] = $1} END {
+    if (NR == 0) print "-"
+    else printf f "\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+  }'
 }
 minimum() { sort -g | head -1; }
 maximum() { sort -g | tail -1; }
@@ -63,7 +67,7 @@ mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
 # met true|false: a target's verdict.
 met() { [ "$1" = true ] && echo met || echo MISSED; }
 
-# --- Text ------------------------------------------------------------------------------------------
+# --- Text ----------------------------------------------------------------------------------------
 
 # yaml_string TEXT: a YAML double-quoted scalar of TEXT.
 yaml_string() {
@@ -74,16 +78,17 @@ yaml_string() {
 
 # read_kv FILE ARRAY: the key=value lines of FILE (not shell; # comments, empty lines) into the
 # associative array named ARRAY, emptied first.
+# shellcheck disable=SC2034  # kv_into is a name reference: the caller's array
 read_kv() {
   local -n kv_into=$2
   local key value
   kv_into=()
   while IFS='=' read -r key value; do
-    [[ -z $key || $key == \#* ]] || kv_into[$key]=$value
+    [[ -z $key || $key == \#* ]] || kv_into["$key"]=$value
   done <"$1"
 }
 
-# --- The machine and the build ---------------------------------------------------------------------
+# --- The machine and the build -------------------------------------------------------------------
 
 cpu_model() { grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //' || true; }
 # git_revision: the short commit, "+changes" when the tree has any, "unknown" outside git.
@@ -127,7 +132,7 @@ claim_dir() {
 # $free_ports, the sim-free-ports binary.
 free_base_port() { "$free_ports" "$1" | sed -n 1p; }
 
-# --- The processes a script starts: all stopped on its exit (trap stop_all EXIT) -------------------
+# --- The processes a script starts: all stopped on its exit (trap stop_all EXIT) -----------------
 
 # forget_pid PID: PID no longer in pids (it has been waited for).
 forget_pid() {
