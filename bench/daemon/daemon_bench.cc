@@ -11,10 +11,10 @@
 //      latency), `fleetctl status -o json` every --cli-interval-ms (the CLI's wall time: process
 //      start, call, JSON out), fleetd's /proc/PID/{status,stat} and the record's progress (the sum
 //      of the stored agent cursors) every 250 ms;
-//      every server must have started (left PENDING in fleetd's table) within --start-timeout
-//      seconds of fleetd serving, or the run fails at once, naming how many have not (a fleetd
-//      that launches nothing, e.g. a preflight the simulated agents do not satisfy, would
-//      otherwise only time out);
+//      every server must have started (be STARTING .. READY in fleetd's table) within
+//      --start-timeout seconds of fleetd serving, or the run fails at once, naming how many have
+//      not (a fleetd that launches nothing, e.g. a preflight the simulated agents do not satisfy,
+//      would otherwise only time out);
 //   4. once the simulator reports every server READY and the record holds every event: checks
 //      that each container's events are stored exactly once (count, distinct sequences, 1..last,
 //      the agent's incarnation, no gap rows, the cursor at the last sequence), every server READY
@@ -37,6 +37,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -378,8 +379,9 @@ void Bench::ProcLoop() {
   }
 }
 
-// Servers fleetd has not started (PENDING in its table), -1 when Status fails; `states` gets
-// fleetd's table as "STATE COUNT, ..." (and why Status failed).
+// Servers fleetd has not started: in its table in no state of a start (STARTING .. READY), e.g.
+// PENDING behind a preflight, REMEDIATING, GAVE_UP; or absent. -1 when Status fails. `states`
+// gets fleetd's table as "STATE COUNT, ..." (or why Status failed).
 int64_t Bench::NotStarted(std::string* states) {
   auto stub = FleetStub();
   grpc::ClientContext c;
@@ -390,12 +392,16 @@ int64_t Bench::NotStarted(std::string* states) {
     *states = absl::StrCat("Fleet.Status failed: ", s.error_message());
     return -1;
   }
+  static const std::set<std::string> kStarted = {"STARTING", "LOADING", "JIT_COMPILING",
+                                                 "CAPTURING_GRAPHS", "READY"};
   std::map<std::string, int64_t> by_state;
-  for (const auto& row : r.servers()) ++by_state[row.state()];
+  int64_t started = 0;
+  for (const auto& row : r.servers()) {
+    ++by_state[row.state()];
+    if (kStarted.count(row.state()) > 0) ++started;
+  }
   *states = absl::StrJoin(by_state, ", ", absl::PairFormatter(" "));
-  // A server absent from the table has not started either.
-  const int64_t missing = o_.containers * kGpus - r.servers_size();
-  return by_state["PENDING"] + std::max<int64_t>(missing, 0);
+  return o_.containers * kGpus - started;
 }
 
 // Its process group (Spawn gives each child one of its own): a wrapper's children go too.
@@ -901,10 +907,11 @@ int main(int argc, char** argv) {
   flags.AddInt("status-interval-ms", '\0', &o.status_interval_ms, "Fleet.Status every N ms");
   flags.AddInt("cli-interval-ms", '\0', &o.cli_interval_ms, "fleetctl status every N ms");
   flags.AddInt("timeout", '\0', &o.timeout_s, "give up after this many seconds", "S");
-  flags.AddInt("start-timeout", '\0', &o.start_timeout_s,
-               "fail when a server has not started (is still PENDING) this many seconds after "
-               "fleetd serves",
-               "S");
+  flags.AddInt(
+      "start-timeout", '\0', &o.start_timeout_s,
+      "fail when a server has not started (is not STARTING .. READY) this many seconds after "
+      "fleetd serves",
+      "S");
   flags.AddString("work-dir", '\0', &o.work_dir, "emptied and used (default: a new /tmp/fdb.*)",
                   "DIR");
   flags.AddString("json", '\0', &o.json_path, "also write the JSON line here", "FILE");

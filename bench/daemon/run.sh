@@ -26,7 +26,7 @@
 # Targets at N = 1000: status p99 <= 200 ms, ingest >= 20,000 events/s, RSS <= 300 MiB.
 # It prints a table and one JSON line per run (also in .bench/daemon-*.json). It exits non-zero,
 # naming the runs that failed, when a run fails its record check or times out, or when fleetd has
-# not started every server (they stay PENDING) START_TIMEOUT seconds after it serves (default
+# not started every server (PENDING, say) START_TIMEOUT seconds after it serves (default
 # 120): then daemon_bench says how many; a missed target is reported, not a failure.
 # ctest's daemon_bench_smoke runs daemon_bench at N = 2 (bench/daemon/CMakeLists.txt).
 set -euo pipefail
