@@ -33,6 +33,7 @@
 # match when it sees its output discarded.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source deploy/lib/fleet.sh
 
 case ${1:-} in
   agent | daemon | remediation | remote) exec bash "bench/$1/run.sh" "${@:2}" ;;
@@ -50,16 +51,12 @@ runs=${RUNS:-3}
 jit_percent=${JIT_PERCENT:-17}
 rss_limit_kib=$((32 * 1024))
 out=.bench
-step() { printf '\n== %s\n' "$*"; }
 
 step "dependencies"
 bash deploy/install-deps.sh
 
 step "build ($build/)"
-# A benchmark of an instrumented build means nothing: sanitizers and fuzzing stay off here.
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLEET_SANITIZE=OFF \
-  -DFLEET_FUZZ=OFF >/dev/null
-cmake --build "$build" --target fleetctl gen_startup_log catalogue_patterns
+bench_build "$build" RelWithDebInfo fleetctl gen_startup_log catalogue_patterns
 fleetctl=$build/cli/fleetctl
 gen=$build/bench/classifier/gen_startup_log
 patterns_tool=$build/bench/classifier/catalogue_patterns
@@ -77,13 +74,12 @@ cpu=$(taskset -pc $$ | sed 's/.*: //; s/[,-].*//')
 pin=(taskset -c "$cpu")
 
 step "machine"
-model=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //' || true)
+model=$(cpu_model)
 cores=$(nproc)
 grep_version=$(grep --version | head -1)
 default_locale=$(locale 2>/dev/null | sed -n 's/^LC_CTYPE="\{0,1\}\([^"]*\)"\{0,1\}$/\1/p')
 default_locale=${default_locale:-C}
-revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then revision="$revision+changes"; fi
+revision=$(git_revision)
 date_utc=$(date -u '+%Y-%m-%d %H:%M UTC')
 echo "cpu: ${model:-unknown} ($cores cores online; pinned to CPU $cpu)"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)   kernel: $(uname -r)   $grep_version"
@@ -205,24 +201,21 @@ done
 wait "$probe_pid"
 read -r _ rss_anon rss_file rss_heap <<<"$rss_sample"
 
-# median FILE [FIELD]: of wall times (field 1) or CPU times (field 3).
-median() {
-  cut -d' ' -f"${2:-1}" "$1" | sort -n |
-    awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
-}
+# median_of FILE [FIELD]: of wall times (field 1) or CPU times (field 3).
+median_of() { cut -d' ' -f"${2:-1}" "$1" | median %s; }
 max_rss() { cut -d' ' -f2 "$1" | sort -n | tail -1; }
 mbps() { awk -v b="$bytes" -v s="$1" 'BEGIN {printf "%.1f", b / 1e6 / s}'; }
 ratio() { awk -v g="$1" -v o="$2" 'BEGIN {printf "%.2f", g / o}'; }
-ours_s=$(median "$out/times.ours")
-grep_s=$(median "$out/times.grep")
+ours_s=$(median_of "$out/times.ours")
+grep_s=$(median_of "$out/times.grep")
 ours_mbps=$(mbps "$ours_s")
 grep_mbps=$(mbps "$grep_s")
 ratio=$(ratio "$grep_s" "$ours_s")
-ours_cpu=$(median "$out/times.ours" 3)
-grep_cpu=$(median "$out/times.grep" 3)
+ours_cpu=$(median_of "$out/times.ours" 3)
+grep_cpu=$(median_of "$out/times.grep" 3)
 ratio_cpu=$(ratio "$grep_cpu" "$ours_cpu")
 if $with_locale; then
-  grep_locale_s=$(median "$out/times.grep_locale")
+  grep_locale_s=$(median_of "$out/times.grep_locale")
   grep_locale_mbps=$(mbps "$grep_locale_s")
   ratio_locale=$(ratio "$grep_locale_s" "$ours_s")
 fi
@@ -264,8 +257,6 @@ fi
 step "result"
 matched_pct=$(awk -v m="$matched_bytes" -v b="$bytes" 'BEGIN {printf "%.0f", 100 * m / b}')
 lines_pct=$(awk -v m="$ours_matched" -v l="$lines" 'BEGIN {printf "%.1f", 100 * m / l}')
-mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
-met() { $1 && echo met || echo MISSED; }
 throughput_ok=$(awk -v r="$ratio" 'BEGIN {print (r >= 1.0) ? "true" : "false"}')
 rss_ok=false
 if ((ours_rss <= rss_limit_kib && small_rss <= rss_limit_kib && sample_rss <= rss_limit_kib)); then

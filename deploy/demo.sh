@@ -25,14 +25,13 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+source deploy/lib/fleet.sh
+fleet_me=demo
+fleet_step_mark='==>'
 
 state_dir=./.demo
 speed=2.5
 build_dir=build
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-  exit 2
-}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --state-dir) [[ $# -ge 2 ]] || usage; state_dir=$2; shift ;;
@@ -54,14 +53,10 @@ done
 readonly gpus=8
 readonly canary=local/200/gpu0
 
-bold=
-plain=
 if [[ -t 1 && -z ${NO_COLOR-} ]]; then
-  bold=$'\e[1m'
-  plain=$'\e[0m'
+  fleet_bold=$'\e[1m'
+  fleet_plain=$'\e[0m'
 fi
-step() { printf '\n%s==> %s%s\n' "$bold" "$*" "$plain"; }
-note() { printf '    %s\n' "$*"; }
 
 # --- Build and state directory ----------------------------------------------------------------------
 
@@ -82,16 +77,8 @@ free_ports="$bin/tests/sim/sim-free-ports"
 
 # Empty the state dir, but never one that holds something else than a previous demo.
 readonly marker=.gpu-fleet-demo
-mkdir -p -- "$state_dir"
-state_dir=$(cd -- "$state_dir" && pwd)
-case $state_dir in
-  / | "$repo" | "${HOME:-/}") printf 'demo: refusing to use %s as the state dir\n' "$state_dir" >&2; exit 1 ;;
-esac
-if [[ -n $(ls -A -- "$state_dir") && ! -f $state_dir/$marker ]]; then
-  printf 'demo: %s is not empty and not a previous demo'"'"'s state dir; choose another --state-dir\n' \
-    "$state_dir" >&2
-  exit 1
-fi
+state_dir=$(claim_dir "$state_dir" "$marker" "the state dir" "a previous demo's state dir" \
+  --state-dir)
 find "$state_dir" -mindepth 1 -delete
 touch "$state_dir/$marker"
 logs="$state_dir/logs"
@@ -102,9 +89,7 @@ step "A simulated container with $gpus GPUs in the seed state ($state_dir/world)
 world="$state_dir/world"
 bash tests/sim/make_sim_world.sh "$world" --state seed --server "$server_bin" --gpus "$gpus"
 declare -A conf=()
-while IFS='=' read -r key value; do
-  [[ -z $key || $key == \#* ]] || conf[$key]=$value
-done <"$world/sim-world.conf"
+read_kv "$world/sim-world.conf" conf
 note "python: ${conf[python]}   pip: ${conf[pip]}   apt-get: ${conf[apt_get]}"
 note "$("${conf[nvidia_smi]}" -L | head -1)  (and $((gpus - 1)) more; driver CUDA $(
   "${conf[nvidia_smi]}" --version | sed -n 's/^CUDA Version *: //p'))"
@@ -113,7 +98,7 @@ note "$("${conf[nvidia_smi]}" -L | head -1)  (and $((gpus - 1)) more; driver CUD
 
 # Eight consecutive free loopback ports for the servers (base_port + gpu), outside the kernel's
 # ephemeral range so no other program's port-0 bind takes one first.
-base_port=$("$free_ports" "$gpus" | sed -n 1p) || base_port=
+base_port=$(free_base_port "$gpus") || base_port=
 [[ -n $base_port ]] || { printf 'demo: no %d consecutive free ports found\n' "$gpus" >&2; exit 1; }
 
 # The fleet config: the SGLang template on the world's python, its server.env, and the
@@ -124,31 +109,10 @@ write_config() {
     --comment "written by deploy/demo.sh" >"$state_dir/fleet.yaml"
 }
 
+# stop_all (deploy/lib/fleet.sh): the servers first, through fleetd (they belong to the agent and
+# outlive it), then the agent and fleetd.
 pids=()
-# shellcheck disable=SC2317  # called through the EXIT trap
-stop_all() {
-  local pid
-  trap - EXIT
-  if [[ ${#pids[@]} -gt 0 ]]; then
-    # The servers first (they belong to the agent and outlive it), then the agent and fleetd:
-    # stop them all, and poll fleetd's table (bounded) until none is running.
-    if fleetctl --timeout 10s stop --all >/dev/null 2>&1; then
-      local tries
-      for ((tries = 0; tries < 150; tries++)); do
-        fleetctl --timeout 5s status -o json 2>/dev/null |
-          grep -qE '"state":"(PENDING|STARTING|LOADING|JIT_COMPILING|CAPTURING_GRAPHS|READY|STOPPING|RESTARTING)"' ||
-          break
-        sleep 0.2  # a poll interval in a shutdown path, not a synchronisation guess
-      done
-    fi
-  fi
-  for pid in ${pids[@]+"${pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in ${pids[@]+"${pids[@]}"}; do
-    timeout 15 tail -f --pid="$pid" /dev/null 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  pids=()
-}
+fleet_dirs=()
 trap stop_all EXIT
 trap 'exit 130' INT TERM
 
@@ -158,6 +122,7 @@ pids+=("$!")
 "$agent" --listen "unix:$state_dir/agent.sock" --state-dir "$state_dir/agent" --host local \
   --container 200 --readiness-interval 0.5 --stop-grace 5 2>>"$state_dir/agent.log" &
 pids+=("$!")
+fleet_dirs+=("$state_dir")
 note "fleetd pid ${pids[0]}, log $state_dir/fleetd.log; agent pid ${pids[1]}, log $state_dir/agent.log"
 # fleetd says when it serves; wait for that line (tail follows the log with inotify; bounded).
 if ! timeout 30 grep -q -m1 -F 'serving on' < <(exec tail -n +1 -F --pid="${pids[0]}" "$state_dir/fleetd.log" 2>/dev/null); then

@@ -53,6 +53,10 @@ set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=deploy/lib/fleet.sh  # (shellcheck run from the repository root)
+source "$repo/deploy/lib/fleet.sh"
+fleet_me=gpu-run
+fleet_step_mark='==>'
 server_py=$repo/deploy/examples/real-gpu/server.py
 
 readonly all_scenarios=(clean no_ninja bad_cuda_home ptx_newer needs_stub oom combo leftover
@@ -71,13 +75,6 @@ declare -A what_of=(
   [pci_order]="GPU index where CUDA's default order and PCI order differ (skipped when they agree)"
 )
 
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-  exit 2
-}
-die() { printf 'gpu-run: %s\n' "$*" >&2; exit 1; }
-step() { printf '\n==> %s\n' "$*"; }
-note() { printf '    %s\n' "$*"; }
 
 bin_dir=
 out=./gpu-run-out
@@ -312,7 +309,8 @@ max_gpu=0
 for g in "${gpus[@]}"; do
   if ((g > max_gpu)); then max_gpu=$g; fi
 done
-free_base_port() {
+# (Python's sockets: the bundle has no sim-free-ports.)
+python_free_base_port() {
   "$python" - "$((max_gpu + 1))" <<'EOF'
 import socket, sys
 n = int(sys.argv[1])
@@ -333,12 +331,6 @@ for _ in range(50):
         print(base); sys.exit(0)
 sys.exit(1)
 EOF
-}
-
-yaml_string() {  # a YAML double-quoted scalar of $1
-  local s=${1//\\/\\\\}
-  s=${s//\"/\\\"}
-  printf '"%s"' "$s"
 }
 
 # A copy of the CUDA toolkit made of links, with lib64 and lib64/stubs as real folders and no
@@ -766,7 +758,7 @@ run_scenario() {  # NAME
       ;;
   esac
   start_daemons "$sdir/state"
-  base_port=$(free_base_port) || die "no $((max_gpu + 1)) consecutive free ports"
+  base_port=$(python_free_base_port) || die "no $((max_gpu + 1)) consecutive free ports"
   scenario_env "$name" "$sdir"
   write_config "$name" "$sdir" "$base_port"
   note "config $sdir/fleet.yaml (ports $base_port + gpu), logs $sdir/logs/"

@@ -9,11 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+source deploy/lib/fleet.sh
+fleet_step_mark='==='
 
 bash deploy/install-deps.sh
 
 jobs=$(nproc)
-step() { printf '\n=== %s\n' "$*"; }
 
 step "format check (clang-format 14)"
 mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find . -name '*.cc' -o -name '*.h' | grep -v '^./build')

@@ -16,28 +16,24 @@
 # fails or times out; a missed target is reported, not a failure.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+source deploy/lib/fleet.sh
 
 build=${BUILD_DIR:-build}
 trials=${TRIALS:-1000}
 idle=${IDLE_SECONDS:-60}
 out=.bench
-step() { printf '\n== %s\n' "$*"; }
 
 step "dependencies"
 bash deploy/install-deps.sh
 
 step "build ($build/)"
-# A benchmark of an instrumented build means nothing: sanitizers and fuzzing stay off here.
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLEET_SANITIZE=OFF \
-  -DFLEET_FUZZ=OFF >/dev/null
-cmake --build "$build" --target fleet-agent fleet-test-child sglang-server-sim sim-free-ports \
+bench_build "$build" RelWithDebInfo fleet-agent fleet-test-child sglang-server-sim sim-free-ports \
   agent_bench
 
 step "machine"
-model=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //' || true)
+model=$(cpu_model)
 cores=$(nproc)
-revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then revision="$revision+changes"; fi
+revision=$(git_revision)
 date_utc=$(date -u '+%Y-%m-%d %H:%M UTC')
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "cpu: ${model:-unknown} ($cores cores online)   kernel: $(uname -r)"
@@ -66,8 +62,6 @@ pss_kib=$(field Pss_kib)
 idle_ms=$(field idle_ms)
 cpu_us=$(field idle_cpu_us)
 wakeups=$(($(field idle_voluntary_switches) + $(field idle_involuntary_switches)))
-mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
-met() { [ "$1" = true ] && echo met || echo MISSED; }
 latency_ok=$(awk -v p="$p99_us" 'BEGIN {print (p <= 50000) ? "true" : "false"}')
 rss_ok=$(awk -v r="$rss_kib" 'BEGIN {print (r <= 20 * 1024) ? "true" : "false"}')
 # ~0: at most 1 ms of CPU per second of idle (cpu_us <= idle_ms).

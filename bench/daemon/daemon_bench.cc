@@ -11,6 +11,10 @@
 //      latency), `fleetctl status -o json` every --cli-interval-ms (the CLI's wall time: process
 //      start, call, JSON out), fleetd's /proc/PID/{status,stat} and the record's progress (the sum
 //      of the stored agent cursors) every 250 ms;
+//      every server must have started (be STARTING .. READY in fleetd's table) within
+//      --start-timeout seconds of fleetd serving, or the run fails at once, naming how many have
+//      not (a fleetd that launches nothing, e.g. a preflight the simulated agents do not satisfy,
+//      would otherwise only time out);
 //   4. once the simulator reports every server READY and the record holds every event: checks
 //      that each container's events are stored exactly once (count, distinct sequences, 1..last,
 //      the agent's incarnation, no gap rows, the cursor at the last sequence), every server READY
@@ -33,6 +37,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -42,6 +47,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -69,6 +75,7 @@ struct Options {
   int64_t status_interval_ms = 100;
   int64_t cli_interval_ms = 1000;
   int64_t timeout_s = 600;
+  int64_t start_timeout_s = 120;
   std::string work_dir;
   std::string json_path;
   std::string timeline_path;
@@ -216,6 +223,7 @@ class Bench {
   void CliLoop();
   void ProcLoop();
   int64_t StoredSoFar();
+  int64_t NotStarted(std::string* states);
   bool Verify(const SimReport& report, std::string* json);
   void Stop(pid_t* pid);
 
@@ -371,6 +379,31 @@ void Bench::ProcLoop() {
   }
 }
 
+// Servers fleetd has not started: in its table in no state of a start (STARTING .. READY), e.g.
+// PENDING behind a preflight, REMEDIATING, GAVE_UP; or absent. -1 when Status fails. `states`
+// gets fleetd's table as "STATE COUNT, ..." (or why Status failed).
+int64_t Bench::NotStarted(std::string* states) {
+  auto stub = FleetStub();
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  fleet::v1::FleetStatusResponse r;
+  const grpc::Status s = stub->Status(&c, fleet::v1::FleetStatusRequest(), &r);
+  if (!s.ok()) {
+    *states = absl::StrCat("Fleet.Status failed: ", s.error_message());
+    return -1;
+  }
+  static const std::set<std::string> kStarted = {"STARTING", "LOADING", "JIT_COMPILING",
+                                                 "CAPTURING_GRAPHS", "READY"};
+  std::map<std::string, int64_t> by_state;
+  int64_t started = 0;
+  for (const auto& row : r.servers()) {
+    ++by_state[row.state()];
+    if (kStarted.count(row.state()) > 0) ++started;
+  }
+  *states = absl::StrJoin(by_state, ", ", absl::PairFormatter(" "));
+  return o_.containers * kGpus - started;
+}
+
 // Its process group (Spawn gives each child one of its own): a wrapper's children go too.
 void Bench::Stop(pid_t* pid) {
   if (*pid <= 0) return;
@@ -488,6 +521,9 @@ int Bench::Run() {
   std::thread cli_thread([this] { CliLoop(); });
   std::thread proc_thread([this] { ProcLoop(); });
   const absl::Time deadline = absl::Now() + absl::Seconds(o_.timeout_s);
+  const absl::Time start_deadline = absl::Now() + absl::Seconds(o_.start_timeout_s);
+  bool start_checked = false;
+  int64_t not_started = 0;
   bool timed_out = false;
   SimReport report;
   bool reported = false;
@@ -509,6 +545,21 @@ int Bench::Run() {
       fleetd_ = -1;
       timed_out = true;
       break;
+    }
+    // Once, at the start bound, unless the agents already reported every server through.
+    if (!reported && !start_checked && absl::Now() > start_deadline) {
+      start_checked = true;
+      std::string states;
+      not_started = NotStarted(&states);
+      if (not_started != 0) {
+        if (not_started < 0) not_started = servers;
+        std::cerr << "daemon_bench: FAILED: " << not_started << " of " << servers
+                  << " servers not started " << o_.start_timeout_s
+                  << " s after fleetd began serving (fleetd's table: " << states
+                  << "); fleetd's log: " << dir_ << "/fleetd.log\n";
+        timed_out = true;
+        break;
+      }
     }
     if (absl::Now() > deadline) {
       std::cerr << "daemon_bench: timed out after " << o_.timeout_s
@@ -626,6 +677,8 @@ int Bench::Run() {
   w.String(o_.db_synchronous.empty() ? "full" : o_.db_synchronous);
   w.Key("ok");
   w.Bool(ok);
+  w.Key("servers_not_started");
+  w.Int(not_started);
   w.Key("events");
   w.Int(report.total_events);
   w.Key("streams_broken");
@@ -854,6 +907,11 @@ int main(int argc, char** argv) {
   flags.AddInt("status-interval-ms", '\0', &o.status_interval_ms, "Fleet.Status every N ms");
   flags.AddInt("cli-interval-ms", '\0', &o.cli_interval_ms, "fleetctl status every N ms");
   flags.AddInt("timeout", '\0', &o.timeout_s, "give up after this many seconds", "S");
+  flags.AddInt(
+      "start-timeout", '\0', &o.start_timeout_s,
+      "fail when a server has not started (is not STARTING .. READY) this many seconds after "
+      "fleetd serves",
+      "S");
   flags.AddString("work-dir", '\0', &o.work_dir, "emptied and used (default: a new /tmp/fdb.*)",
                   "DIR");
   flags.AddString("json", '\0', &o.json_path, "also write the JSON line here", "FILE");

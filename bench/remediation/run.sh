@@ -45,16 +45,14 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
+source deploy/lib/fleet.sh
+fleet_me=bench
 
 speed=10
 runs=3
 out=/tmp/gpu-fleet-bench-remediation
 build=${BUILD_DIR:-build}
 do_build=true
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-  exit 2
-}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --speed) [[ $# -ge 2 ]] || usage; speed=$2; shift ;;
@@ -88,9 +86,6 @@ readonly ready_line='The server is fired up and ready to roll!'
 # Bounds of the waits, in wall seconds: a cold start is about 50 simulated seconds.
 bound=$(awk -v s="$speed" 'BEGIN {b = int(600 / s) + 60; print (b > 900 ? 900 : b)}')
 
-step() { printf '\n== %s\n' "$*"; }
-note() { printf '   %s\n' "$*"; }
-die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 command -v sqlite3 >/dev/null || die "needs the sqlite3 shell (apt-get install sqlite3) to read fleet.db"
 command -v curl >/dev/null || die "needs curl (GET /health_generate)"
 
@@ -98,11 +93,8 @@ if $do_build; then
   step "dependencies"
   bash deploy/install-deps.sh
   step "build ($build/)"
-  # A benchmark of an instrumented build means nothing: sanitizers and fuzzing stay off here.
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLEET_SANITIZE=OFF \
-    -DFLEET_FUZZ=OFF >/dev/null
-  cmake --build "$build" --target fleetd fleet-agent fleet-http-probe fleetctl sglang-server-sim \
-    sim-free-ports
+  bench_build "$build" RelWithDebInfo fleetd fleet-agent fleet-http-probe fleetctl \
+    sglang-server-sim sim-free-ports
 fi
 bin=$(cd -- "$build" && pwd)
 fleetd_bin="$bin/daemon/fleetd"
@@ -116,21 +108,13 @@ done
 
 # The results dir: emptied, but never one that holds something else than a previous run.
 readonly marker=.gpu-fleet-bench-remediation
-mkdir -p -- "$out"
-out=$(cd -- "$out" && pwd)
-case $out in
-  / | "$repo" | "${HOME:-/}") die "refusing to use $out as the results dir" ;;
-esac
-if [[ -n $(ls -A -- "$out") && ! -f $out/$marker ]]; then
-  die "$out is not empty and not a previous run's results dir; choose another --out"
-fi
+out=$(claim_dir "$out" "$marker" "the results dir" "a previous run's results dir" --out)
 find "$out" -mindepth 1 -delete
 touch "$out/$marker"
 
 step "machine"
-model=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //' || true)
-revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then revision="$revision+changes"; fi
+model=$(cpu_model)
+revision=$(git_revision)
 date_utc=$(date -u '+%Y-%m-%d %H:%M UTC')
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "cpu: ${model:-unknown} ($(nproc) cores online)   kernel: $(uname -r)"
@@ -143,95 +127,25 @@ pids=()        # fleetd, agents, direct servers: stopped with TERM, then KILL
 worlds=()      # sim worlds: any process still running a program from one is killed at exit
 fleet_dirs=()  # state dirs of fleetds still running: their servers are stopped through them first
 
-# world_pids DIR: the pids of processes whose command line names a path inside DIR (the servers
-# the agent launched there and their schedulers: `DIR/venv/bin/python -m sglang.launch_server`).
-world_pids() {
-  grep -l -a -F -- "$1/" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|^/proc/||; s|/cmdline$||' |
-    grep -vx -- "$$" || true
-}
-
-# stop_pid PID: TERM, a bounded wait for its exit, then KILL.
-stop_pid() {
-  kill -TERM "$1" 2>/dev/null || return 0
-  timeout 15 tail -f --pid="$1" /dev/null 2>/dev/null || kill -KILL "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-}
-
-# stop_fleet DIR: the servers through fleetd (they belong to the agent and outlive it), polled
-# (bounded) until none runs. PENDING is not waited for: a server that never launched (one waiting
-# for the canary) stays PENDING after `stop --all`; a stray process is killed by the world sweep.
-stop_fleet() {
-  local tries
-  if "$fleetctl_bin" --state-dir "$1" --timeout 10s stop --all >/dev/null 2>&1; then
-    for ((tries = 0; tries < 150; tries++)); do
-      "$fleetctl_bin" --state-dir "$1" --timeout 5s status -o json 2>/dev/null |
-        grep -qE '"state":"(STARTING|LOADING|JIT_COMPILING|CAPTURING_GRAPHS|READY|STOPPING|RESTARTING)"' ||
-        break
-      sleep 0.2  # a poll interval in a shutdown path, not a synchronisation guess
-    done
-  fi
-}
-
-# shellcheck disable=SC2317  # called through the EXIT trap and between runs
-stop_all() {
-  local d pid w
-  for d in ${fleet_dirs[@]+"${fleet_dirs[@]}"}; do stop_fleet "$d"; done
-  fleet_dirs=()
-  for pid in ${pids[@]+"${pids[@]}"}; do stop_pid "$pid"; done
-  pids=()
-  for w in ${worlds[@]+"${worlds[@]}"}; do
-    for pid in $(world_pids "$w"); do kill -KILL "$pid" 2>/dev/null || true; done
-  done
-  worlds=()
-}
+# world_pids, stop_pid, stop_fleet, stop_all, run_bg, forget_pid: deploy/lib/fleet.sh.
 trap 'stop_all' EXIT
 trap 'exit 130' INT TERM
 
-# run_bg CMD...: runs CMD in the background and waits for it: bash runs a trap only between
-# foreground commands, but at once during `wait`, so an interrupt stops everything without
-# waiting for CMD's end. CMD gets this function's stdin (not /dev/null) and is stopped on exit.
-run_bg() {
-  local pid rc=0
-  "$@" <&0 &
-  pid=$!
-  pids+=("$pid")
-  wait "$pid" || rc=$?
-  forget_pid "$pid"
-  return "$rc"
-}
-
 # --- Helpers ----------------------------------------------------------------------------------------
 
-now() { echo "$EPOCHREALTIME"; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
-# median / minimum / maximum of the numbers on stdin ("-" when there are none)
-median() {
-  sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "-"; else printf "%.3f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
-}
-minimum() { sort -g | head -1; }
-maximum() { sort -g | tail -1; }
+# now, secs, median, minimum, maximum: deploy/lib/fleet.sh.
 
 # make_world DIR ARGS...: a simulated container (8 GPUs), its conf and server.env read into
 # the arrays conf and server_env.
 declare -A conf=() server_env=()
 make_world() {
-  local dir=$1 key value
+  local dir=$1
   shift
   bash tests/sim/make_sim_world.sh "$dir" "$@" --server "$server_bin" --gpus "$gpus" >/dev/null
-  conf=()
-  server_env=()
-  while IFS='=' read -r key value; do
-    [[ -z $key || $key == \#* ]] || conf[$key]=$value
-  done <"$dir/sim-world.conf"
-  while IFS='=' read -r key value; do
-    [[ -z $key || $key == \#* ]] || server_env[$key]=$value
-  done <"$dir/server.env"
+  read_kv "$dir/sim-world.conf" conf
+  read_kv "$dir/server.env" server_env
   server_env[FLEET_SIM_SPEED]=$speed
 }
-
-# Eight consecutive free loopback ports for the servers (base_port + gpu), outside the kernel's
-# ephemeral range, as the demo finds them.
-find_base_port() { "$free_ports" "$gpus" | sed -n 1p; }
 
 # write_config STATE_DIR WORLD BASE_PORT: the demo's fleet config (tests/sim/sim_fleet_config.sh:
 # the SGLang template on the world's python, its server.env, the container's own
@@ -252,7 +166,7 @@ fleet_run() {
   world="$dir/world"
   make_world "$world" --state seed
   worlds+=("$world")
-  port=$(find_base_port) || die "no $gpus consecutive free ports found"
+  port=$(free_base_port "$gpus") || die "no $gpus consecutive free ports found"
   "$fleetd_bin" --state-dir "$dir" 2>>"$dir/fleetd.log" &
   fleetd_pid=$!
   pids+=("$fleetd_pid")
@@ -382,13 +296,6 @@ start_server() {
     >"$log" 2>&1) &
   server_pid=$!
   pids+=("$server_pid")
-}
-
-forget_pid() {
-  local -a kept=()
-  local p
-  for p in ${pids[@]+"${pids[@]}"}; do [[ $p == "$1" ]] || kept+=("$p"); done
-  pids=(${kept[@]+"${kept[@]}"})
 }
 
 # wait_exit: waits for the server's exit, bounded (a watchdog stops it after $bound s).

@@ -48,16 +48,14 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
+source deploy/lib/fleet.sh
+fleet_me=bench
 
 speed=10
 runs=3
 out=/tmp/gpu-fleet-bench-remote
 build=${BUILD_DIR:-build}
 do_build=true
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-  exit 2
-}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --speed) [[ $# -ge 2 ]] || usage; speed=$2; shift ;;
@@ -89,9 +87,6 @@ readonly remote_base_port=30000
 # a few real ones.
 bound=$(awk -v s="$speed" 'BEGIN {b = int(600 / s) + 90; print (b > 900 ? 900 : b)}')
 
-step() { printf '\n== %s\n' "$*"; }
-die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
-
 [[ $(id -u) == 0 ]] || die "needs root: network and mount namespaces, chroot, sshd (tests/sim/sim_proxmox_host.sh)"
 for tool in /usr/sbin/sshd /usr/bin/ssh-keygen /usr/bin/openssl; do
   [[ -x $tool ]] || die "no $tool (deploy/install-deps.sh installs it)"
@@ -105,11 +100,8 @@ if $do_build; then
   step "dependencies"
   bash deploy/install-deps.sh
   step "build ($build/)"
-  # A benchmark of an instrumented build means nothing: sanitizers and fuzzing stay off here.
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLEET_SANITIZE=OFF \
-    -DFLEET_FUZZ=OFF >/dev/null
-  cmake --build "$build" --target fleetd fleet-agent fleet-http-probe fleetctl sglang-server-sim \
-    sim-free-ports
+  bench_build "$build" RelWithDebInfo fleetd fleet-agent fleet-http-probe fleetctl \
+    sglang-server-sim sim-free-ports
 fi
 bin=$(cd -- "$build" && pwd)
 for b in daemon/fleetd agent/fleet-agent agent/fleet-http-probe cli/fleetctl \
@@ -119,14 +111,7 @@ done
 
 # The results dir: emptied, but never one that holds something else than a previous run.
 readonly marker=.gpu-fleet-bench-remote
-mkdir -p -- "$out"
-out=$(cd -- "$out" && pwd)
-case $out in
-  / | "$repo" | "${HOME:-/}") die "refusing to use $out as the results dir" ;;
-esac
-if [[ -n $(ls -A -- "$out") && ! -f $out/$marker ]]; then
-  die "$out is not empty and not a previous run's results dir; choose another --out"
-fi
+out=$(claim_dir "$out" "$marker" "the results dir" "a previous run's results dir" --out)
 # A previous run that was killed hard may have left hosts up: take them down before deleting.
 for state in "$out"/run-*/pve*/state; do
   if [[ -f $state ]]; then bash tests/sim/sim_proxmox_host.sh down "${state%/state}"; fi
@@ -153,9 +138,8 @@ agent_kib=$(($(stat -c %s "$agent_bin") / 1024))
 probe_kib=$(($(stat -c %s "$out/agent-bin/fleet-http-probe") / 1024))
 
 step "machine"
-model=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //' || true)
-revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git status --porcelain 2>/dev/null | head -1)" ]; then revision="$revision+changes"; fi
+model=$(cpu_model)
+revision=$(git_revision)
 date_utc=$(date -u '+%Y-%m-%d %H:%M UTC')
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 sshd_version=$( (/usr/sbin/sshd -V 2>&1 || true) | head -1)
@@ -173,85 +157,25 @@ worlds=()      # worlds: any process still running a program from one is killed 
 fleet_dirs=()  # state dirs of fleetds still running: their servers are stopped through them first
 declare -A fleetd_pids=()  # state dir -> its fleetd's pid
 
-# world_pids DIR: the pids of processes whose command line names a path inside DIR (the servers
-# an agent launched there: `DIR/venv/bin/python -m sglang.launch_server`).
-world_pids() {
-  grep -l -a -F -- "$1/" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|^/proc/||; s|/cmdline$||' |
-    grep -vx -- "$$" || true
-}
-
-forget_pid() {
-  local -a kept=()
-  local p
-  for p in ${pids[@]+"${pids[@]}"}; do [[ $p == "$1" ]] || kept+=("$p"); done
-  pids=(${kept[@]+"${kept[@]}"})
-}
-
-# stop_pid PID: TERM, a bounded wait for its exit, then KILL.
-stop_pid() {
-  kill -TERM "$1" 2>/dev/null || return 0
-  timeout 15 tail -f --pid="$1" /dev/null 2>/dev/null || kill -KILL "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-  forget_pid "$1"
-}
-
-# states DIR: the servers' states as fleetd reports them, one a line.
-states() {
-  "$fleetctl_bin" --state-dir "$1" --timeout 5s status -o json 2>/dev/null |
-    grep -o '"state":"[A-Z_]*"' | cut -d'"' -f4
-}
-
-# stop_servers DIR: `fleetctl stop --all`, then a bounded poll until every server is STOPPED
-# (true) or the bound passed (false). A server that never launched may stay PENDING.
-stop_servers() {
-  local tries
-  "$fleetctl_bin" --state-dir "$1" --timeout 10s stop --all >/dev/null 2>&1 || return 1
-  for ((tries = 0; tries < 150; tries++)); do
-    states "$1" | grep -qvE '^(STOPPED|PENDING)$' || return 0
-    sleep 0.2  # a poll interval while the servers stop: fleetd has no "until stopped"
-  done
-  return 1
-}
-
+# world_pids, forget_pid, stop_pid, stop_fleet, run_bg, kill_worlds: deploy/lib/fleet.sh. The
+# lib's stop_all, with the simulated hosts taken down before the worlds are swept.
 # shellcheck disable=SC2317  # called through the EXIT trap and between measurements
 stop_all() {
-  local d pid w h
-  for d in ${fleet_dirs[@]+"${fleet_dirs[@]}"}; do stop_servers "$d" || true; done
+  local d pid h
+  for d in ${fleet_dirs[@]+"${fleet_dirs[@]}"}; do stop_fleet "$d" || true; done
   fleet_dirs=()
   for pid in ${pids[@]+"${pids[@]}"}; do stop_pid "$pid"; done
   pids=()
   for h in ${hosts[@]+"${hosts[@]}"}; do bash tests/sim/sim_proxmox_host.sh down "$h" || true; done
   hosts=()
-  for w in ${worlds[@]+"${worlds[@]}"}; do
-    for pid in $(world_pids "$w"); do kill -KILL "$pid" 2>/dev/null || true; done
-  done
-  worlds=()
+  kill_worlds
 }
 trap 'stop_all' EXIT
 trap 'exit 130' INT TERM
 
-# run_bg CMD...: runs CMD in the background and waits for it: bash runs a trap only between
-# foreground commands, but at once during `wait`, so an interrupt stops everything without
-# waiting for CMD's end. CMD gets this function's stdin and is stopped on exit.
-run_bg() {
-  local pid rc=0
-  "$@" <&0 &
-  pid=$!
-  pids+=("$pid")
-  wait "$pid" || rc=$?
-  forget_pid "$pid"
-  return "$rc"
-}
-
 # --- Helpers ----------------------------------------------------------------------------------------
 
-now() { echo "$EPOCHREALTIME"; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", b - a}'; }
-median() {
-  sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "-"; else printf "%.3f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
-}
-minimum() { sort -g | head -1; }
-maximum() { sort -g | tail -1; }
+# now, secs, median, minimum, maximum, yaml_string: deploy/lib/fleet.sh.
 # seconds DURATION: an absl::FormatDuration text ("3.412s", "66ms", "1m2.5s", "0") in seconds.
 seconds() {
   awk -v d="$1" 'BEGIN {
@@ -263,11 +187,6 @@ seconds() {
     }
     printf "%.3f", t
   }'
-}
-yaml_string() {  # a YAML double-quoted scalar of $1
-  local s=${1//\\/\\\\}
-  s=${s//\"/\\\"}
-  printf '"%s"' "$s"
 }
 stamp() {  # each line of stdin prefixed with the wall time it was read at
   local line
@@ -496,7 +415,7 @@ time_to_ready() {
 # stop_fleetd STATE: the servers through it (until all STOPPED), then fleetd itself.
 stop_fleetd() {
   local state=$1 d
-  stop_servers "$state" || die "the servers of $state did not all stop"
+  stop_fleet "$state" || die "the servers of $state did not all stop"
   local -a kept=()
   for d in ${fleet_dirs[@]+"${fleet_dirs[@]}"}; do [[ $d == "$state" ]] || kept+=("$d"); done
   fleet_dirs=(${kept[@]+"${kept[@]}"})

@@ -49,6 +49,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+# shellcheck source=deploy/lib/fleet.sh  # (shellcheck run from the repository root)
+source "$repo/deploy/lib/fleet.sh"
+fleet_me=faults
+fleet_die_status=2
 
 all_rows=(kill9-fleetd kill9-agent kill9-both fleetd-sigterm-remediation fleetd-busy
   fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot power-loss
@@ -68,10 +72,6 @@ build_dir=$repo/build
 out=
 keep=false
 jobs=1
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-  exit 2
-}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) mode=quick ;;
@@ -94,7 +94,6 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-die() { printf 'faults: %s\n' "$*" >&2; exit 2; }
 if [[ $(id -u) != 0 ]]; then
   printf 'faults: skipped: needs root (PID and mount namespaces, tmpfs mounts)\n' >&2
   exit 77
@@ -152,7 +151,6 @@ bystanders=()  # "HOSTPID STARTTICKS" of the processes that must survive
 old_agent_dbs=()
 notes=()
 
-now() { printf '%s' "$EPOCHREALTIME"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 # rand_ms LO HI: a random number of milliseconds in [LO, HI).
 rand_ms() { echo $(( $1 + (RANDOM * 32768 + RANDOM) % ($2 - $1) )); }
@@ -177,6 +175,7 @@ child_of() {
   return 1
 }
 
+# (This script's own, in place of deploy/lib/fleet.sh's: any signal, and the time it took noted.)
 stop_pid() {  # stop_pid PID SIGNAL: signal a process we started and wait for it (bounded)
   local pid=$1 t
   [[ -n $pid ]] || return 0
@@ -486,7 +485,7 @@ begin_run() {  # begin_run ROW K SCENARIO
   chmod 755 "$world/venv/bin/python"
   # Consecutive free ports outside the ephemeral range (a parallel test's port-0 bind cannot
   # take one): a server's port is base_port + gpu.
-  base_port=$("$free_ports" "$gpus" | sed -n 1p) || die "sim-free-ports failed"
+  base_port=$(free_base_port "$gpus") || die "sim-free-ports failed"
   if is_remote "$1"; then
     start_remote_host || return 1
     remote_config >"$run_dir/fleet.yaml"

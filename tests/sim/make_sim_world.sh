@@ -29,16 +29,10 @@
 # Everything is data: no file written here is a shell string built from the arguments.
 set -euo pipefail
 
-usage() {
-  sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-  exit 2
-}
-die() {
-  printf 'make_sim_world: %s\n' "$*" >&2
-  exit 1
-}
-
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=deploy/lib/fleet.sh  # (shellcheck run from the repository root)
+source "$src/../../deploy/lib/fleet.sh"
+fleet_me=make_sim_world
 dir=
 state=seed
 breaks=()

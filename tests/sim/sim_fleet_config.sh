@@ -16,6 +16,8 @@
 #
 # Every value is written as a YAML double-quoted string: nothing from the world is evaluated.
 set -euo pipefail
+# shellcheck source=deploy/lib/fleet.sh  # (shellcheck run from the repository root)
+source "$(dirname "${BASH_SOURCE[0]}")/../../deploy/lib/fleet.sh"
 
 world='' socket='' base_port='' logs='' speed='' comment="written by tests/sim/sim_fleet_config.sh"
 template_only='' log_path='' tools_only=false
@@ -52,19 +54,9 @@ fi || {
 
 # key=value files, one a line (not shell).
 declare -A conf=() server_env=()
-while IFS='=' read -r key value; do
-  [[ -z $key || $key == \#* ]] || conf[$key]=$value
-done <"$world/sim-world.conf"
-while IFS='=' read -r key value; do
-  [[ -z $key || $key == \#* ]] || server_env[$key]=$value
-done <"$world/server.env"
+read_kv "$world/sim-world.conf" conf
+read_kv "$world/server.env" server_env
 [[ -z $speed ]] || server_env[FLEET_SIM_SPEED]=$speed
-
-yaml_string() {  # a YAML double-quoted scalar of $1
-  local s=${1//\\/\\\\}
-  s=${s//\"/\\\"}
-  printf '"%s"' "$s"
-}
 
 # template NAME LOG_PATH: the world's server as one `templates:` list item.
 template() {

@@ -23,8 +23,10 @@
 # included), removes them, the route and the links. `down` is safe to run twice.
 set -euo pipefail
 
-die() { printf 'sim_proxmox_host: %s\n' "$*" >&2; exit 1; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=deploy/lib/fleet.sh  # (shellcheck run from the repository root)
+source "$here/../../deploy/lib/fleet.sh"
+fleet_me=sim_proxmox_host
 
 down() {
   local dir=$1 state=$1/state ns pid
