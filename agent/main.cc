@@ -149,6 +149,7 @@ int Detach(const std::string& log_file) {
     if (null >= 0) dup2(null, STDIN_FILENO);
     dup2(log, STDOUT_FILENO);
     dup2(log, STDERR_FILENO);
+    close(log);  // the loggers open the file themselves
     return ready[1];
   }
   close(ready[1]);
