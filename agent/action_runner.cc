@@ -28,6 +28,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/string_view.h"
 #include "common/base/unique_fd.h"
+#include "common/log/log.h"
 #include "re2/re2.h"
 
 namespace fleet::agent {
@@ -67,7 +68,8 @@ const RE2& Grammar(const char* pattern) {
   options.set_encoding(RE2::Options::EncodingLatin1);
   const RE2* re = new RE2(pattern, options);
   if (!re->ok()) {
-    std::fprintf(stderr, "action_runner: bad grammar %s: %s\n", pattern, re->error().c_str());
+    log::Get(log::Component::kAgent)
+        .critical("action_runner: bad grammar {}: {}", pattern, re->error());
     std::abort();
   }
   return *re;

@@ -26,6 +26,7 @@
 #include "common/base/version.h"
 #include "common/diagnosis/classifier.h"
 #include "common/diagnosis/diagnosis_proto.h"
+#include "common/log/log.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace fleet::agent {
@@ -100,13 +101,20 @@ void FillGpuRequest(const fleet::v1::LaunchRequest& request, const std::string& 
   out->env = EnvOf(spec);
 }
 
-// A check that did something, found someone, or could not look is said in the agent's log.
-void LogGpuCheck(const std::string& attempt_id, const GpuCheck& check, bool busy) {
+spdlog::logger& Log() { return log::Get(log::Component::kAgent); }
+spdlog::logger& StoreLog() { return log::Get(log::Component::kStore); }
+
+// A check that did something, found someone, or could not look is said in the agent's log: a
+// warning when the GPU is held, a leftover would not die or something could not be looked at.
+void LogGpuCheck(const GpuRequest& request, const GpuCheck& check, bool busy) {
   if (check.reclaimed.empty() && check.orphans.empty() && check.stuck.empty() &&
       check.others.empty() && check.notes.empty() && !busy) {
     return;
   }
-  fprintf(stderr, "fleet-agent: attempt %s: %s\n", attempt_id.c_str(), check.Summary().c_str());
+  const bool warn = busy || !check.stuck.empty() || !check.notes.empty();
+  log::Get(log::Component::kGpu)
+      .log(warn ? spdlog::level::warn : spdlog::level::info, "{} gpu check: {}",
+           log::LogFields{request.server, request.key}, check.Summary());
 }
 
 }  // namespace
@@ -365,8 +373,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
         SignalServerGroup(pid_, start_ticks_, pidfd_.get(), sig, agent_->options_.proc_root);
     if (s.ok()) return;
     if (s.code() == absl::StatusCode::kFailedPrecondition) group_unverified_ = true;
-    fprintf(stderr, "fleet-agent: gpu %d attempt %s: %s\n", gpu(), attempt_id_.c_str(),
-            s.ToString().c_str());
+    Log().warn("{} {}", log::LogFields{ServerMark(spec_, agent_->options_), attempt_id_}, s);
   }
 
   // Reaps the dead of the server's group that are the agent's children, the leader last (it
@@ -722,7 +729,7 @@ void Agent::Readopt(const fleet::v1::ServerRecord& stored) {
     record.clear_launching();
     const absl::Status s =
         record.attempt_id().empty() ? store_->DeleteServer(gpu) : store_->PutServer(gpu, record);
-    if (!s.ok()) fprintf(stderr, "fleet-agent: record: %s\n", s.ToString().c_str());
+    if (!s.ok()) StoreLog().error("record: {}", s);
     if (record.attempt_id().empty()) return;
   }
   auto run = std::make_unique<ServerRun>(this, record.spec(), record.attempt_id(),
@@ -781,10 +788,10 @@ bool Agent::AdoptUnrecordedLaunch(const fleet::v1::LaunchIntent& intent) {
     auto run =
         std::make_unique<ServerRun>(this, spec, intent.attempt_id(), intent.attempt_number());
     run->Adopted(record, *std::move(pidfd), now);
-    fprintf(stderr,
-            "fleet-agent: gpu %d: attempt %s: its server (pid %d) started before the agent went "
-            "away and was never recorded: adopted\n",
-            gpu, intent.attempt_id().c_str(), p.pid);
+    Log().warn(
+        "{} its server (pid {}) started before the agent went away and was never recorded: "
+        "adopted",
+        log::LogFields{ServerMark(spec, options_), intent.attempt_id()}, p.pid);
     // The launch's own event, which the agent died before storing; then where the server is.
     AgentEvent e;
     *e.mutable_at() = ToTimestamp(now);
@@ -906,7 +913,7 @@ absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchR
     }
     FillGpuRequest(request, mark_, options_, &gpu_request);
     check = deps_.gpu_guard->Check(gpu_request);
-    LogGpuCheck(request.attempt_id(), *check, /*busy=*/!check->free);
+    LogGpuCheck(gpu_request, *check, /*busy=*/!check->free);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -960,7 +967,8 @@ namespace {
 // CUDA_DEVICE_ORDER=PCI_BUS_ID makes that index nvidia-smi's (CUDA's default order puts the
 // fastest GPU first, which differs on a machine with mixed GPUs). A spec's own values of either
 // are replaced, and said so: the GPU check, the config and the logs all mean this index.
-ServerSpec EffectiveSpec(const ServerSpec& spec, const AgentOptions& options) {
+ServerSpec EffectiveSpec(const ServerSpec& spec, const AgentOptions& options,
+                         const std::string& request_attempt) {
   ServerSpec effective = spec;
   const int32_t gpu = spec.server().gpu();
   auto& env = *effective.mutable_env();
@@ -969,8 +977,9 @@ ServerSpec EffectiveSpec(const ServerSpec& spec, const AgentOptions& options) {
   for (const auto& [name, value] : pinned) {
     auto it = env.find(name);
     if (it != env.end() && it->second != value) {
-      fprintf(stderr, "fleet-agent: gpu %d: the spec's %s=%s replaced by %s\n", gpu, name,
-              it->second.c_str(), value.c_str());
+      Log().warn("{} the spec's {}={} replaced by {}",
+                 log::LogFields{ServerMark(spec, options), request_attempt}, name, it->second,
+                 value);
     }
     env[name] = value;
   }
@@ -994,7 +1003,7 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
     return absl::Status(from_files.status().code(),
                         absl::StrCat("launch: gpu ", gpu, ": ", from_files.status().message()));
   }
-  const ServerSpec effective = EffectiveSpec(spec, options_);
+  const ServerSpec effective = EffectiveSpec(spec, options_, request.attempt_id());
   // Written ahead of the spawn (agent_state.proto's LaunchIntent): an agent killed between the
   // spawn and the record below adopts the process at start. No launch without it.
   {
@@ -1032,7 +1041,7 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
     if (current != servers_.end()) {
       Persist(*current->second);
     } else if (absl::Status s = store_->DeleteServer(gpu); !s.ok()) {
-      fprintf(stderr, "fleet-agent: record: %s\n", s.ToString().c_str());
+      StoreLog().error("record: {}", s);
     }
     return process.status();
   }
@@ -1075,8 +1084,8 @@ void Agent::WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous
   GpuRequest check;
   check.previous = previous;
   FillGpuRequest(request, mark_, options_, &check);
-  auto run = std::make_unique<ServerRun>(this, EffectiveSpec(spec, options_), request.attempt_id(),
-                                         request.attempt_number());
+  auto run = std::make_unique<ServerRun>(this, EffectiveSpec(spec, options_, request.attempt_id()),
+                                         request.attempt_id(), request.attempt_number());
   run->WaitForGpu(deps_.clock->Now(), absl::StrCat("checking that gpu ", gpu, " is free"));
   if (first != nullptr) {
     run->GpuBusy(absl::StrCat("waiting for gpu ", gpu, " to be free: ", first->Summary()));
@@ -1100,7 +1109,7 @@ void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
         !run->second->waiting_for_gpu()) {
       return;
     }
-    LogGpuCheck(request.key, check, verdict != GpuGuard::Verdict::kFree);
+    LogGpuCheck(request, check, verdict != GpuGuard::Verdict::kFree);
     const absl::Time now = deps_.clock->Now();
     if (verdict == GpuGuard::Verdict::kWaiting) {
       run->second->GpuBusy(absl::StrCat("waiting for gpu ", request.gpu, " to be free: ", summary));
@@ -1367,10 +1376,10 @@ void Agent::Emit(AgentEvent event) {
     unstored_bytes_ -= unstored_.front().ByteSizeLong();
     unstored_.pop_front();
     if (events_dropped_++ == 0) {
-      fprintf(stderr,
-              "fleet-agent: event log: over %zu events or %zu bytes in memory; the oldest are "
-              "dropped (a stream that missed them resynchronises)\n",
-              options_.max_unstored_events, options_.max_unstored_bytes);
+      StoreLog().warn(
+          "event log: over {} events or {} bytes in memory; the oldest are dropped (a stream "
+          "that missed them resynchronises)",
+          options_.max_unstored_events, options_.max_unstored_bytes);
     }
   }
   if (now >= next_store_retry_) RetryStore(now);
@@ -1378,8 +1387,7 @@ void Agent::Emit(AgentEvent event) {
 
 void Agent::StoreFailed(const absl::Status& status, absl::Time now) {
   if (store_error_.empty()) {
-    fprintf(stderr, "fleet-agent: event log: %s; events kept in memory and retried\n",
-            status.ToString().c_str());
+    StoreLog().error("event log: {}; events kept in memory and retried", status);
   }
   store_error_ = std::string(status.message());
   next_store_retry_ = now + options_.store_retry_interval;
@@ -1409,8 +1417,7 @@ void Agent::RetryStore(absl::Time now) {
     it = unstored_records_.erase(it);
   }
   if (!store_error_.empty()) {
-    fprintf(stderr, "fleet-agent: event log: stored again (up to sequence %llu)\n",
-            static_cast<unsigned long long>(last_sequence_));
+    StoreLog().info("event log: stored again (up to sequence {})", last_sequence_);
   }
   store_error_.clear();
 }
@@ -1435,7 +1442,8 @@ void Agent::Persist(const ServerRun& run) {
     unstored_records_.erase(run.gpu());
     return;
   }
-  fprintf(stderr, "fleet-agent: record: %s\n", s.ToString().c_str());
+  StoreLog().error("{} record: {}",
+                   log::LogFields{ServerMark(run.spec(), options_), run.attempt_id()}, s);
   unstored_records_.insert(run.gpu());
   StoreFailed(s, deps_.clock->Now());
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/private_dir.h"
+#include "common/log/log.h"
 
 namespace fleet::agent {
 namespace {
@@ -64,8 +65,9 @@ absl::StatusOr<std::unique_ptr<AgentStore>> AgentStore::Open(const std::string& 
   absl::StatusOr<int> old_mode = MakePrivateDir(state_dir);
   if (!old_mode.ok()) return old_mode.status();
   if (*old_mode >= 0) {
-    fprintf(stderr, "fleet-agent: state dir %s: mode %04o narrowed to 0700 (it holds agent.db)\n",
-            state_dir.c_str(), *old_mode);
+    log::Get(log::Component::kStore)
+        .warn("state dir {}: mode {:04o} narrowed to 0700 (it holds agent.db)", state_dir,
+              *old_mode);
   }
   // NORMAL: see the header (a lost tail is detected by the boot id, and starts a new
   // incarnation).
@@ -86,7 +88,7 @@ AgentStore::~AgentStore() {
   // unclean mark from before as it found it.
   if (open_mark_.empty()) return;
   absl::Status s = MarkClosed();
-  if (!s.ok()) fprintf(stderr, "fleet-agent: agent.db: clean close: %s\n", s.ToString().c_str());
+  if (!s.ok()) log::Get(log::Component::kStore).error("agent.db: clean close: {}", s);
 }
 
 absl::Status AgentStore::MarkClosed() {
@@ -137,11 +139,12 @@ absl::Status AgentStore::Load(const std::string& boot_id) {
       }
       if (absl::Status s = PutMeta(*db_, "incarnation", incarnation_); !s.ok()) return s;
       if (lost_tail) {
-        fprintf(stderr,
-                "fleet-agent: agent.db: the machine went down while the agent ran (boot id %s, "
-                "now %s): its last events may be lost; event stream %s replaces %s (the daemon "
-                "resynchronises)\n",
-                meta["boot_id"].c_str(), boot_id.c_str(), incarnation_.c_str(), previous.c_str());
+        log::Get(log::Component::kStore)
+            .warn(
+                "agent.db: the machine went down while the agent ran (boot id {}, now {}): its "
+                "last events may be lost; event stream {} replaces {} (the daemon "
+                "resynchronises)",
+                meta["boot_id"], boot_id, incarnation_, previous);
       }
     }
     if (absl::Status s = PutMeta(*db_, "boot_id", boot_id); !s.ok()) return s;

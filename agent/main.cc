@@ -36,6 +36,7 @@
 #include "common/base/clock.h"
 #include "common/base/flag_set.h"
 #include "common/base/version.h"
+#include "common/log/log.h"
 #include "common/net/peer_checked_listener.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/server_posix.h"
@@ -66,14 +67,23 @@ constexpr char kDefaultListen[] = "unix:STATE_DIR/agent.sock";
 
 absl::Duration Seconds(double s) { return absl::Milliseconds(static_cast<int64_t>(s * 1000)); }
 
+spdlog::logger& Log() { return fleet::log::Get(fleet::log::Component::kAgent); }
+
+// A flag the agent cannot start with, said before logging is set up: "fleet-agent: ...", exit 1.
+int UsageError(absl::string_view message) {
+  std::cerr << "fleet-agent: " << message << "\n";
+  return 1;
+}
+
 // Numeric ids only: the agent is linked statically and looks up no names (agent/CMakeLists.txt).
 bool ParseIds(const char* flag, const std::vector<std::string>& texts, std::vector<uint32_t>* ids) {
   for (const std::string& text : texts) {
     uint32_t id = 0;
     if (!absl::SimpleAtoi(text, &id) || id == static_cast<uint32_t>(-1)) {
-      std::cerr << "fleet-agent: flag --" << flag << ": '" << text
-                << "' is not a numeric id (names are not looked up: use `id -u NAME`, "
-                   "`getent group NAME`)\n";
+      Log().error(
+          "flag --{}: '{}' is not a numeric id (names are not looked up: use `id -u NAME`, "
+          "`getent group NAME`)",
+          flag, text);
       return false;
     }
     ids->push_back(id);
@@ -87,35 +97,49 @@ bool ReadPem(const char* flag, const std::string& path, std::string* pem) {
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (!f.good() && !f.eof()) text.clear();
   if (!f.is_open() || text.empty()) {
-    std::cerr << "fleet-agent: --" << flag << " " << path
-              << ": cannot be read (no such file, no access, or empty)\n";
+    Log().error("--{} {}: cannot be read (no such file, no access, or empty)", flag, path);
     return false;
   }
   *pem = std::move(text);
   return true;
 }
 
+// The bytes of `fd` from `offset` to its end, at most the last 8 KiB of them.
+std::string Tail(int fd, off_t offset) {
+  std::string tail;
+  if (fd < 0 || lseek(fd, offset, SEEK_SET) != offset) return tail;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) {
+    tail.append(buf, static_cast<size_t>(n));
+    if (tail.size() > 8192) tail.erase(0, tail.size() - 8192);
+  }
+  return tail;
+}
+
 // --detach: the process that was started forks before any thread exists; the child makes its own
-// session, writes its output to `log_file` and carries on; the parent waits until the child
-// serves (it writes one byte on `ready_fd`) or dies, and exits 0 or 1 with the end of the log.
+// session, writes its output to `log_file` (0600) and carries on; the parent waits until the
+// child serves (it writes one byte on `ready_fd`) or dies, and exits 0 or 1 with the end of the
+// log. The child's loggers then write to `log_file` too, rotated (main).
 // That way `pct exec CTID -- fleet-agent --detach ...` returns once the agent is up, holding no
 // stream of the SSH channel open, in a container with no service manager.
 // Returns the write end in the child; exits in the parent.
 int Detach(const std::string& log_file) {
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) {
-    std::cerr << "fleet-agent: --detach: pipe: " << std::strerror(errno) << "\n";
+    Log().error("--detach: pipe: {}", std::strerror(errno));
     std::exit(1);
   }
-  const int log = open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  const int log = open(log_file.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log < 0) {
-    std::cerr << "fleet-agent: --log-file " << log_file << ": " << std::strerror(errno) << "\n";
+    Log().error("--log-file {}: {}", log_file, std::strerror(errno));
     std::exit(1);
   }
+  fchmod(log, 0600);  // an older log made wider
   const off_t log_start = lseek(log, 0, SEEK_END);
   const pid_t child = fork();
   if (child < 0) {
-    std::cerr << "fleet-agent: --detach: fork: " << std::strerror(errno) << "\n";
+    Log().error("--detach: fork: {}", std::strerror(errno));
     std::exit(1);
   }
   if (child == 0) {
@@ -125,6 +149,7 @@ int Detach(const std::string& log_file) {
     if (null >= 0) dup2(null, STDIN_FILENO);
     dup2(log, STDOUT_FILENO);
     dup2(log, STDERR_FILENO);
+    close(log);  // the loggers open the file themselves
     return ready[1];
   }
   close(ready[1]);
@@ -133,19 +158,21 @@ int Detach(const std::string& log_file) {
   while ((n = read(ready[0], &byte, 1)) < 0 && errno == EINTR) {
   }
   if (n == 1) std::exit(0);
-  // The child died before serving: what it wrote says why.
+  // The child died before serving: what it wrote says why (and what it wrote after the log
+  // rotated, in the file the path names now).
   int status = 0;
   waitpid(child, &status, 0);
-  std::string tail;
-  if (lseek(log, log_start, SEEK_SET) == log_start) {
-    char buf[4096];
-    while ((n = read(log, buf, sizeof buf)) > 0) {
-      tail.append(buf, static_cast<size_t>(n));
-      if (tail.size() > 8192) tail.erase(0, tail.size() - 8192);
-    }
+  std::string tail = Tail(log, log_start);
+  struct stat opened;
+  struct stat now;
+  if (fstat(log, &opened) == 0 && stat(log_file.c_str(), &now) == 0 &&
+      (opened.st_dev != now.st_dev || opened.st_ino != now.st_ino)) {
+    const int current = open(log_file.c_str(), O_RDONLY | O_CLOEXEC);
+    tail += Tail(current, 0);
+    if (current >= 0) close(current);
   }
-  std::cerr << tail << "fleet-agent: --detach: the agent exited before serving (log " << log_file
-            << ")\n";
+  std::cerr << tail;
+  Log().error("--detach: the agent exited before serving (log {})", log_file);
   std::exit(1);
 }
 
@@ -161,7 +188,7 @@ void ReplaceRunning(const std::string& pid_file, absl::Duration grace) {
   if (!std::getline(comm, name) || name != "fleet-agent") return;  // gone, or a reused pid
   const int fd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
   if (fd < 0) return;
-  std::cerr << "fleet-agent: --replace: stopping the agent running as pid " << pid << "\n";
+  Log().info("--replace: stopping the agent running as pid {}", pid);
   kill(static_cast<pid_t>(pid), SIGTERM);
   pollfd p{fd, POLLIN, 0};
   int rc;
@@ -169,7 +196,7 @@ void ReplaceRunning(const std::string& pid_file, absl::Duration grace) {
          errno == EINTR) {
   }
   if (rc == 0) {
-    std::cerr << "fleet-agent: --replace: pid " << pid << " still runs; killing it\n";
+    Log().warn("--replace: pid {} still runs; killing it", pid);
     syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
     while (poll(&p, 1, 5000) < 0 && errno == EINTR) {
     }
@@ -212,6 +239,9 @@ int main(int argc, char** argv) {
   bool detach = false;
   bool replace = false;
   std::string log_file;
+  std::string log_level = "info";
+  int64_t log_max_size = fleet::log::LogOptions().max_file_bytes;
+  int64_t log_files = fleet::log::LogOptions().max_files;
   std::string pid_file;
   std::string db_vfs;
   std::string boot_id_file = fleet::agent::AgentStore::kBootIdPath;
@@ -275,7 +305,17 @@ int main(int argc, char** argv) {
   flags.AddBool("detach", '\0', &detach,
                 "run in the background (own session, output to --log-file); return once serving "
                 "(0) or failed (1, with the log's end)");
-  flags.AddString("log-file", '\0', &log_file, "--detach: append the agent's output here", "FILE");
+  flags.AddString("log-level", '\0', &log_level,
+                  "the least level logged: trace, debug, info, warn, error or off", "LEVEL");
+  flags.AddString("log-file", '\0', &log_file,
+                  "log lines go to this file instead of stderr (0600, appended, rotated by size: "
+                  "agent.log becomes agent.1.log); with --detach, the agent's other output too",
+                  "FILE");
+  flags.AddInt("log-max-size", '\0', &log_max_size,
+               "--log-file is rotated before it grows past this many bytes (10485760: 10 MiB)",
+               "BYTES");
+  flags.AddInt("log-files", '\0', &log_files,
+               "rotated copies of --log-file kept besides it; the oldest is removed", "N");
   flags.AddString("pid-file", '\0', &pid_file, "write the agent's pid here once serving", "FILE");
   flags.AddString("db-vfs", '\0', &db_vfs,
                   "tests only: open agent.db with this SQLite VFS (fleet-powerloss: the fault "
@@ -289,10 +329,7 @@ int main(int argc, char** argv) {
   flags.AddBool("replace", '\0', &replace,
                 "stop the agent of --pid-file first (SIGTERM, then SIGKILL after --stop-grace); "
                 "its servers keep running and are re-adopted");
-  if (absl::Status s = flags.Parse(args); !s.ok()) {
-    std::cerr << "fleet-agent: " << s.message() << "\n";
-    return 1;
-  }
+  if (absl::Status s = flags.Parse(args); !s.ok()) return UsageError(s.message());
   if (flags.help_requested()) {
     std::cout << flags.Help();
     return 0;
@@ -302,29 +339,47 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!flags.positional().empty()) {
-    std::cerr << "fleet-agent: unexpected argument '" << flags.positional()[0] << "'\n";
-    return 1;
+    return UsageError(absl::StrCat("unexpected argument '", flags.positional()[0], "'"));
+  }
+  absl::StatusOr<spdlog::level::level_enum> level = fleet::log::ParseLevel(log_level);
+  if (!level.ok()) return UsageError(absl::StrCat("--log-level: ", level.status().message()));
+  // Log lines go to stderr, or --log-file; with --detach, to --log-file once detached (below):
+  // until then whoever runs the agent sees them.
+  fleet::log::LogOptions log_options;
+  log_options.level = *level;
+  log_options.max_file_bytes = log_max_size;
+  log_options.max_files = log_files;
+  if (!detach) log_options.file = log_file;
+  if (absl::Status s = fleet::log::InitLogging(log_options); !s.ok()) {
+    return UsageError(s.message());
   }
 
   // Mutual TLS, or loopback only: agent.proto launches processes, so a network listener without
   // client certificates is refused unless asked for by name.
   const int tls_given = !tls_cert.empty() + !tls_key.empty() + !tls_ca.empty();
   if (tls_given != 0 && tls_given != 3) {
-    std::cerr << "fleet-agent: --tls-cert, --tls-key and --tls-ca come together: give all three "
-                 "or none\n";
+    Log().error("--tls-cert, --tls-key and --tls-ca come together: give all three or none");
     return 1;
   }
   const bool tls = tls_given == 3;
   if (detach && log_file.empty()) {
-    std::cerr << "fleet-agent: --detach needs --log-file (its output goes there)\n";
+    Log().error("--detach needs --log-file (its output goes there)");
     return 1;
   }
   if (replace && pid_file.empty()) {
-    std::cerr << "fleet-agent: --replace needs --pid-file (it names the agent to replace)\n";
+    Log().error("--replace needs --pid-file (it names the agent to replace)");
     return 1;
   }
   // Before any thread: gRPC's and the agent's start below.
   const int ready_fd = detach ? Detach(log_file) : -1;
+  if (detach) {
+    log_options.file = log_file;
+    log_options.capture_stdio = true;
+    if (absl::Status s = fleet::log::InitLogging(log_options); !s.ok()) {
+      Log().error("{}", s.message());  // on stderr, which is the log file already
+      return 1;
+    }
+  }
   if (replace) ReplaceRunning(pid_file, Seconds(stop_grace) + absl::Seconds(5));
   if (listen == kDefaultListen) listen = absl::StrCat("unix:", state_dir, "/agent.sock");
   fleet::net::PeerPolicy peers;
@@ -337,22 +392,22 @@ int main(int argc, char** argv) {
   // agent.proto launches processes as this agent's user (root).
   const bool unix_socket = absl::StartsWith(listen, "unix:");
   if (!listen.empty() && !unix_socket && !tls && !insecure_listen) {
-    std::cerr << "fleet-agent: refusing to serve " << listen
-              << " without TLS: every local user can reach a TCP port (even on loopback), and "
-                 "anyone who reaches it could launch processes here as uid "
-              << geteuid()
-              << ". Listen on a unix socket (the default: unix:STATE_DIR/agent.sock), give "
-                 "--tls-cert, --tls-key and --tls-ca (fleetctl certs init), or pass "
-                 "--insecure-listen\n";
+    Log().error(
+        "refusing to serve {} without TLS: every local user can reach a TCP port (even on "
+        "loopback), and anyone who reaches it could launch processes here as uid {}. Listen on a "
+        "unix socket (the default: unix:STATE_DIR/agent.sock), give --tls-cert, --tls-key and "
+        "--tls-ca (fleetctl certs init), or pass --insecure-listen",
+        listen, geteuid());
     return 1;
   }
   if (!listen.empty() && !unix_socket && !tls && insecure_listen) {
-    std::cerr << "fleet-agent: WARNING: --insecure-listen: serving " << listen
-              << " in plaintext: whoever reaches it can launch processes here as uid " << geteuid()
-              << "\n";
+    Log().warn(
+        "--insecure-listen: serving {} in plaintext: whoever reaches it can launch processes "
+        "here as uid {}",
+        listen, geteuid());
   }
   if ((!peers.uids.empty() || !peers.gids.empty()) && !unix_socket) {
-    std::cerr << "fleet-agent: --allow-uid and --allow-gid are for a unix socket --listen\n";
+    Log().error("--allow-uid and --allow-gid are for a unix socket --listen");
     return 1;
   }
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
@@ -371,9 +426,10 @@ int main(int argc, char** argv) {
 
   // Checked now rather than at a server's first probe: without it no server ever becomes READY.
   if (access(http_probe.c_str(), X_OK) != 0) {
-    std::cerr << "fleet-agent: readiness helper '" << http_probe
-              << "' is not an executable file: install fleet-http-probe next to fleet-agent or "
-                 "pass --http-probe\n";
+    Log().error(
+        "readiness helper '{}' is not an executable file: install fleet-http-probe next to "
+        "fleet-agent or pass --http-probe",
+        http_probe);
     return 1;
   }
 
@@ -390,7 +446,7 @@ int main(int argc, char** argv) {
   if (!standalone.empty()) {
     auto c = fleet::agent::ReadStandaloneConfig(standalone);
     if (!c.ok()) {
-      std::cerr << "fleet-agent: " << c.status().message() << "\n";
+      Log().error("{}", c.status().message());
       return 1;
     }
     config = *std::move(c);
@@ -399,8 +455,10 @@ int main(int argc, char** argv) {
   const fleet::WallClock wall(clock_offset_file);
   // Timers run on the monotonic clock (common/base/clock.h): a step of the wall clock is said.
   fleet::RealClock clock(&wall, [](absl::Duration step) {
-    std::cerr << absl::StrCat("fleet-agent: the wall clock stepped by ", absl::FormatDuration(step),
-                              ": no timer moves; timestamps keep their frame until a restart\n");
+    Log().warn(
+        "the wall clock stepped by {}: no timer moves; timestamps keep their frame until a "
+        "restart",
+        absl::FormatDuration(step));
   });
   fleet::agent::PosixProcessLauncher launcher;
   // Probes read long outputs (ldconfig -p is tens of KB); action results keep their own tails.
@@ -420,7 +478,7 @@ int main(int argc, char** argv) {
   options.jit_cache_roots = jit_cache_roots;
   options.toolkit_roots = toolkit_roots;
   if (gpu_guard.device_pattern.find("%d") == std::string::npos) {
-    std::cerr << "fleet-agent: --gpu-device must hold %d (the GPU's minor number)\n";
+    Log().error("--gpu-device must hold %d (the GPU's minor number)");
     return 1;
   }
   // Before each launch: the GPU free, the previous server's leftovers reclaimed (gpu_guard.h).
@@ -434,7 +492,7 @@ int main(int argc, char** argv) {
   auto agent =
       fleet::agent::Agent::Create(options, {&clock, &launcher, &prober, &runner, guard.get()});
   if (!agent.ok()) {
-    std::cerr << "fleet-agent: " << agent.status().message() << "\n";
+    Log().error("{}", agent.status().message());
     return 1;
   }
   (*agent)->Start();
@@ -455,8 +513,7 @@ int main(int argc, char** argv) {
       if (!peers.gids.empty()) socket_options.group = peers.gids.front();
       auto l = fleet::net::PeerCheckedListener::Create(std::move(socket_options));
       if (!l.ok()) {
-        std::cerr << "fleet-agent: cannot serve on " << listen << ": " << l.status().message()
-                  << "\n";
+        Log().error("cannot serve on {}: {}", listen, l.status().message());
         return 1;
       }
       listener = *std::move(l);
@@ -467,8 +524,8 @@ int main(int argc, char** argv) {
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
     if (server == nullptr || (!checked && port == 0)) {
-      std::cerr << "fleet-agent: cannot serve on " << listen
-                << (tls ? " (or the TLS certificate, key and CA do not fit together)" : "") << "\n";
+      Log().error("cannot serve on {}{}", listen,
+                  tls ? " (or the TLS certificate, key and CA do not fit together)" : "");
       return 1;
     }
     if (checked) {
@@ -476,12 +533,9 @@ int main(int argc, char** argv) {
       grpc::Server* const serving = server.get();
       listener->Start(
           [serving](fleet::UniqueFd fd) { grpc::AddInsecureChannelFromFd(serving, fd.Release()); },
-          [](const absl::Status& why) {
-            std::cerr << absl::StrCat("fleet-agent: ", why.message(), "\n");
-          });
-      std::cerr << absl::StrCat("fleet-agent: ", listen, " (mode ",
-                                peers.gids.empty() ? "0600" : "0660", "): each peer checked, only ",
-                                listener->Describe(), " may connect\n");
+          [](const absl::Status& why) { Log().warn("{}", why.message()); });
+      Log().info("{} (mode {}): each peer checked, only {} may connect", listen,
+                 peers.gids.empty() ? "0600" : "0660", listener->Describe());
     } else if (unix_socket) {
       chmod(listen.substr(5).c_str(), 0600);  // gRPC made it; TLS checks the peer
     }
@@ -490,16 +544,12 @@ int main(int argc, char** argv) {
       std::rename((port_file + ".tmp").c_str(), port_file.c_str());
     }
     if (tls) {
-      std::cerr << absl::StrCat(
-          "fleet-agent: mutual TLS: clients must present a certificate "
-          "signed by ",
-          tls_ca, "\n");
+      Log().info("mutual TLS: clients must present a certificate signed by {}", tls_ca);
     }
-    // One write: std::cerr is unbuffered, and whoever waits for this line (a test, a deploy
-    // script) must never see it without its port.
-    std::cerr << absl::StrCat("fleet-agent: serving agent.proto on ",
-                              unix_socket ? listen : absl::StrCat("port ", port), ", incarnation ",
-                              (*agent)->incarnation(), "\n");
+    // One line, one write (common/log/log.h): whoever waits for this line (a test, a deploy
+    // script) never sees it without its port.
+    Log().info("serving agent.proto on {}, incarnation {}",
+               unix_socket ? listen : absl::StrCat("port ", port), (*agent)->incarnation());
   }
   if (!pid_file.empty()) {
     std::ofstream(pid_file + ".tmp") << getpid() << "\n";

@@ -28,6 +28,7 @@
 #include "common/base/version.h"
 #include "common/config/config_duration.h"
 #include "common/config/fleet_config.h"
+#include "common/log/log.h"
 #include "common/net/peer_checked_listener.h"
 #include "daemon/agent_client.h"
 #include "daemon/bounded_stop.h"
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
   std::string db_synchronous = "full";
   std::string clock_offset_file;
   std::string db_vfs;
+  std::string log_level = "info";
   fleet::FlagSet flags(
       "fleetd [flags]",
       "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
@@ -183,6 +185,8 @@ int main(int argc, char** argv) {
                   "matrix's power-loss row, whose power cut then loses the unsynced writes); "
                   "default: SQLite's",
                   "NAME");
+  flags.AddString("log-level", '\0', &log_level,
+                  "the least level logged: trace, debug, info, warn, error or off", "LEVEL");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "fleetd: " << s.message() << "\n";
     return 1;
@@ -197,6 +201,18 @@ int main(int argc, char** argv) {
   }
   if (!flags.positional().empty()) {
     std::cerr << "fleetd: unexpected argument '" << flags.positional()[0] << "'\n";
+    return 1;
+  }
+  // Log lines on stderr: journald's under deploy/fleetd.service (no timestamps then).
+  absl::StatusOr<spdlog::level::level_enum> level = fleet::log::ParseLevel(log_level);
+  if (!level.ok()) {
+    std::cerr << "fleetd: --log-level: " << level.status().message() << "\n";
+    return 1;
+  }
+  fleet::log::LogOptions log_options;
+  log_options.level = *level;
+  if (absl::Status s = fleet::log::InitLogging(log_options); !s.ok()) {
+    std::cerr << "fleetd: " << s.message() << "\n";
     return 1;
   }
   if (socket_path.empty()) socket_path = state_dir + "/fleetd.sock";

@@ -687,7 +687,7 @@ time.sleep(float(sys.argv[2]))' "$sdir/bystander.pid" "$bystander_s" >"$sdir/bys
   else
     lines+=("agent: did not name the bystander pid $byst_pid (wrong unless its memory was gone first)")
   fi
-  grep 'fleet-agent: attempt' "$agent_log" >"$sdir/gpu-checks.txt" 2>/dev/null || true
+  grep 'gpu check: ' "$agent_log" >"$sdir/gpu-checks.txt" 2>/dev/null || true
   printf '  %s\n' "${lines[@]}" >>"$sdir/extra.txt"
   return 0
 }

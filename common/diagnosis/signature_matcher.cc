@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/diagnosis/signature_catalogue.h"
+#include "common/log/log.h"
 
 namespace fleet::diagnosis {
 namespace {
@@ -504,8 +505,8 @@ const SignatureMatcher& SignatureMatcher::Builtin() {
   static const SignatureMatcher* const builtin = [] {
     absl::StatusOr<std::unique_ptr<SignatureMatcher>> loaded = Load("");
     if (!loaded.ok()) {
-      std::fprintf(stderr, "built-in signature catalogue: %s\n",
-                   loaded.status().ToString().c_str());
+      log::Get(log::Component::kDiagnosis)
+          .critical("built-in signature catalogue: {}", loaded.status());
       std::abort();
     }
     return loaded->release();

@@ -326,7 +326,7 @@ TEST(AgentListen, RefusesANonLoopbackAddressWithoutTls) {
   const testing::RunResult r = RunAgent(dir, {"--listen", "0.0.0.0:0"});
   EXPECT_TRUE(r.exited);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.output, HasSubstr("fleet-agent: refusing to serve 0.0.0.0:0 without TLS"));
+  EXPECT_THAT(r.output, HasSubstr("error agent: refusing to serve 0.0.0.0:0 without TLS"));
   EXPECT_THAT(r.output, HasSubstr("--insecure-listen"));
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr(std::string(kAnnouncement))));
 }
@@ -336,7 +336,7 @@ TEST(AgentListen, RefusesPlaintextTcpEvenOnLoopback) {
     testing::TempDir dir;
     const testing::RunResult r = RunAgent(dir, {"--listen", listen});
     EXPECT_EQ(r.exit_code, 1) << listen;
-    EXPECT_THAT(r.output, HasSubstr(absl::StrCat("fleet-agent: refusing to serve ", listen,
+    EXPECT_THAT(r.output, HasSubstr(absl::StrCat("error agent: refusing to serve ", listen,
                                                  " without TLS: every local user can reach a TCP "
                                                  "port (even on loopback)")));
     EXPECT_THAT(r.output, ::testing::Not(HasSubstr(std::string(kAnnouncement))));
@@ -346,7 +346,7 @@ TEST(AgentListen, RefusesPlaintextTcpEvenOnLoopback) {
 TEST(AgentListen, InsecureListenIsLoud) {
   testing::TempDir dir;
   RunningAgent agent(dir, "agent", "127.0.0.1:0", {"--insecure-listen"});
-  EXPECT_THAT(agent.Log(), HasSubstr("fleet-agent: WARNING: --insecure-listen: serving "
+  EXPECT_THAT(agent.Log(), HasSubstr("warning agent: --insecure-listen: serving "
                                      "127.0.0.1:0 in plaintext"));
 }
 
