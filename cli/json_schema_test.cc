@@ -23,13 +23,13 @@
 #include "cli/control_command.h"
 #include "cli/deploy_command.h"
 #include "cli/explain_command.h"
-#include "cli/fake_fleet_service.h"
 #include "cli/hosts_command.h"
 #include "cli/remediation_command.h"
 #include "cli/status_command.h"
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::cli {

@@ -2,12 +2,12 @@
 // renders the log it came from: same text, same JSON object, with `file` being SERVER#N.
 #include "absl/strings/str_replace.h"
 #include "cli/explain_command.h"
-#include "cli/fake_fleet_service.h"
 #include "common/diagnosis/diagnosis_proto.h"
 #include "common/diagnosis/log_file.h"
 #include "common/diagnosis/signature_matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {

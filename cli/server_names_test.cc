@@ -10,7 +10,6 @@
 #include "cli/control_command.h"
 #include "cli/deploy_command.h"
 #include "cli/explain_command.h"
-#include "cli/fake_fleet_service.h"
 #include "cli/logs_command.h"
 #include "cli/remediation_command.h"
 #include "cli/status_command.h"
@@ -19,6 +18,7 @@
 #include "common/config/server_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {

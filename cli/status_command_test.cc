@@ -1,10 +1,10 @@
 #include "cli/status_command.h"
 
 #include "absl/strings/str_split.h"
-#include "cli/fake_fleet_service.h"
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
