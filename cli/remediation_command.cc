@@ -52,10 +52,7 @@ bool CheckOutput(std::string_view verb, const std::string& output,
 }
 
 void PrintJson(const v1::Plan& plan, std::ostream& out) {
-  std::string text;
-  JsonWriter json(&text);
-  WriteRemediationJson(plan, &json);
-  out << text << "\n";
+  out << JsonText(RemediationJson(plan)) << "\n";
 }
 
 }  // namespace
@@ -181,15 +178,11 @@ int RunRemediations(const std::vector<std::string>& args, const CommandContext& 
 
   std::ostream& out = *ctx.out;
   if (output == "json") {
-    std::string text;
-    JsonWriter json(&text);
-    json.BeginObject();
-    json.Key("remediations");
-    json.BeginArray();
-    for (const v1::Plan& p : response->plans()) WriteRemediationJson(p, &json);
-    json.EndArray();
-    json.EndObject();
-    out << text << "\n";
+    Json plans = Json::array();
+    for (const v1::Plan& p : response->plans()) plans.push_back(RemediationJson(p));
+    Json json = Json::object();
+    json["remediations"] = std::move(plans);
+    out << JsonText(std::move(json)) << "\n";
     out.flush();
     return kExitOk;
   }
