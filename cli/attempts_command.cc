@@ -31,14 +31,6 @@ std::optional<absl::Duration> Duration(const v1::Attempt& a, absl::Time now) {
   return end.value_or(now) - *start;
 }
 
-void TimeOrNull(const google::protobuf::Timestamp& t, JsonWriter* json) {
-  if (std::optional<absl::Time> time = FromProtoTime(t)) {
-    json->String(FormatRfc3339(*time));
-  } else {
-    json->Null();
-  }
-}
-
 // fleetd sends an empty ProcessExit for an attempt that has not ended (it always sets the field):
 // that is no exit, the same as none.
 bool HasExit(const v1::Attempt& a) {
@@ -58,58 +50,37 @@ std::string FormatExit(const v1::Attempt& attempt) {
   return "-";
 }
 
-void WriteAttemptJson(const v1::Attempt& a, JsonWriter* json) {
-  json->BeginObject();
-  json->Key("id");
-  json->String(a.id());
-  json->Key("server");
-  json->String(a.server());
-  json->Key("number");
-  json->Int(a.number());
-  json->Key("outcome");
-  json->String(a.outcome());
-  json->Key("diagnosis_class");
-  json->String(a.diagnosis_class());
-  json->Key("summary");
-  json->String(a.summary());
-  json->Key("trigger");
-  json->String(a.trigger());
-  json->Key("started_at");
-  TimeOrNull(a.started_at(), json);
-  json->Key("ended_at");
-  TimeOrNull(a.ended_at(), json);
-  json->Key("duration_ms");
+Json AttemptJson(const v1::Attempt& a) {
+  Json json = Json::object();
+  json["id"] = a.id();
+  json["server"] = a.server();
+  json["number"] = a.number();
+  json["outcome"] = a.outcome();
+  json["diagnosis_class"] = a.diagnosis_class();
+  json["summary"] = a.summary();
+  json["trigger"] = a.trigger();
+  json["started_at"] = TimeJson(a.started_at());
+  json["ended_at"] = TimeJson(a.ended_at());
   std::optional<absl::Time> start = FromProtoTime(a.started_at());
   std::optional<absl::Time> end = FromProtoTime(a.ended_at());
-  if (start && end) {
-    json->Int(absl::ToInt64Milliseconds(*end - *start));
-  } else {
-    json->Null();
-  }
-  json->Key("time_to_ready_ms");
-  if (a.has_time_to_ready()) {
-    json->Int(a.time_to_ready().seconds() * 1000 + a.time_to_ready().nanos() / 1000000);
-  } else {
-    json->Null();
-  }
-  json->Key("exit");
+  json["duration_ms"] =
+      start && end ? Json(absl::ToInt64Milliseconds(*end - *start)) : Json(nullptr);
+  json["time_to_ready_ms"] =
+      a.has_time_to_ready()
+          ? Json(a.time_to_ready().seconds() * 1000 + a.time_to_ready().nanos() / 1000000)
+          : Json(nullptr);
   if (HasExit(a)) {
-    json->BeginObject();
-    json->Key("exited");
-    json->Bool(a.exit().exited());
-    json->Key("exit_code");
-    json->Int(a.exit().exit_code());
-    json->Key("signal");
-    json->Int(a.exit().signal());
-    json->Key("status_unknown");
-    json->Bool(a.exit().status_unknown());
-    json->Key("at");
-    TimeOrNull(a.exit().at(), json);
-    json->EndObject();
+    Json exit = Json::object();
+    exit["exited"] = a.exit().exited();
+    exit["exit_code"] = a.exit().exit_code();
+    exit["signal"] = a.exit().signal();
+    exit["status_unknown"] = a.exit().status_unknown();
+    exit["at"] = TimeJson(a.exit().at());
+    json["exit"] = std::move(exit);
   } else {
-    json->Null();
+    json["exit"] = nullptr;
   }
-  json->EndObject();
+  return json;
 }
 
 int RunAttempts(const std::vector<std::string>& args, const CommandContext& ctx) {
@@ -144,15 +115,11 @@ int RunAttempts(const std::vector<std::string>& args, const CommandContext& ctx)
 
   std::ostream& out = *ctx.out;
   if (output == "json") {
-    std::string text;
-    JsonWriter json(&text);
-    json.BeginObject();
-    json.Key("attempts");
-    json.BeginArray();
-    for (const v1::Attempt& a : response->attempts()) WriteAttemptJson(a, &json);
-    json.EndArray();
-    json.EndObject();
-    out << text << "\n";
+    Json attempts = Json::array();
+    for (const v1::Attempt& a : response->attempts()) attempts.push_back(AttemptJson(a));
+    Json json = Json::object();
+    json["attempts"] = std::move(attempts);
+    out << JsonText(std::move(json)) << "\n";
     out.flush();
     return kExitOk;
   }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cli/command_context.h"
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 #include "proto/fleet.pb.h"
 
 namespace fleet::cli {
@@ -15,7 +15,7 @@ namespace fleet::cli {
 int RunAttempts(const std::vector<std::string>& args, const CommandContext& ctx);
 
 // One attempt as the JSON object of docs/cli.md.
-void WriteAttemptJson(const v1::Attempt& attempt, JsonWriter* json);
+Json AttemptJson(const v1::Attempt& attempt);
 
 // "0", "1", "SIGKILL", "unknown" (the server died while the agent was away), "-" (still running).
 std::string FormatExit(const v1::Attempt& attempt);

@@ -2,10 +2,10 @@
 
 #include <csignal>
 
-#include "cli/fake_fleet_service.h"
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
@@ -108,7 +108,7 @@ TEST_F(AttemptsCommandTest, ExitColumnForms) {
 TEST_F(AttemptsCommandTest, ValidatesAndRejectsExtraArguments) {
   auto bad = env_.Run(RunAttempts, {"pve1"});
   EXPECT_EQ(bad.code, 1);
-  EXPECT_THAT(bad.err, StartsWith("fleetctl attempts: 'pve1' is not a server name"));
+  EXPECT_THAT(bad.err, StartsWith("fleetctl attempts: server name 'pve1': not three parts"));
   EXPECT_EQ(env_.Run(RunAttempts, {"a/1/gpu0", "a/1/gpu1"}).code, 1);
   EXPECT_EQ(env_.Run(RunAttempts, {"-o", "wide"}).code, 1);
   EXPECT_TRUE(env_.service().attempts_requests().empty());

@@ -2,7 +2,7 @@
 
 #include <ostream>
 
-#include "cli/server_name.h"
+#include "common/config/server_name.h"
 
 namespace fleet::cli {
 
@@ -19,8 +19,8 @@ int ReportError(std::string_view verb, const absl::Status& status, std::ostream&
 bool CheckServerNames(std::string_view verb, const std::vector<std::string>& names,
                       std::ostream& err) {
   for (const std::string& name : names) {
-    if (absl::Status s = ValidateServerName(name); !s.ok()) {
-      ReportError(verb, s, err);
+    if (absl::StatusOr<v1::ServerRef> ref = config::ParseServerName(name); !ref.ok()) {
+      ReportError(verb, ref.status(), err);
       return false;
     }
   }

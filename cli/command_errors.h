@@ -20,7 +20,8 @@ inline constexpr int kExitNotReady = 2;  // status --until-ready: a server gave 
 // Writes the line and returns kExitError.
 int ReportError(std::string_view verb, const absl::Status& status, std::ostream& err);
 
-// ValidateServerName on each; reports the first bad one. True when all are well-formed.
+// config::ParseServerName on each (the rule the config and fleetd use); reports the first bad one.
+// True when all are well-formed.
 bool CheckServerNames(std::string_view verb, const std::vector<std::string>& names,
                       std::ostream& err);
 

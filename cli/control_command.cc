@@ -57,15 +57,11 @@ int RunControl(Verb verb, const std::vector<std::string>& args, const CommandCon
 
   std::ostream& out = *ctx.out;
   if (output == "json") {
-    std::string text;
-    JsonWriter json(&text);
-    json.BeginObject();
-    json.Key("servers");
-    json.BeginArray();
-    for (const v1::ServerRow& row : response->servers()) WriteServerRowJson(row, &json);
-    json.EndArray();
-    json.EndObject();
-    out << text << "\n";
+    Json servers = Json::array();
+    for (const v1::ServerRow& row : response->servers()) servers.push_back(ServerRowJson(row));
+    Json json = Json::object();
+    json["servers"] = std::move(servers);
+    out << JsonText(std::move(json)) << "\n";
   } else if (response->servers().empty()) {
     *ctx.err << "fleetctl " << name << ": no server was " << (restart ? "restarted" : "stopped")
              << "\n";

@@ -1,8 +1,8 @@
 #include "cli/control_command.h"
 
-#include "cli/fake_fleet_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
@@ -55,7 +55,10 @@ TEST(ControlCommand, NamesOrAllAndNamesAreChecked) {
   EXPECT_EQ(env.Run(RunStop, {"--now", "a/1/gpu0"}).code, 1);  // --now is restart's
   const auto bad = env.Run(RunRestart, {"a/1/gpu0", "a/1/gpuX"});
   EXPECT_EQ(bad.code, 1);
-  EXPECT_THAT(bad.err, StartsWith("fleetctl restart: 'a/1/gpuX' is not a server name"));
+  EXPECT_THAT(
+      bad.err,
+      StartsWith(
+          "fleetctl restart: server name 'a/1/gpuX': the GPU index must be a decimal number"));
   EXPECT_TRUE(env.service().restart_requests().empty());
   EXPECT_TRUE(env.service().stop_requests().empty());
 }

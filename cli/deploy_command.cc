@@ -11,7 +11,7 @@
 #include "cli/fleet_client.h"
 #include "cli/text_table.h"
 #include "common/base/flag_set.h"
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 #include "common/config/fleet_config.h"
 
 namespace fleet::cli {
@@ -88,28 +88,19 @@ int RunDeployFrom(const std::vector<std::string>& args, const CommandContext& ct
 
   std::ostream& out = *ctx.out;
   if (output == "json") {
-    std::string text;
-    JsonWriter json(&text);
-    json.BeginObject();
-    json.Key("dry_run");
-    json.Bool(dry_run);
-    json.Key("config_version");
-    json.Int(response->config_version());
-    json.Key("changes");
-    json.BeginArray();
+    Json changes = Json::array();
     for (const v1::Change& c : response->changes()) {
-      json.BeginObject();
-      json.Key("server");
-      json.String(c.server());
-      json.Key("change");
-      json.String(c.kind());
-      json.Key("detail");
-      json.String(c.detail());
-      json.EndObject();
+      Json change = Json::object();
+      change["server"] = c.server();
+      change["change"] = c.kind();
+      change["detail"] = c.detail();
+      changes.push_back(std::move(change));
     }
-    json.EndArray();
-    json.EndObject();
-    out << text << "\n";
+    Json json = Json::object();
+    json["dry_run"] = dry_run;
+    json["config_version"] = response->config_version();
+    json["changes"] = std::move(changes);
+    out << JsonText(std::move(json)) << "\n";
   } else {
     TextTable table({"SERVER", "CHANGE", "DETAIL"});
     int changed = 0;

@@ -2,9 +2,9 @@
 
 #include <sstream>
 
-#include "cli/fake_fleet_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {

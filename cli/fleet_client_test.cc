@@ -4,9 +4,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cli/fake_fleet_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::cli {

@@ -3,10 +3,10 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "cli/fake_fleet_service.h"
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::cli {

@@ -10,7 +10,7 @@
 #include "cli/fleet_client.h"
 #include "cli/text_table.h"
 #include "common/base/flag_set.h"
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 
 namespace fleet::cli {
 namespace {
@@ -62,77 +62,49 @@ std::string HostKeyFile(const std::string& type) {
   return "/etc/ssh/ssh_host_*_key.pub";
 }
 
-void WriteKeysJson(const google::protobuf::RepeatedPtrField<v1::SshHostKey>& keys,
-                   JsonWriter* json) {
-  json->BeginArray();
+Json KeysJson(const google::protobuf::RepeatedPtrField<v1::SshHostKey>& keys) {
+  Json json = Json::array();
   for (const v1::SshHostKey& k : keys) {
-    json->BeginObject();
-    json->Key("key_type");
-    json->String(k.key_type());
-    json->Key("fingerprint");
-    json->String(k.fingerprint());
-    json->EndObject();
+    Json key = Json::object();
+    key["key_type"] = k.key_type();
+    key["fingerprint"] = k.fingerprint();
+    json.push_back(std::move(key));
   }
-  json->EndArray();
+  return json;
 }
 
 std::string HostsJson(const v1::ListHostsResponse& response) {
-  std::string text;
-  JsonWriter json(&text);
-  json.BeginObject();
-  json.Key("hosts");
-  json.BeginArray();
+  Json hosts = Json::array();
   for (const v1::HostRow& h : response.hosts()) {
-    json.BeginObject();
-    json.Key("name");
-    json.String(h.name());
-    json.Key("reach");
-    json.String(h.reach());
-    json.Key("address");
-    json.String(h.address());
-    json.Key("port");
-    json.Int(h.port());
-    json.Key("user");
-    json.String(h.user());
-    json.Key("identity_file");
-    json.String(h.identity_file());
-    json.Key("known_hosts");
-    json.String(h.known_hosts());
-    json.Key("containers");
-    json.Int(h.containers());
-    json.Key("host_keys");
-    WriteKeysJson(h.host_keys(), &json);
-    json.Key("host_keys_error");
-    json.String(h.host_keys_error());
-    json.EndObject();
+    Json host = Json::object();
+    host["name"] = h.name();
+    host["reach"] = h.reach();
+    host["address"] = h.address();
+    host["port"] = h.port();
+    host["user"] = h.user();
+    host["identity_file"] = h.identity_file();
+    host["known_hosts"] = h.known_hosts();
+    host["containers"] = h.containers();
+    host["host_keys"] = KeysJson(h.host_keys());
+    host["host_keys_error"] = h.host_keys_error();
+    hosts.push_back(std::move(host));
   }
-  json.EndArray();
-  json.EndObject();
-  return text;
+  Json json = Json::object();
+  json["hosts"] = std::move(hosts);
+  return JsonText(std::move(json));
 }
 
 std::string TrustJson(const v1::TrustHostResponse& r) {
-  std::string text;
-  JsonWriter json(&text);
-  json.BeginObject();
-  json.Key("host");
-  json.String(r.host());
-  json.Key("address");
-  json.String(r.address());
-  json.Key("key_type");
-  json.String(r.key_type());
-  json.Key("fingerprint");
-  json.String(r.fingerprint());
-  json.Key("key_state");
-  json.String(r.key_state());
-  json.Key("recorded");
-  json.Bool(r.recorded());
-  json.Key("known_hosts");
-  json.String(r.known_hosts());
-  json.Key("previous_keys");
-  WriteKeysJson(r.previous_keys(), &json);
-  json.EndObject();
-  return text;
+  Json json = Json::object();
+  json["host"] = r.host();
+  json["address"] = r.address();
+  json["key_type"] = r.key_type();
+  json["fingerprint"] = r.fingerprint();
+  json["key_state"] = r.key_state();
+  json["recorded"] = r.recorded();
+  json["known_hosts"] = r.known_hosts();
+  json["previous_keys"] = KeysJson(r.previous_keys());
+  return JsonText(std::move(json));
 }
 
 // The human form of fleetd's answer.

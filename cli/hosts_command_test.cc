@@ -1,8 +1,8 @@
 #include "cli/hosts_command.h"
 
-#include "cli/fake_fleet_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {

@@ -5,6 +5,13 @@
 // with rows that fill every field, and its output must have exactly the documented keys, of the
 // documented types, at every level; the examples must match too, so the document, its examples
 // and the code cannot drift apart.
+//
+// Each output is also compared byte for byte with its golden file, cli/testdata/json/NAME.json
+// (the temp dir's path written as $DIR): the bytes are a contract too (field order, escapes,
+// U+FFFD for invalid UTF-8), whatever library writes them. FLEET_UPDATE_GOLDEN=1 rewrites the
+// files instead; review the diff.
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,6 +23,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -23,13 +31,13 @@
 #include "cli/control_command.h"
 #include "cli/deploy_command.h"
 #include "cli/explain_command.h"
-#include "cli/fake_fleet_service.h"
 #include "cli/hosts_command.h"
 #include "cli/remediation_command.h"
 #include "cli/status_command.h"
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::cli {
@@ -396,6 +404,21 @@ class JsonSchemaTest : public ::testing::Test {
         << "the fixture leaves a documented object out: " << out;
   }
 
+  // `out` byte for byte against cli/testdata/json/`name`.json, env_'s temp dir written as $DIR.
+  void ExpectGolden(const std::string& name, const std::string& out) {
+    const std::string text = absl::StrReplaceAll(out, {{env_.dir().path(), "$DIR"}});
+    const std::string path = ::fleet::testing::SourcePath("cli/testdata/json/" + name + ".json");
+    if (const char* update = std::getenv("FLEET_UPDATE_GOLDEN"); update && *update == '1') {
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+      return;
+    }
+    std::ifstream in(path, std::ios::binary);
+    ASSERT_TRUE(in.good()) << "no golden file " << path << " (FLEET_UPDATE_GOLDEN=1 writes it)";
+    const std::string golden((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, golden) << "the output differs from " << path;
+  }
+
   // Rows as fleetd sends them; together they set every field of a row.
   // gpu3 in its second attempt's JIT build, after a PTX failure in the first.
   v1::ServerRow JitRow() {
@@ -494,6 +517,8 @@ TEST_F(JsonSchemaTest, Status) {
   response.clear_at();
   env_.service().SetStatus(response);
   ExpectMatchesDoc(env_.Run(RunStatus, {"-o", "json"}).out, "status", 1);
+  ExpectGolden("status", o.out);
+  ExpectGolden("status_no_at", env_.Run(RunStatus, {"-o", "json"}).out);
 }
 
 TEST_F(JsonSchemaTest, StatusUntilReadyPrintsTheFinalObject) {
@@ -504,6 +529,7 @@ TEST_F(JsonSchemaTest, StatusUntilReadyPrintsTheFinalObject) {
   const auto o = env_.Run(RunStatus, {"--until-ready", "-o", "json"});
   EXPECT_EQ(o.code, 0) << o.err;
   ExpectMatchesDoc(o.out, "status", 1);
+  ExpectGolden("status_until_ready", o.out);
 }
 
 TEST_F(JsonSchemaTest, StatusWatchPrintsOneObjectPerChange) {
@@ -529,6 +555,7 @@ TEST_F(JsonSchemaTest, StatusWatchPrintsOneObjectPerChange) {
     ExpectMatchesDoc(o.out, "status", 2);
     // The second line carries the removal (so `removed` was checked with an element).
     EXPECT_THAT(o.out, ::testing::HasSubstr("\"removed\":[\"pve1/200/gpu4\"]"));
+    ExpectGolden("status_watch", o.out);
   }
 }
 
@@ -570,6 +597,7 @@ TEST_F(JsonSchemaTest, Attempts) {
   const auto o = env_.Run(RunAttempts, {"-o", "json"});
   EXPECT_EQ(o.code, 0) << o.err;
   ExpectMatchesDoc(o.out, "attempts", 1);
+  ExpectGolden("attempts", o.out);
 }
 
 TEST_F(JsonSchemaTest, Deploy) {
@@ -591,11 +619,13 @@ TEST_F(JsonSchemaTest, Deploy) {
   const auto o = env_.Run(RunDeploy, {"-o", "json"});
   EXPECT_EQ(o.code, 0) << o.err;
   ExpectMatchesDoc(o.out, "deploy", 1);
+  ExpectGolden("deploy", o.out);
   response.set_config_version(0);  // fleetd stores nothing on a dry run
   env_.service().SetDeployResponse(response);
   const auto dry = env_.Run(RunDeploy, {"--dry-run", "-o", "json"});
   EXPECT_EQ(dry.code, 0) << dry.err;
   ExpectMatchesDoc(dry.out, "deploy", 1);
+  ExpectGolden("deploy_dry_run", dry.out);
 }
 
 TEST_F(JsonSchemaTest, RestartAndStop) {
@@ -608,6 +638,7 @@ TEST_F(JsonSchemaTest, RestartAndStop) {
   const auto restart = env_.Run(RunRestart, {"pve1/200/gpu6", "--now", "-o", "json"});
   EXPECT_EQ(restart.code, 0) << restart.err;
   ExpectMatchesDoc(restart.out, "restart_stop", 1);
+  ExpectGolden("restart", restart.out);
 
   v1::ServersResponse stopped;
   for (v1::ServerRow r : {JitRow(), DegradedRow()}) {
@@ -621,6 +652,7 @@ TEST_F(JsonSchemaTest, RestartAndStop) {
   const auto stop = env_.Run(RunStop, {"--all", "-o", "json"});
   EXPECT_EQ(stop.code, 0) << stop.err;
   ExpectMatchesDoc(stop.out, "restart_stop", 1);
+  ExpectGolden("stop", stop.out);
 }
 
 // A log whose diagnosis has facts (one value each, and pip packages), evidence and symptoms.
@@ -665,6 +697,7 @@ TEST_F(JsonSchemaTest, ExplainFiles) {
   ExpectMatchesDoc(o.out, "explain", 2);
   ExpectFactsShape(o.out.substr(0, o.out.find('\n') + 1));
   EXPECT_THAT(o.out, ::testing::HasSubstr("\"packages\":{\"nvidia-cuda-nvcc\":\"13.0.88\"}"));
+  ExpectGolden("explain_files", o.out);
 }
 
 TEST_F(JsonSchemaTest, ExplainServer) {
@@ -711,6 +744,7 @@ TEST_F(JsonSchemaTest, ExplainServer) {
   ExpectMatchesDoc(o.out, "explain", 1);
   ExpectFactsShape(o.out);
   EXPECT_THAT(o.out, ::testing::StartsWith("{\"file\":\"pve1/200/gpu3#2\","));
+  ExpectGolden("explain_server", o.out);
 }
 
 // A plan fleetd rolled back: its pip install ran (the other actions did not), then the rollback
@@ -762,6 +796,7 @@ TEST_F(JsonSchemaTest, PlanAndApply) {
   EXPECT_EQ(o.code, 1) << o.err;
   out += o.out;
   ExpectMatchesDoc(out, "remediation", 3);
+  ExpectGolden("plan_and_apply", out);
 }
 
 TEST_F(JsonSchemaTest, Remediations) {
@@ -775,6 +810,7 @@ TEST_F(JsonSchemaTest, Remediations) {
   const auto o = env_.Run(RunRemediations, {"pve1/200", "-o", "json"});
   EXPECT_EQ(o.code, 0) << o.err;
   ExpectMatchesDoc(o.out, "remediations", 1);
+  ExpectGolden("remediations", o.out);
   env_.service().SetRemediations({});
   const auto none = env_.Run(RunRemediations, {"-o", "json"});
   EXPECT_EQ(none.out, "{\"remediations\":[]}\n");
@@ -785,6 +821,7 @@ TEST_F(JsonSchemaTest, Hosts) {
   const auto o = env_.Run(RunHosts, {"-o", "json"});
   EXPECT_EQ(o.code, 0) << o.err;
   ExpectMatchesDoc(o.out, "hosts", 1);
+  ExpectGolden("hosts", o.out);
   env_.service().SetHosts({});
   EXPECT_EQ(env_.Run(RunHosts, {"-o", "json"}).out, "{\"hosts\":[]}\n");
 }
@@ -807,33 +844,63 @@ TEST_F(JsonSchemaTest, HostsTrust) {
   ExpectMatchesDoc(out, "hosts_trust", 3);
 }
 
-// The checker itself: what it must refuse.
-TEST(JsonSchemaChecker, RefusesExtraMissingRepeatedAndMistypedKeys) {
-  Contract c;
-  c.objects["top"] = {{"a", {"string"}}, {"b", {"integer", "null"}}, {"c", {"array of inner"}}};
-  c.objects["inner"] = {{"x", {"boolean"}}};
-  auto errors = [&c](absl::string_view text) {
-    absl::StatusOr<std::vector<Json>> v = JsonReader(text).ReadAll();
-    EXPECT_TRUE(v.ok() && v->size() == 1) << text;
-    Checker checker(c);
-    if (v.ok() && !v->empty()) checker.Object(v->front(), "top", "top");
-    return checker.errors();
-  };
-  EXPECT_THAT(errors(R"({"a":"s","b":null,"c":[{"x":true}]})"), IsEmpty());
-  EXPECT_THAT(errors(R"({"c":[],"b":1,"a":""})"), IsEmpty());
-  EXPECT_THAT(errors(R"({"a":"s","b":1,"c":[],"d":0})"),
-              ::testing::ElementsAre("top.d: not documented in object top"));
-  EXPECT_THAT(errors(R"({"a":"s","c":[]})"),
-              ::testing::ElementsAre("top.b: documented in top, missing"));
-  EXPECT_THAT(errors(R"({"a":"s","a":"t","b":1,"c":[]})"),
-              ::testing::ElementsAre("top.a: key repeated"));
-  EXPECT_THAT(errors(R"({"a":1,"b":1.5,"c":[{"x":1,"y":2}]})"),
-              ::testing::ElementsAre("top.a: is integer, documented as string",
-                                     "top.b: is number, documented as integer or null",
-                                     "top.c[0].x: is integer, documented as boolean",
-                                     "top.c[0].y: not documented in object inner"));
-  EXPECT_FALSE(JsonReader(R"({"a":})").ReadAll().ok());
-  EXPECT_FALSE(JsonReader("[1,]").ReadAll().ok());
+// Strings hold any bytes: every control byte, DEL, quote, backslash and '/', valid multi-byte
+// characters and, where they can arrive (a log file and its name: protobuf refuses invalid UTF-8
+// in a string field, so fleetd's answers never carry it), invalid UTF-8 of each kind (a lone
+// continuation byte, truncated sequences mid-string and at the end, an overlong form, a surrogate,
+// bytes never valid). Pinned by the golden files: control bytes as \uXXXX except \n \r \t, DEL as
+// \u007f, '/' as it is, each byte of an invalid sequence one U+FFFD.
+std::string AnyBytes(bool invalid_utf8, bool newline = true) {
+  std::string s = "ctl:";
+  for (int c = 0; c < 0x20; ++c) {
+    if (c != '\n' || newline) s.push_back(static_cast<char>(c));
+  }
+  s += "\x7f \" \\ / caf\xC3\xA9 \xF0\x9F\x9A\x80 |";
+  if (invalid_utf8) s += " \x80 \xE2\x82x \xF0\x9F\x9A \xC0\xAF \xED\xA0\x80 \xFF\xFE end:\xE2\x82";
+  return s;
+}
+
+TEST_F(JsonSchemaTest, StringsWithAnyBytes) {
+  v1::FleetStatusResponse status;
+  v1::ServerRow row = GaveUpRow();
+  row.set_phase_detail(AnyBytes(false));
+  row.set_last_diagnosis_summary(AnyBytes(false));
+  row.set_reason(AnyBytes(false));
+  *status.add_servers() = row;
+  ToProtoTime(env_.clock().Now(), status.mutable_at());
+  env_.service().SetStatus(status);
+  const auto o = env_.Run(RunStatus, {"-o", "json"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  ExpectMatchesDoc(o.out, "status", 1);
+  ExpectGolden("status_any_bytes", o.out);
+
+  v1::ExplainResponse explain;
+  explain.mutable_attempt()->set_server("pve1/200/gpu3");
+  explain.mutable_attempt()->set_number(1);
+  v1::Diagnosis* d = explain.mutable_diagnosis();
+  d->set_diagnosis_class("unknown");
+  d->set_summary(AnyBytes(false));
+  v1::EvidenceLine* e = d->add_evidence();
+  e->set_line(3);
+  e->set_text(AnyBytes(false));
+  v1::Fact* fact = d->add_facts();
+  fact->set_key("jit_op");
+  fact->add_values(AnyBytes(false));
+  env_.service().SetExplain(explain);
+  const auto x = env_.Run(Explain, {"--server", "pve1/200/gpu3", "-o", "json"});
+  EXPECT_EQ(x.code, 0) << x.err;
+  ExpectGolden("explain_any_bytes", x.out);
+
+  // A log file whose name and root-cause line hold the bytes.
+  std::string log = kLog;
+  const std::string root_cause = "current version is '9.0'";
+  log.insert(log.find(root_cause) + root_cause.size(), " " + AnyBytes(true, /*newline=*/false));
+  const std::string name = "any\x01\x1b\x7f\xE2\x82\xC0.log";
+  env_.dir().WriteFile(name, log);
+  const auto f = env_.Run(Explain, {"-o", "json", env_.dir().Join(name)});
+  EXPECT_EQ(f.code, 0) << f.err;
+  EXPECT_THAT(f.out, ::testing::HasSubstr("\\u007f"));
+  ExpectGolden("explain_file_any_bytes", f.out);
 }
 
 }  // namespace

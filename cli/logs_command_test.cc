@@ -1,8 +1,8 @@
 #include "cli/logs_command.h"
 
-#include "cli/fake_fleet_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
@@ -54,7 +54,7 @@ TEST(LogsCommand, ErrorsAndUsage) {
   EXPECT_EQ(env.Run(RunLogs, {"--tail", "-1", "a/1/gpu0"}).code, 1);
   const auto bad = env.Run(RunLogs, {"pve1/200"});
   EXPECT_EQ(bad.code, 1);
-  EXPECT_THAT(bad.err, StartsWith("fleetctl logs: 'pve1/200' is not a server name"));
+  EXPECT_THAT(bad.err, StartsWith("fleetctl logs: server name 'pve1/200': not three parts"));
   EXPECT_EQ(env.service().logs_requests().size(), 1u);
 }
 

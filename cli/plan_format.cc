@@ -49,40 +49,20 @@ std::optional<int64_t> TookMs(const v1::ActionResult& r) {
   return r.took().seconds() * 1000 + r.took().nanos() / 1000000;
 }
 
-void TimeOrNull(const google::protobuf::Timestamp& t, JsonWriter* json) {
-  if (std::optional<absl::Time> time = FromProtoTime(t)) {
-    json->String(FormatRfc3339(*time));
-  } else {
-    json->Null();
-  }
+Json StringArray(const google::protobuf::RepeatedPtrField<std::string>& items) {
+  Json json = Json::array();
+  for (const std::string& s : items) json.push_back(s);
+  return json;
 }
 
-void StringArray(const google::protobuf::RepeatedPtrField<std::string>& items, JsonWriter* json) {
-  json->BeginArray();
-  for (const std::string& s : items) json->String(s);
-  json->EndArray();
-}
-
-// kind, description, then the result's fields (shared by `remediation_action` and
+// The result's fields after kind and description (shared by `remediation_action` and
 // `action_result`).
-void WriteResultFields(const v1::ActionResult* r, JsonWriter* json) {
-  json->Key("ok");
-  if (r != nullptr) {
-    json->Bool(r->ok());
-  } else {
-    json->Null();
-  }
-  json->Key("message");
-  json->String(r != nullptr ? r->message() : "");
-  json->Key("output_tail");
-  json->String(r != nullptr ? r->output_tail() : "");
-  json->Key("took_ms");
+void AddResultFields(const v1::ActionResult* r, Json& json) {
+  json["ok"] = r != nullptr ? Json(r->ok()) : Json(nullptr);
+  json["message"] = r != nullptr ? r->message() : "";
+  json["output_tail"] = r != nullptr ? r->output_tail() : "";
   std::optional<int64_t> ms = r != nullptr ? TookMs(*r) : std::nullopt;
-  if (ms) {
-    json->Int(*ms);
-  } else {
-    json->Null();
-  }
+  json["took_ms"] = ms ? Json(*ms) : Json(nullptr);
 }
 
 // The lines of `text` without a trailing empty one.
@@ -275,102 +255,67 @@ std::string FormatApplyResults(const v1::Plan& given, bool color) {
   return out;
 }
 
-void WriteRemediationJson(const v1::Plan& given, JsonWriter* json) {
+Json RemediationJson(const v1::Plan& given) {
   const v1::Plan plan = Redacted(given);
   const MatchedResults m = MatchResults(plan);
-  json->BeginObject();
-  json->Key("id");
-  json->String(plan.id());
-  json->Key("container");
-  json->String(plan.container());
-  json->Key("server");
-  json->String(plan.server());
-  json->Key("trigger");
-  json->String(plan.trigger());
-  json->Key("diagnosis_class");
-  json->String(plan.diagnosis_class());
-  json->Key("status");
-  json->String(plan.status());
-  json->Key("summary");
-  json->String(plan.summary());
-  json->Key("report_only");
-  json->String(plan.report_only());
-  json->Key("causes");
-  StringArray(plan.causes(), json);
-  json->Key("actions");
-  json->BeginArray();
+  Json json = Json::object();
+  json["id"] = plan.id();
+  json["container"] = plan.container();
+  json["server"] = plan.server();
+  json["trigger"] = plan.trigger();
+  json["diagnosis_class"] = plan.diagnosis_class();
+  json["status"] = plan.status();
+  json["summary"] = plan.summary();
+  json["report_only"] = plan.report_only();
+  json["causes"] = StringArray(plan.causes());
+  Json actions = Json::array();
   for (int i = 0; i < plan.actions_size(); ++i) {
     const v1::PlannedAction& a = plan.actions(i);
-    json->BeginObject();
-    json->Key("kind");
-    json->String(ActionKindName(a.action()));
-    json->Key("description");
-    json->String(DescribeAction(a.action()));
-    json->Key("reason");
-    json->String(a.reason());
-    WriteResultFields(m.per_action[i], json);
-    json->EndObject();
+    Json action = Json::object();
+    action["kind"] = ActionKindName(a.action());
+    action["description"] = DescribeAction(a.action());
+    action["reason"] = a.reason();
+    AddResultFields(m.per_action[i], action);
+    actions.push_back(std::move(action));
   }
-  json->EndArray();
-  json->Key("rollback");
-  json->BeginArray();
+  json["actions"] = std::move(actions);
+  Json rollback = Json::array();
   for (const v1::ActionResult* r : m.rollback) {
-    json->BeginObject();
-    json->Key("kind");
-    json->String(ActionKindName(r->action()));
-    json->Key("description");
-    json->String(DescribeAction(r->action()));
-    WriteResultFields(r, json);
-    json->EndObject();
+    Json action = Json::object();
+    action["kind"] = ActionKindName(r->action());
+    action["description"] = DescribeAction(r->action());
+    AddResultFields(r, action);
+    rollback.push_back(std::move(action));
   }
-  json->EndArray();
-  json->Key("constraints");
-  StringArray(plan.constraints(), json);
-  json->Key("unresolved");
-  StringArray(plan.unresolved(), json);
-  json->Key("cuda_release");
-  json->String(plan.cuda_release());
-  json->Key("affects_jit_build");
-  json->Bool(plan.affects_jit_build());
-  json->Key("degraded");
-  json->Bool(plan.degraded());
-  json->Key("save_package_set");
-  json->Bool(plan.save_package_set());
-  json->Key("env_changes");
-  json->BeginObject();
+  json["rollback"] = std::move(rollback);
+  json["constraints"] = StringArray(plan.constraints());
+  json["unresolved"] = StringArray(plan.unresolved());
+  json["cuda_release"] = plan.cuda_release();
+  json["affects_jit_build"] = plan.affects_jit_build();
+  json["degraded"] = plan.degraded();
+  json["save_package_set"] = plan.save_package_set();
+  Json env = Json::object();
   // Sorted: a protobuf map has no order of its own.
-  std::map<std::string, std::string> env(plan.env_changes().begin(), plan.env_changes().end());
-  for (const auto& [k, v] : env) {
-    json->Key(k);
-    json->String(v);
+  for (const auto& [k, v] :
+       std::map<std::string, std::string>(plan.env_changes().begin(), plan.env_changes().end())) {
+    env[k] = v;
   }
-  json->EndObject();
-  json->Key("fingerprint");
-  json->String(plan.fingerprint());
-  json->Key("attempt_id");
-  json->String(plan.attempt_id());
-  json->Key("trigger_facts");
-  json->BeginObject();
+  json["env_changes"] = std::move(env);
+  json["fingerprint"] = plan.fingerprint();
+  json["attempt_id"] = plan.attempt_id();
   // One key per fact, sorted (a key given twice gets the values of both).
   std::map<std::string, std::vector<std::string>> facts;
   for (const v1::Fact& f : plan.trigger_facts()) {
     std::vector<std::string>& values = facts[f.key()];
     values.insert(values.end(), f.values().begin(), f.values().end());
   }
-  for (const auto& [key, values] : facts) {
-    json->Key(key);
-    json->BeginArray();
-    for (const std::string& v : values) json->String(v);
-    json->EndArray();
-  }
-  json->EndObject();
-  json->Key("created_at");
-  TimeOrNull(plan.created_at(), json);
-  json->Key("applied_at");
-  TimeOrNull(plan.applied_at(), json);
-  json->Key("outcome_reason");
-  json->String(plan.outcome_reason());
-  json->EndObject();
+  Json trigger_facts = Json::object();
+  for (const auto& [key, values] : facts) trigger_facts[key] = values;
+  json["trigger_facts"] = std::move(trigger_facts);
+  json["created_at"] = TimeJson(plan.created_at());
+  json["applied_at"] = TimeJson(plan.applied_at());
+  json["outcome_reason"] = plan.outcome_reason();
+  return json;
 }
 
 }  // namespace fleet::cli

@@ -1,13 +1,13 @@
 // Renderers of fleetd's remediation plans (fleet.v1.Plan) for `fleetctl plan`, `apply` and
 // `remediations`: one action in one line, the human report of a plan, the results of an apply,
 // and the `remediation` JSON object of docs/cli.md (snake_case, every field always present,
-// written with JsonWriter, never protobuf's JSON printer). Pure functions.
+// built as common/base/json_text.h's Json, never protobuf's JSON printer). Pure functions.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 #include "google/protobuf/duration.pb.h"
 #include "proto/agent.pb.h"
 #include "proto/fleet.pb.h"
@@ -48,6 +48,6 @@ std::string FormatPlan(const v1::Plan& plan);
 std::string FormatApplyResults(const v1::Plan& plan, bool color);
 
 // A plan as the `remediation` object of docs/cli.md.
-void WriteRemediationJson(const v1::Plan& plan, JsonWriter* json);
+Json RemediationJson(const v1::Plan& plan);
 
 }  // namespace fleet::cli

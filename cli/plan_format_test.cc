@@ -1,8 +1,8 @@
 #include "cli/plan_format.h"
 
-#include "cli/fake_fleet_service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
@@ -176,9 +176,7 @@ TEST(FormatApplyResults, EveryActionItsResultAndTheFailedOutput) {
 
 TEST(RemediationJson, KeysInOrderAndResultsMatched) {
   v1::Plan plan = AppliedPlan(MakePlan(kNow), kNow);
-  std::string text;
-  JsonWriter json(&text);
-  WriteRemediationJson(plan, &json);
+  const std::string text = JsonText(RemediationJson(plan));
   EXPECT_EQ(text,
             "{\"id\":\"7\",\"container\":\"pve1/200\",\"server\":\"pve1/200/gpu3\",\"trigger\":"
             "\"manual\",\"diagnosis_class\":\"ptx_version_unsupported\",\"status\":\"applied\","
@@ -204,11 +202,9 @@ TEST(RemediationJson, KeysInOrderAndResultsMatched) {
 }
 
 TEST(RemediationJson, ActionsNotRunHaveNullResults) {
-  std::string text;
-  JsonWriter json(&text);
   v1::Plan plan = MakePlan(kNow);
   plan.clear_created_at();
-  WriteRemediationJson(plan, &json);
+  const std::string text = JsonText(RemediationJson(plan));
   EXPECT_THAT(text, HasSubstr("\"reason\":\"the pip nvcc first on PATH\",\"ok\":null,"
                               "\"message\":\"\",\"output_tail\":\"\",\"took_ms\":null}"));
   EXPECT_THAT(text, HasSubstr("\"created_at\":null,\"applied_at\":null,"));
@@ -242,9 +238,7 @@ TEST(Redaction, ASecretEnvValueIsShownRedactedInEveryPlanOutput) {
   const std::string applied = FormatApplyResults(plan, /*color=*/false);
   EXPECT_THAT(applied, Not(HasSubstr("hf_supersecret123")));
   EXPECT_THAT(applied, HasSubstr("HF_TOKEN=<redacted>"));
-  std::string text;
-  JsonWriter json(&text);
-  WriteRemediationJson(plan, &json);
+  const std::string text = JsonText(RemediationJson(plan));
   EXPECT_THAT(text, Not(HasSubstr("hf_supersecret123")));
   EXPECT_THAT(text, HasSubstr("\"HF_TOKEN\":\"<redacted>\""));
   // Other values are shown as they are.

@@ -4,15 +4,16 @@
 #include <optional>
 #include <ostream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/command_errors.h"
 #include "cli/fleet_client.h"
 #include "cli/plan_format.h"
-#include "cli/server_name.h"
 #include "cli/status_format.h"
 #include "cli/text_table.h"
 #include "common/base/flag_set.h"
+#include "common/config/server_name.h"
 
 namespace fleet::cli {
 namespace {
@@ -28,6 +29,18 @@ std::string_view StatusColor(const std::string& status) {
   return "";
 }
 
+// `remediations [SERVER|CONTAINER]`: the number of parts tells the form, then the config's rule
+// for that form (config::ParseServerName or ParseContainerName) decides.
+absl::Status CheckServerOrContainerName(const std::string& name) {
+  const auto slashes = std::count(name.begin(), name.end(), '/');
+  if (slashes == 1) return config::ParseContainerName(name).status();
+  if (slashes == 2) return config::ParseServerName(name).status();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "server or container name '", absl::CHexEscape(name),
+      "': not two or three parts separated by '/' (expected HOST/CTID/gpuN or HOST/CTID, e.g. "
+      "pve1/200/gpu3 or pve1/200)"));
+}
+
 // Checks -o against `allowed`; reports and returns false when it is not one of them.
 bool CheckOutput(std::string_view verb, const std::string& output,
                  const std::vector<std::string>& allowed, std::ostream& err) {
@@ -39,10 +52,7 @@ bool CheckOutput(std::string_view verb, const std::string& output,
 }
 
 void PrintJson(const v1::Plan& plan, std::ostream& out) {
-  std::string text;
-  JsonWriter json(&text);
-  WriteRemediationJson(plan, &json);
-  out << text << "\n";
+  out << JsonText(RemediationJson(plan)) << "\n";
 }
 
 }  // namespace
@@ -157,7 +167,7 @@ int RunRemediations(const std::vector<std::string>& args, const CommandContext& 
   v1::ListRemediationsRequest request;
   if (!flags.positional().empty()) {
     const std::string& name = flags.positional()[0];
-    if (absl::Status s = ValidateServerOrContainerName(name); !s.ok()) {
+    if (absl::Status s = CheckServerOrContainerName(name); !s.ok()) {
       return ReportError("remediations", s, *ctx.err);
     }
     request.set_container(name);
@@ -168,15 +178,11 @@ int RunRemediations(const std::vector<std::string>& args, const CommandContext& 
 
   std::ostream& out = *ctx.out;
   if (output == "json") {
-    std::string text;
-    JsonWriter json(&text);
-    json.BeginObject();
-    json.Key("remediations");
-    json.BeginArray();
-    for (const v1::Plan& p : response->plans()) WriteRemediationJson(p, &json);
-    json.EndArray();
-    json.EndObject();
-    out << text << "\n";
+    Json plans = Json::array();
+    for (const v1::Plan& p : response->plans()) plans.push_back(RemediationJson(p));
+    Json json = Json::object();
+    json["remediations"] = std::move(plans);
+    out << JsonText(std::move(json)) << "\n";
     out.flush();
     return kExitOk;
   }

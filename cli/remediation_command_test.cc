@@ -1,9 +1,9 @@
 #include "cli/remediation_command.h"
 
-#include "cli/fake_fleet_service.h"
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
@@ -100,7 +100,7 @@ TEST_F(RemediationCommandTest, PlanArgumentsAreChecked) {
   EXPECT_EQ(env_.Run(RunPlan, {"a/1/gpu0", "a/1/gpu1"}).code, 1);
   const auto bad = env_.Run(RunPlan, {"pve1/200"});
   EXPECT_EQ(bad.code, 1);
-  EXPECT_THAT(bad.err, StartsWith("fleetctl plan: 'pve1/200' is not a server name"));
+  EXPECT_THAT(bad.err, StartsWith("fleetctl plan: server name 'pve1/200': not three parts"));
   const auto output = env_.Run(RunPlan, {"a/1/gpu0", "-o", "wide"});
   EXPECT_EQ(output.code, 1);
   EXPECT_EQ(output.err, "fleetctl plan: flag -o/--output: 'wide' is not one of text, json\n");
@@ -307,14 +307,17 @@ TEST_F(RemediationsListTest, NoneRecordedSaysSo) {
 TEST_F(RemediationsListTest, NamesAreCheckedAndFleetdsRefusalShown) {
   const auto one = env_.Run(RunRemediations, {"pve1"});
   EXPECT_EQ(one.code, 1);
-  EXPECT_THAT(one.err,
-              StartsWith("fleetctl remediations: 'pve1' is not a server or container name"));
+  EXPECT_THAT(
+      one.err,
+      StartsWith("fleetctl remediations: server or container name 'pve1': not two or three parts"));
   const auto container = env_.Run(RunRemediations, {"pve1/2;0"});
   EXPECT_EQ(container.code, 1);
-  EXPECT_THAT(container.err,
-              StartsWith("fleetctl remediations: 'pve1/2;0' is not a container name"));
+  EXPECT_THAT(
+      container.err,
+      StartsWith("fleetctl remediations: container name 'pve1/2;0': invalid container id '2;0'"));
   EXPECT_THAT(env_.Run(RunRemediations, {"pve1/200/gpuX"}).err,
-              StartsWith("fleetctl remediations: 'pve1/200/gpuX' is not a server name"));
+              StartsWith("fleetctl remediations: server name 'pve1/200/gpuX': the GPU index must "
+                         "be a decimal number"));
   EXPECT_EQ(env_.Run(RunRemediations, {"pve1/200", "pve1/201"}).code, 1);
   EXPECT_EQ(env_.Run(RunRemediations, {"-o", "name"}).code, 1);
   EXPECT_TRUE(env_.service().remediations_requests().empty());

@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "cli/command_errors.h"
 #include "cli/fleet_client.h"
-#include "cli/server_name.h"
 #include "common/diagnosis/diagnosis_format.h"
 #include "common/diagnosis/diagnosis_proto.h"
 

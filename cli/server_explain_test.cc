@@ -2,12 +2,12 @@
 // renders the log it came from: same text, same JSON object, with `file` being SERVER#N.
 #include "absl/strings/str_replace.h"
 #include "cli/explain_command.h"
-#include "cli/fake_fleet_service.h"
 #include "common/diagnosis/diagnosis_proto.h"
 #include "common/diagnosis/log_file.h"
 #include "common/diagnosis/signature_matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
@@ -94,7 +94,7 @@ TEST_F(ServerExplainTest, ErrorsAreClear) {
   EXPECT_THAT(both.err, HasSubstr("not both"));
   auto bad = env_.Run(Explain, {"--server", "pve1/gpu3"});
   EXPECT_EQ(bad.code, 1);
-  EXPECT_THAT(bad.err, StartsWith("fleetctl explain: 'pve1/gpu3' is not a server name"));
+  EXPECT_THAT(bad.err, StartsWith("fleetctl explain: server name 'pve1/gpu3': not three parts"));
   EXPECT_EQ(env_.Run(Explain, {"--attempt", "2", log_path_}).code, 1);
 
   v1::ExplainResponse running;

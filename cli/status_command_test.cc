@@ -1,10 +1,10 @@
 #include "cli/status_command.h"
 
 #include "absl/strings/str_split.h"
-#include "cli/fake_fleet_service.h"
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
@@ -103,8 +103,8 @@ TEST_F(StatusCommandTest, EmptyFleetSaysSo) {
 TEST_F(StatusCommandTest, BadServerNameIsRejectedBeforeAnyCall) {
   const auto o = env_.Run(RunStatus, {"pve1/200/3"});
   EXPECT_EQ(o.code, 1);
-  EXPECT_THAT(o.err, StartsWith("fleetctl status: 'pve1/200/3' is not a server name: the GPU must "
-                                "be gpuN"));
+  EXPECT_THAT(o.err, StartsWith("fleetctl status: server name 'pve1/200/3': the last part must be "
+                                "gpuN"));
   EXPECT_TRUE(env_.service().status_requests().empty());
 }
 

@@ -52,14 +52,6 @@ std::string LogfmtValue(std::string_view v) {
   return out;
 }
 
-void TimeOrNull(const google::protobuf::Timestamp& t, JsonWriter* json) {
-  if (std::optional<absl::Time> time = FromProtoTime(t)) {
-    json->String(FormatRfc3339(*time));
-  } else {
-    json->Null();
-  }
-}
-
 }  // namespace
 
 std::optional<absl::Time> FromProtoTime(const google::protobuf::Timestamp& t) {
@@ -174,58 +166,37 @@ std::string FormatRemovedLine(absl::Time at, std::string_view server) {
                       AsAbsl(server), " REMOVED");
 }
 
-void WriteServerRowJson(const v1::ServerRow& row, JsonWriter* json) {
-  json->BeginObject();
-  json->Key("server");
-  json->String(row.server());
-  json->Key("state");
-  json->String(row.state());
-  json->Key("phase_detail");
-  json->String(row.phase_detail());
-  json->Key("progress_step");
-  json->Int(row.progress_step());
-  json->Key("progress_total");
-  json->Int(row.progress_total());
-  json->Key("attempt_number");
-  json->Int(row.attempt_number());
-  json->Key("state_since");
-  TimeOrNull(row.state_since(), json);
-  json->Key("attempt_started_at");
-  TimeOrNull(row.attempt_started_at(), json);
-  json->Key("last_diagnosis_class");
-  json->String(row.last_diagnosis_class());
-  json->Key("last_diagnosis_summary");
-  json->String(row.last_diagnosis_summary());
-  json->Key("port");
-  json->Int(row.port());
-  json->Key("degraded");
-  json->Bool(row.degraded());
-  json->Key("reason");
-  json->String(row.reason());
-  json->EndObject();
+Json TimeJson(const google::protobuf::Timestamp& t) {
+  if (std::optional<absl::Time> time = FromProtoTime(t)) return FormatRfc3339(*time);
+  return nullptr;
+}
+
+Json ServerRowJson(const v1::ServerRow& row) {
+  Json json = Json::object();
+  json["server"] = row.server();
+  json["state"] = row.state();
+  json["phase_detail"] = row.phase_detail();
+  json["progress_step"] = row.progress_step();
+  json["progress_total"] = row.progress_total();
+  json["attempt_number"] = row.attempt_number();
+  json["state_since"] = TimeJson(row.state_since());
+  json["attempt_started_at"] = TimeJson(row.attempt_started_at());
+  json["last_diagnosis_class"] = row.last_diagnosis_class();
+  json["last_diagnosis_summary"] = row.last_diagnosis_summary();
+  json["port"] = row.port();
+  json["degraded"] = row.degraded();
+  json["reason"] = row.reason();
+  return json;
 }
 
 std::string StatusJson(std::optional<absl::Time> at, const std::vector<const v1::ServerRow*>& rows,
                        const std::vector<std::string>& removed) {
-  std::string out;
-  JsonWriter json(&out);
-  json.BeginObject();
-  json.Key("at");
-  if (at) {
-    json.String(FormatRfc3339(*at));
-  } else {
-    json.Null();
-  }
-  json.Key("servers");
-  json.BeginArray();
-  for (const v1::ServerRow* row : rows) WriteServerRowJson(*row, &json);
-  json.EndArray();
-  json.Key("removed");
-  json.BeginArray();
-  for (const std::string& name : removed) json.String(name);
-  json.EndArray();
-  json.EndObject();
-  return out;
+  Json json = Json::object();
+  json["at"] = at ? Json(FormatRfc3339(*at)) : Json(nullptr);
+  json["servers"] = Json::array();
+  for (const v1::ServerRow* row : rows) json["servers"].push_back(ServerRowJson(*row));
+  json["removed"] = removed;
+  return JsonText(std::move(json));
 }
 
 }  // namespace fleet::cli

@@ -1,8 +1,8 @@
 // Renderers of fleetd's per-server status rows (fleet.v1.ServerRow): the `status` table and its
 // wide form, the one-line-per-change form of `status --watch` off a terminal, and the JSON
 // objects of `-o json` (docs/cli.md is their contract: snake_case, every field always present,
-// written with JsonWriter, never protobuf's JSON printer). Pure functions; `now` comes from the
-// caller's clock so tests are exact.
+// built as common/base/json_text.h's Json, never protobuf's JSON printer). Pure functions; `now`
+// comes from the caller's clock so tests are exact.
 #pragma once
 
 #include <optional>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "proto/fleet.pb.h"
 
@@ -51,8 +51,10 @@ std::string FormatChangeLine(absl::Time at, const v1::ServerRow& row);
 // `2027-01-15T08:00:03Z pve1/200/gpu3 REMOVED`
 std::string FormatRemovedLine(absl::Time at, std::string_view server);
 
+// A time as the JSON outputs write it: RFC 3339 in UTC, or null for an unset one.
+Json TimeJson(const google::protobuf::Timestamp& t);
 // One row as the JSON object of docs/cli.md (field names are the ServerRow field names).
-void WriteServerRowJson(const v1::ServerRow& row, JsonWriter* json);
+Json ServerRowJson(const v1::ServerRow& row);
 // {"at":...,"servers":[rows],"removed":[names]}: `status -o json`, and each line of
 // `status --watch -o json`.
 std::string StatusJson(std::optional<absl::Time> at, const std::vector<const v1::ServerRow*>& rows,

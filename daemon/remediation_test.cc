@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
-#include "daemon/planner/planner_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/planner_testing.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::daemon {

@@ -14,8 +14,9 @@ packages=(
   libspdlog-dev libfmt-dev libssh-dev libsqlite3-dev libgtest-dev libgmock-dev libre2-dev
   # Tests and benchmarks: real tools whose output the tests classify, and measurement.
   binutils grep coreutils time sqlite3 curl debootstrap
-  # The daemon and the CLI: the fleet config is YAML (with line marks for errors).
-  libyaml-cpp-dev
+  # The daemon and the CLI: the fleet config is YAML (with line marks for errors); the -o json
+  # outputs are written with nlohmann/json (header-only).
+  libyaml-cpp-dev nlohmann-json3-dev
   # Remote fleets: the SSH tests run a real sshd on loopback (openssh-server, only its binary; see
   # policy-rc.d below), ssh-keygen makes their keys, openssl makes TLS certs, iproute2 gives `ss`.
   openssh-server openssh-client openssl iproute2

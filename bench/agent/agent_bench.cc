@@ -57,7 +57,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/flag_set.h"
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 #include "common/base/status_macros.h"
 #include "common/base/string_view.h"
 #include "common/base/unique_fd.h"
@@ -814,15 +814,10 @@ int Main(int argc, char** argv) {
   }
   std::filesystem::create_directories(work_dir);
 
-  std::string json;
-  JsonWriter w(&json);
-  w.BeginObject();
-  w.Key("bench");
-  w.String("agent");
-  w.Key("cpu");
-  w.String(MachineCpu());
-  w.Key("cores");
-  w.Int(static_cast<int64_t>(std::thread::hardware_concurrency()));
+  Json report = Json::object();
+  report["bench"] = "agent";
+  report["cpu"] = MachineCpu();
+  report["cores"] = static_cast<int64_t>(std::thread::hardware_concurrency());
   bool failed = false;
 
   if (!skip_latency) {
@@ -853,15 +848,12 @@ int Main(int argc, char** argv) {
       std::printf("  agent RSS after the trials: %.1f MiB (peak %.1f MiB)\n",
                   static_cast<double>(r->rss_after_kib) / 1024,
                   static_cast<double>(r->hwm_after_kib) / 1024);
-      w.Key("trials");
-      w.Int(static_cast<int64_t>(r->ms.size()));
-      w.Key("diagnoses");
-      w.BeginObject();
+      report["trials"] = static_cast<int64_t>(r->ms.size());
+      Json j1 = Json::object();
       for (const auto& [what, n] : r->diagnoses) {
-        w.Key(what);
-        w.Int(n);
+        j1[what] = n;
       }
-      w.EndObject();
+      report["diagnoses"] = std::move(j1);
       // Microseconds: integers read exactly by any consumer.
       for (auto [key, value] : std::initializer_list<std::pair<const char*, double>>{
                {"latency_p50_us", p50},
@@ -872,13 +864,10 @@ int Main(int argc, char** argv) {
                {"latency_first_us", r->ms.front()},
                {"agent_stamp_p50_us", Percentile(r->agent_ms, 50)},
                {"agent_stamp_p99_us", Percentile(r->agent_ms, 99)}}) {
-        w.Key(key);
-        w.Int(std::llround(value * 1000));
+        report[key] = std::llround(value * 1000);
       }
-      w.Key("latency_run_ms");
-      w.Int(std::llround(r->seconds * 1000));
-      w.Key("rss_after_trials_kib");
-      w.Int(r->rss_after_kib);
+      report["latency_run_ms"] = std::llround(r->seconds * 1000);
+      report["rss_after_trials_kib"] = r->rss_after_kib;
     }
   }
 
@@ -948,38 +937,25 @@ int Main(int argc, char** argv) {
           static_cast<unsigned long long>(nonvoluntary),
           static_cast<double>(voluntary + nonvoluntary) / r->idle_seconds);
       for (const std::string& t : busy_threads) std::printf("    %s\n", t.c_str());
-      w.Key("servers");
-      w.Int(r->servers);
-      w.Key("ready_ms");
-      w.Int(std::llround(r->ready_seconds * 1000));
-      w.Key("idle_ms");
-      w.Int(std::llround(r->idle_seconds * 1000));
+      report["servers"] = r->servers;
+      report["ready_ms"] = std::llround(r->ready_seconds * 1000);
+      report["idle_ms"] = std::llround(r->idle_seconds * 1000);
       for (const char* key :
            {"VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem", "Pss", "Private"}) {
-        w.Key(absl::StrCat(key, "_kib"));
-        w.Int(kib(key));
+        report[absl::StrCat(key, "_kib")] = kib(key);
       }
-      w.Key("no_server_VmRSS_kib");
-      w.Int(r->empty.Kib("VmRSS"));
-      w.Key("heap_kib");
-      w.Int(a.rss_by_mapping.count("[heap]") ? a.rss_by_mapping.at("[heap]") : 0);
-      w.Key("threads");
-      w.Int(a.threads);
-      w.Key("idle_cpu_tick_ms");
-      w.Int(std::llround(cpu_ms));
-      w.Key("idle_cpu_us");
-      w.Int(static_cast<int64_t>(sched_ns / 1000));
-      w.Key("idle_voluntary_switches");
-      w.Int(static_cast<int64_t>(voluntary));
-      w.Key("idle_involuntary_switches");
-      w.Int(static_cast<int64_t>(nonvoluntary));
-      w.Key("idle_events");
-      w.Int(static_cast<int64_t>(r->events_while_idle));
+      report["no_server_VmRSS_kib"] = r->empty.Kib("VmRSS");
+      report["heap_kib"] = a.rss_by_mapping.count("[heap]") ? a.rss_by_mapping.at("[heap]") : 0;
+      report["threads"] = a.threads;
+      report["idle_cpu_tick_ms"] = std::llround(cpu_ms);
+      report["idle_cpu_us"] = static_cast<int64_t>(sched_ns / 1000);
+      report["idle_voluntary_switches"] = static_cast<int64_t>(voluntary);
+      report["idle_involuntary_switches"] = static_cast<int64_t>(nonvoluntary);
+      report["idle_events"] = static_cast<int64_t>(r->events_while_idle);
     }
   }
-  w.Key("ok");
-  w.Bool(!failed);
-  w.EndObject();
+  report["ok"] = !failed;
+  const std::string json = JsonText(std::move(report));
   std::printf("%s\n", json.c_str());
   if (!json_path.empty()) std::ofstream(json_path) << json << "\n";
   return failed ? 1 : 0;

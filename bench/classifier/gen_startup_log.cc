@@ -17,7 +17,7 @@
 #include "bench/classifier/startup_log_generator.h"
 #include "common/base/errno_status.h"
 #include "common/base/flag_set.h"
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 
 namespace {
 
@@ -110,35 +110,23 @@ int main(int argc, char** argv) {
   }
 
   // The manifest goes to stderr when the log itself is on stdout.
-  std::string line;
-  fleet::JsonWriter w(&line);
-  w.BeginObject();
-  w.Key("file");
-  w.String(output);
-  w.Key("seed");
-  w.Int(seed);
-  w.Key("jit_percent");
-  w.Int(jit_percent);
-  w.Key("bytes");
-  w.Int(generator.bytes());
-  w.Key("lines");
-  w.Int(generator.lines());
-  w.Key("failures");
-  w.Int(generator.failures());
-  w.Key("first_failure");
+  using fleet::Json;
+  Json manifest = Json::object();
+  manifest["file"] = output;
+  manifest["seed"] = seed;
+  manifest["jit_percent"] = jit_percent;
+  manifest["bytes"] = generator.bytes();
+  manifest["lines"] = generator.lines();
+  manifest["failures"] = generator.failures();
   if (const auto& f = generator.first_failure()) {
-    w.BeginObject();
-    w.Key("kind");
-    w.String(f->kind);
-    w.Key("class");
-    w.String(f->diagnosis_class);
-    w.Key("root_cause_line");
-    w.Int(f->root_cause_line);
-    w.EndObject();
+    Json j1 = Json::object();
+    j1["kind"] = f->kind;
+    j1["class"] = f->diagnosis_class;
+    j1["root_cause_line"] = f->root_cause_line;
+    manifest["first_failure"] = std::move(j1);
   } else {
-    w.Null();
+    manifest["first_failure"] = nullptr;
   }
-  w.EndObject();
-  (output == "-" ? std::cerr : std::cout) << line << "\n";
+  (output == "-" ? std::cerr : std::cout) << fleet::JsonText(std::move(manifest)) << "\n";
   return 0;
 }

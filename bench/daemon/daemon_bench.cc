@@ -52,7 +52,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/flag_set.h"
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 #include "common/sqlite/database.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/fleet.grpc.pb.h"
@@ -224,7 +224,7 @@ class Bench {
   void ProcLoop();
   int64_t StoredSoFar();
   int64_t NotStarted(std::string* states);
-  bool Verify(const SimReport& report, std::string* json);
+  bool Verify(const SimReport& report, Json* json);
   void Stop(pid_t* pid);
 
   Options o_;
@@ -588,7 +588,7 @@ int Bench::Run() {
   const ProcSample sim_end = sim_ > 0 ? SampleProc(sim_) : ProcSample();
 
   // 4. Check the record.
-  std::string verify_json;
+  Json verify_json = Json::object();
   bool ok = !timed_out && db_ != nullptr && Verify(report, &verify_json);
 
   // Times: from the agents' first event to the moment the record holds every event (the
@@ -662,88 +662,49 @@ int Bench::Run() {
   const double flow_wall_s = static_cast<double>(t_last - t_first) / 1000.0;
   const double total_cpu_s = static_cast<double>(at_end.cpu_ticks) / tick;
 
-  std::string json;
-  JsonWriter w(&json);
-  w.BeginObject();
-  w.Key("containers");
-  w.Int(o_.containers);
-  w.Key("servers");
-  w.Int(servers);
-  w.Key("rate");
-  w.Double(o_.rate);
-  w.Key("events_per_server");
-  w.Int(o_.events_per_server);
-  w.Key("db_synchronous");
-  w.String(o_.db_synchronous.empty() ? "full" : o_.db_synchronous);
-  w.Key("ok");
-  w.Bool(ok);
-  w.Key("servers_not_started");
-  w.Int(not_started);
-  w.Key("events");
-  w.Int(report.total_events);
-  w.Key("streams_broken");
-  w.Int(report.times["streams_broken"]);
-  w.Key("serving_after_ms");
-  w.Int(serving_ms - started_ms);
-  w.Key("all_launched_after_ms");
-  w.Int(report.times["last_launch_ms"] - started_ms);
-  w.Key("first_event_after_ms");
-  w.Int(first_event_ms - started_ms);
-  w.Key("emit_s");
-  w.Double(emit_s);
-  w.Key("offered_events_per_s");
-  w.Double(offered_rate);
-  w.Key("flow_s");
-  w.Double(flow_s);
-  w.Key("ingest_events_per_s");
-  w.Double(ingest_rate);
-  w.Key("peak_1s_events_per_s");
-  w.Double(peak_rate);
-  w.Key("stored_lag_ms");
-  w.Int(last_stored_ms - last_event_ms);
-  w.Key("complete_after_ms");
-  w.Int(complete_ms - started_ms);
+  Json summary = Json::object();
+  summary["containers"] = o_.containers;
+  summary["servers"] = servers;
+  summary["rate"] = o_.rate;
+  summary["events_per_server"] = o_.events_per_server;
+  summary["db_synchronous"] = o_.db_synchronous.empty() ? "full" : o_.db_synchronous;
+  summary["ok"] = ok;
+  summary["servers_not_started"] = not_started;
+  summary["events"] = report.total_events;
+  summary["streams_broken"] = report.times["streams_broken"];
+  summary["serving_after_ms"] = serving_ms - started_ms;
+  summary["all_launched_after_ms"] = report.times["last_launch_ms"] - started_ms;
+  summary["first_event_after_ms"] = first_event_ms - started_ms;
+  summary["emit_s"] = emit_s;
+  summary["offered_events_per_s"] = offered_rate;
+  summary["flow_s"] = flow_s;
+  summary["ingest_events_per_s"] = ingest_rate;
+  summary["peak_1s_events_per_s"] = peak_rate;
+  summary["stored_lag_ms"] = last_stored_ms - last_event_ms;
+  summary["complete_after_ms"] = complete_ms - started_ms;
   for (auto [name, d] : {std::pair{"status_rpc", rpc}, std::pair{"status_rpc_whole_run", rpc_all},
                          std::pair{"status_cli", cli}, std::pair{"status_rpc_idle", rpc_idle},
                          std::pair{"status_cli_idle", cli_idle}}) {
-    w.Key(absl::StrCat(name, "_n"));
-    w.Int(static_cast<int64_t>(d.n));
-    w.Key(absl::StrCat(name, "_p50_ms"));
-    w.Double(d.p50);
-    w.Key(absl::StrCat(name, "_p90_ms"));
-    w.Double(d.p90);
-    w.Key(absl::StrCat(name, "_p99_ms"));
-    w.Double(d.p99);
-    w.Key(absl::StrCat(name, "_max_ms"));
-    w.Double(d.max);
+    summary[absl::StrCat(name, "_n")] = static_cast<int64_t>(d.n);
+    summary[absl::StrCat(name, "_p50_ms")] = d.p50;
+    summary[absl::StrCat(name, "_p90_ms")] = d.p90;
+    summary[absl::StrCat(name, "_p99_ms")] = d.p99;
+    summary[absl::StrCat(name, "_max_ms")] = d.max;
   }
-  w.Key("status_rpc_failed");
-  w.Int(rpc_failed);
-  w.Key("status_cli_failed");
-  w.Int(cli_failed);
-  w.Key("rss_serving_kib");
-  w.Int(at_serving.rss_kib);
-  w.Key("rss_end_kib");
-  w.Int(at_end.rss_kib);
-  w.Key("hwm_kib");
-  w.Int(at_end.hwm_kib);
-  w.Key("threads_end");
-  w.Int(at_end.threads);
-  w.Key("cpu_total_s");
-  w.Double(total_cpu_s);
-  w.Key("cpu_flow_s");
-  w.Double(flow_cpu_s);
-  w.Key("cpu_flow_wall_s");
-  w.Double(flow_wall_s);
-  w.Key("cpu_us_per_event");
-  w.Double(events > 0 ? total_cpu_s * 1e6 / events : 0);
-  w.Key("sim_cpu_s");
-  w.Double(static_cast<double>(sim_end.cpu_ticks) / tick);
-  w.Key("sim_rss_kib");
-  w.Int(sim_end.rss_kib);
-  w.Key("verify");
-  json += verify_json.empty() ? "{}" : verify_json;
-  w.EndObject();
+  summary["status_rpc_failed"] = rpc_failed;
+  summary["status_cli_failed"] = cli_failed;
+  summary["rss_serving_kib"] = at_serving.rss_kib;
+  summary["rss_end_kib"] = at_end.rss_kib;
+  summary["hwm_kib"] = at_end.hwm_kib;
+  summary["threads_end"] = at_end.threads;
+  summary["cpu_total_s"] = total_cpu_s;
+  summary["cpu_flow_s"] = flow_cpu_s;
+  summary["cpu_flow_wall_s"] = flow_wall_s;
+  summary["cpu_us_per_event"] = events > 0 ? total_cpu_s * 1e6 / events : 0;
+  summary["sim_cpu_s"] = static_cast<double>(sim_end.cpu_ticks) / tick;
+  summary["sim_rss_kib"] = sim_end.rss_kib;
+  summary["verify"] = std::move(verify_json);
+  const std::string json = JsonText(std::move(summary));
 
   if (!o_.timeline_path.empty()) {
     std::ofstream t(o_.timeline_path);
@@ -785,7 +746,7 @@ int Bench::Run() {
   return ok ? 0 : 1;
 }
 
-bool Bench::Verify(const SimReport& report, std::string* json) {
+bool Bench::Verify(const SimReport& report, Json* json) {
   bool ok = true;
   auto fail = [&](const std::string& what) {
     if (ok) std::cerr << "daemon_bench: record check failed:\n";
@@ -859,25 +820,16 @@ bool Bench::Verify(const SimReport& report, std::string* json) {
   if (attempt_rows != o_.containers * kGpus || ready_attempts != attempt_rows) {
     fail(absl::StrCat(attempt_rows, " attempts, ", ready_attempts, " ready"));
   }
-  JsonWriter w(json);
-  w.BeginObject();
-  w.Key("ok");
-  w.Bool(ok);
-  w.Key("events_stored");
-  w.Int(stored);
-  w.Key("containers_exact");
-  w.Int(checked);
-  w.Key("gap_rows");
-  w.Int(gap_rows);
-  w.Key("cursors_at_last");
-  w.Int(cursors_ok);
-  w.Key("servers_ready");
-  w.Int(ready_servers);
-  w.Key("attempts");
-  w.Int(attempt_rows);
-  w.Key("attempts_ready");
-  w.Int(ready_attempts);
-  w.EndObject();
+  Json summary = Json::object();
+  summary["ok"] = ok;
+  summary["events_stored"] = stored;
+  summary["containers_exact"] = checked;
+  summary["gap_rows"] = gap_rows;
+  summary["cursors_at_last"] = cursors_ok;
+  summary["servers_ready"] = ready_servers;
+  summary["attempts"] = attempt_rows;
+  summary["attempts_ready"] = ready_attempts;
+  *json = std::move(summary);
   return ok;
 }
 

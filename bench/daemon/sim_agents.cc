@@ -44,10 +44,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/flag_set.h"
-#include "daemon/planner/planner_testing.h"
 #include "google/protobuf/util/time_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/agent.grpc.pb.h"
+#include "tests/testing/planner_testing.h"
 
 namespace fleet::bench {
 namespace {

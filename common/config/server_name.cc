@@ -29,16 +29,31 @@ std::string ServerName(const fleet::v1::ServerRef& ref) {
   return ServerName(ref.host(), ref.container(), ref.gpu());
 }
 
+namespace {
+
+// Why `part` is not a valid config name, for the error message.
+std::string NameProblem(std::string_view what, absl::string_view part) {
+  return absl::StrCat("invalid ", AsAbsl(what), " '", absl::CHexEscape(part),
+                      "': use letters, digits, '.', '_', '-'");
+}
+
+absl::Status BadName(std::string_view kind, std::string_view name, std::string_view why,
+                     std::string_view expected) {
+  return absl::InvalidArgumentError(absl::StrCat(AsAbsl(kind), " name '",
+                                                 absl::CHexEscape(AsAbsl(name)), "': ", AsAbsl(why),
+                                                 " (expected ", AsAbsl(expected), ")"));
+}
+
+}  // namespace
+
 absl::StatusOr<fleet::v1::ServerRef> ParseServerName(std::string_view name) {
   const auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("server name '", absl::CHexEscape(AsAbsl(name)), "': ", AsAbsl(why),
-                     " (expected HOST/CTID/gpuN, e.g. pve1/200/gpu3)"));
+    return BadName("server", name, why, "HOST/CTID/gpuN, e.g. pve1/200/gpu3");
   };
   const std::vector<absl::string_view> parts = absl::StrSplit(AsAbsl(name), '/');
   if (parts.size() != 3) return bad("not three parts separated by '/'");
-  if (!IsValidConfigName(AsStd(parts[0]))) return bad("invalid host name");
-  if (!IsValidConfigName(AsStd(parts[1]))) return bad("invalid container id");
+  if (!IsValidConfigName(AsStd(parts[0]))) return bad(NameProblem("host name", parts[0]));
+  if (!IsValidConfigName(AsStd(parts[1]))) return bad(NameProblem("container id", parts[1]));
   absl::string_view gpu = parts[2];
   if (!absl::ConsumePrefix(&gpu, "gpu")) return bad("the last part must be gpuN");
   const bool digits = !gpu.empty() && std::all_of(gpu.begin(), gpu.end(), [](char c) {
@@ -55,6 +70,17 @@ absl::StatusOr<fleet::v1::ServerRef> ParseServerName(std::string_view name) {
   ref.set_container(std::string(parts[1]));
   ref.set_gpu(index);
   return ref;
+}
+
+absl::StatusOr<ContainerRef> ParseContainerName(std::string_view name) {
+  const auto bad = [&](std::string_view why) {
+    return BadName("container", name, why, "HOST/CTID, e.g. pve1/200");
+  };
+  const std::vector<absl::string_view> parts = absl::StrSplit(AsAbsl(name), '/');
+  if (parts.size() != 2) return bad("not two parts separated by '/'");
+  if (!IsValidConfigName(AsStd(parts[0]))) return bad(NameProblem("host name", parts[0]));
+  if (!IsValidConfigName(AsStd(parts[1]))) return bad(NameProblem("container id", parts[1]));
+  return ContainerRef{std::string(parts[0]), std::string(parts[1])};
 }
 
 }  // namespace fleet::config

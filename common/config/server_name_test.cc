@@ -18,8 +18,8 @@ TEST(ServerName, FormatsHostCtidGpu) {
 }
 
 TEST(ServerName, ParsesValidNamesAndRoundTrips) {
-  for (const char* name :
-       {"pve1/200/gpu3", "local/sim/gpu0", "a.b-c_d/X.1/gpu65535", "pve1/200/gpu10"}) {
+  for (const char* name : {"pve1/200/gpu3", "local/sim/gpu0", "a.b-c_d/X.1/gpu65535",
+                           "pve1/200/gpu10", "my_host/_b-1/gpu0"}) {
     absl::StatusOr<fleet::v1::ServerRef> ref = ParseServerName(name);
     ASSERT_TRUE(ref.ok()) << name << ": " << ref.status();
     EXPECT_EQ(ServerName(*ref), name);
@@ -56,6 +56,37 @@ TEST(ServerName, RejectsMalformedNames) {
     EXPECT_FALSE(ref.ok()) << "'" << name << "'";
     EXPECT_EQ(ref.status().code(), absl::StatusCode::kInvalidArgument) << name;
     EXPECT_THAT(ref.status().message(), HasSubstr("expected HOST/CTID/gpuN")) << name;
+  }
+}
+
+TEST(ServerName, ErrorsNameThePartThatIsWrong) {
+  EXPECT_EQ(ParseServerName("pve 1/200/gpu3").status().message(),
+            "server name 'pve 1/200/gpu3': invalid host name 'pve 1': use letters, digits, '.', "
+            "'_', '-' (expected HOST/CTID/gpuN, e.g. pve1/200/gpu3)");
+  EXPECT_THAT(ParseServerName("pve1/2;0/gpu3").status().message(),
+              HasSubstr("invalid container id '2;0'"));
+  EXPECT_THAT(ParseServerName("pve1/200/3").status().message(),
+              HasSubstr("the last part must be gpuN"));
+  // Control bytes are escaped, never written to a terminal as they are.
+  EXPECT_THAT(ParseServerName("pve1/\x1b[2J/gpu0").status().message(),
+              HasSubstr("invalid container id '\\x1b[2J'"));
+}
+
+TEST(ContainerName, ParsesHostCtidByTheSameRule) {
+  for (const char* name : {"pve1/200", "my_host/_b-1", "a.b/X.1"}) {
+    absl::StatusOr<ContainerRef> ref = ParseContainerName(name);
+    ASSERT_TRUE(ref.ok()) << name << ": " << ref.status();
+    EXPECT_EQ(ref->host + "/" + ref->ctid, name);
+  }
+  absl::StatusOr<ContainerRef> ref = ParseContainerName("my_host/200");
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(ref->host, "my_host");
+  EXPECT_EQ(ref->ctid, "200");
+  for (const char* name : {"", "pve1", "pve1/", "/200", "pve1/200/gpu3", "pve 1/200", "pve1/2;0",
+                           "../200", "pve1/."}) {
+    absl::StatusOr<ContainerRef> bad = ParseContainerName(name);
+    EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << "'" << name << "'";
+    EXPECT_THAT(bad.status().message(), HasSubstr("(expected HOST/CTID, e.g. pve1/200)")) << name;
   }
 }
 

@@ -2,36 +2,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 #include "common/base/string_view.h"
+#include "common/base/utf8.h"
 
 namespace fleet::diagnosis {
 namespace {
 
 using ::fleet::AsAbsl;
 
-void WriteFacts(const Facts& facts, JsonWriter& w) {
-  w.BeginObject();
+Json FactsJson(const Facts& facts) {
+  Json json = Json::object();
   for (const auto& [key, values] : facts.entries()) {
-    w.Key(key);
-    if (values.size() == 1) {
-      w.String(values.front());
-    } else {
-      w.BeginArray();
-      for (const std::string& v : values) w.String(v);
-      w.EndArray();
-    }
+    json[key] = values.size() == 1 ? Json(values.front()) : Json(values);
   }
   if (!facts.packages().empty()) {
-    w.Key("packages");
-    w.BeginObject();
-    for (const auto& [name, version] : facts.packages()) {
-      w.Key(name);
-      w.String(version);
-    }
-    w.EndObject();
+    Json packages = Json::object();
+    for (const auto& [name, version] : facts.packages()) packages[name] = version;
+    json["packages"] = std::move(packages);
   }
-  w.EndObject();
+  return json;
 }
 
 struct Palette {
@@ -51,43 +41,30 @@ Palette MakePalette(bool color) {
 }  // namespace
 
 void AppendExplainJson(std::string_view file, const Diagnosis& d, std::string* out) {
-  JsonWriter w(out);
-  w.BeginObject();
-  w.Key("file");
-  w.String(file);
-  w.Key("class");
-  w.String(d.diagnosis_class);
-  w.Key("root_cause_line");
-  w.Int(d.root_cause_line);
-  w.Key("summary");
-  w.String(d.summary);
-  w.Key("facts");
-  WriteFacts(d.facts, w);
-  w.Key("evidence");
-  w.BeginArray();
+  Json json = Json::object();
+  json["file"] = file;
+  json["class"] = d.diagnosis_class;
+  json["root_cause_line"] = d.root_cause_line;
+  json["summary"] = d.summary;
+  json["facts"] = FactsJson(d.facts);
+  Json evidence = Json::array();
   for (const EvidenceLine& l : d.evidence) {
-    w.BeginObject();
-    w.Key("line");
-    w.Int(l.line);
-    w.Key("text");
-    w.String(l.text);
-    w.EndObject();
+    Json line = Json::object();
+    line["line"] = l.line;
+    line["text"] = l.text;
+    evidence.push_back(std::move(line));
   }
-  w.EndArray();
-  w.Key("symptoms");
-  w.BeginArray();
+  json["evidence"] = std::move(evidence);
+  Json symptoms = Json::array();
   for (const SymptomHit& s : d.symptoms) {
-    w.BeginObject();
-    w.Key("line");
-    w.Int(s.line);
-    w.Key("class");
-    w.String(s.diagnosis_class);
-    w.EndObject();
+    Json symptom = Json::object();
+    symptom["line"] = s.line;
+    symptom["class"] = s.diagnosis_class;
+    symptoms.push_back(std::move(symptom));
   }
-  w.EndArray();
-  w.Key("toolchain_fix");
-  w.Bool(d.toolchain_fix);
-  w.EndObject();
+  json["symptoms"] = std::move(symptoms);
+  json["toolchain_fix"] = d.toolchain_fix;
+  out->append(JsonText(std::move(json)));
 }
 
 std::string FormatExplainText(std::string_view file, const Diagnosis& d, bool color) {

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/planner/planner_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/planner_testing.h"
 
 namespace fleet::daemon {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/base/json_writer.h"
+#include "common/base/json_text.h"
 #include "tests/sim/gpu_info.h"
 #include "tests/sim/toolchain.h"
 #include "tests/sim/tracebacks.h"
@@ -337,94 +337,52 @@ HttpResponse Launcher::Handle(const HttpRequest& request) const {
   const std::string path = request.target.substr(0, request.target.find('?'));
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
-  std::string body;
-  JsonWriter json(&body);
   if (path == "/health" && get) return {200, "text/plain", ""};
   if (path == "/health_generate" && get) return {200, "text/plain", "OK"};
   if (path == "/get_model_info" && get) {
-    json.BeginObject();
-    json.Key("model_path");
-    json.String(args.model_path);
-    json.Key("tokenizer_path");
-    json.String(args.tokenizer_path.empty() ? args.model_path : args.tokenizer_path);
-    json.Key("is_generation");
-    json.Bool(true);
-    json.EndObject();
-    return {200, "application/json", body};
+    Json json = Json::object();
+    json["model_path"] = args.model_path;
+    json["tokenizer_path"] = args.tokenizer_path.empty() ? args.model_path : args.tokenizer_path;
+    json["is_generation"] = true;
+    return {200, "application/json", JsonText(std::move(json))};
   }
   if (path == "/v1/models" && get) {
-    json.BeginObject();
-    json.Key("object");
-    json.String("list");
-    json.Key("data");
-    json.BeginArray();
-    json.BeginObject();
-    json.Key("id");
-    json.String(model);
-    json.Key("object");
-    json.String("model");
-    json.Key("created");
-    json.Int(UnixSeconds());
-    json.Key("owned_by");
-    json.String("sglang");
-    json.Key("root");
-    json.String(model);
-    json.Key("max_model_len");
-    json.Int(args.context_length > 0 ? args.context_length : 4096);
-    json.EndObject();
-    json.EndArray();
-    json.EndObject();
-    return {200, "application/json", body};
+    Json entry = Json::object();
+    entry["id"] = model;
+    entry["object"] = "model";
+    entry["created"] = UnixSeconds();
+    entry["owned_by"] = "sglang";
+    entry["root"] = model;
+    entry["max_model_len"] = args.context_length > 0 ? args.context_length : 4096;
+    Json json = Json::object();
+    json["object"] = "list";
+    json["data"] = Json::array({std::move(entry)});
+    return {200, "application/json", JsonText(std::move(json))};
   }
   if ((path == "/v1/completions" || path == "/generate") && post) {
     // The tiny model always answers the same: serving is not what is simulated here.
     const std::string text = " Paris.";
     const int64_t prompt_tokens = static_cast<int64_t>(request.body.size() / 4) + 1;
-    json.BeginObject();
+    Json json = Json::object();
     if (path == "/generate") {
-      json.Key("text");
-      json.String(text);
-      json.Key("meta_info");
-      json.BeginObject();
-      json.Key("prompt_tokens");
-      json.Int(prompt_tokens);
-      json.Key("completion_tokens");
-      json.Int(2);
-      json.EndObject();
+      json["text"] = text;
+      json["meta_info"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", 2}};
     } else {
-      json.Key("id");
-      json.String("cmpl-sim-0001");
-      json.Key("object");
-      json.String("text_completion");
-      json.Key("created");
-      json.Int(UnixSeconds());
-      json.Key("model");
-      json.String(model);
-      json.Key("choices");
-      json.BeginArray();
-      json.BeginObject();
-      json.Key("index");
-      json.Int(0);
-      json.Key("text");
-      json.String(text);
-      json.Key("logprobs");
-      json.Null();
-      json.Key("finish_reason");
-      json.String("length");
-      json.EndObject();
-      json.EndArray();
-      json.Key("usage");
-      json.BeginObject();
-      json.Key("prompt_tokens");
-      json.Int(prompt_tokens);
-      json.Key("completion_tokens");
-      json.Int(2);
-      json.Key("total_tokens");
-      json.Int(prompt_tokens + 2);
-      json.EndObject();
+      json["id"] = "cmpl-sim-0001";
+      json["object"] = "text_completion";
+      json["created"] = UnixSeconds();
+      json["model"] = model;
+      Json choice = Json::object();
+      choice["index"] = 0;
+      choice["text"] = text;
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = "length";
+      json["choices"] = Json::array({std::move(choice)});
+      json["usage"] = {{"prompt_tokens", prompt_tokens},
+                       {"completion_tokens", 2},
+                       {"total_tokens", prompt_tokens + 2}};
     }
-    json.EndObject();
-    return {200, "application/json", body};
+    return {200, "application/json", JsonText(std::move(json))};
   }
   const bool known = path == "/health" || path == "/health_generate" || path == "/get_model_info" ||
                      path == "/v1/models" || path == "/v1/completions" || path == "/generate";

@@ -1,4 +1,4 @@
-#include "daemon/planner/planner_testing.h"
+#include "tests/testing/planner_testing.h"
 
 namespace fleet::daemon::plannertest {
 

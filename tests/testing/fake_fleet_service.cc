@@ -1,4 +1,4 @@
-#include "cli/fake_fleet_service.h"
+#include "tests/testing/fake_fleet_service.h"
 
 #include <cstdlib>
 #include <iostream>
