@@ -289,7 +289,7 @@ class Daemon : public EventSink, public PlanRecorder {
   void NotifySubscribers() ABSL_LOCKS_EXCLUDED(mu_);
   void Loop();
 
-  // Remediation (daemon_fixes.cc).
+  // Remediation (remediation.cc; FixFinished in daemon.cc).
   absl::Status LoadFixes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
   // Whether `s` may launch now: the container's preflight is done, no remediation runs, no plan
   // waits for approval, and the canary rule lets it. Else it waits (reason set), and a
