@@ -22,6 +22,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "bench/classifier/re2_to_ere.h"
 #include "common/base/errno_status.h"
 #include "common/base/flag_set.h"
 #include "common/diagnosis/signature_matcher.h"
@@ -121,7 +122,8 @@ int main(int argc, char** argv) {
     std::cerr << "catalogue_patterns: " << matcher.status().message() << "\n";
     return 1;
   }
-  const std::vector<std::string> patterns = (*matcher)->ToExtendedRegexps();
+  std::vector<std::string> patterns;
+  for (const std::string& p : (*matcher)->patterns()) patterns.push_back(fleet::bench::Re2ToEre(p));
   if (count.empty()) {
     std::string out;
     for (const std::string& p : patterns) absl::StrAppend(&out, p, "\n");

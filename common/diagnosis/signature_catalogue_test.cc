@@ -141,19 +141,5 @@ TEST(SignatureMatcher, StripsCommonLogPrefixes) {
     EXPECT_EQ((*m)->StripLogPrefixes(line), want) << line;
   }
 }
-
-TEST(SignatureMatcher, EveryPatternHasAnExtendedRegexp) {
-  auto m = SignatureMatcher::Load("");
-  ASSERT_TRUE(m.ok());
-  const auto eres = (*m)->ToExtendedRegexps();
-  EXPECT_EQ(eres.size(), (*m)->signatures().size() + static_cast<size_t>(Structure::kCount));
-  for (const std::string& e : eres) {
-    for (const char* re2_only : {"(?:", "(?P<", "(?i"}) {
-      EXPECT_EQ(e.find(re2_only), std::string::npos) << e;
-    }
-    EXPECT_EQ(e.find("\\d"), std::string::npos) << e;
-  }
-}
-
 }  // namespace
 }  // namespace fleet::diagnosis

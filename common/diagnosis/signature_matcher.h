@@ -74,9 +74,9 @@ class SignatureMatcher {
   // cause named on a warning is weaker than one named on an error.
   bool IsWarningLine(std::string_view line) const;
 
-  // The patterns as they would be given to `grep -E -f` (POSIX ERE with GNU extensions): for the
-  // benchmark that compares our throughput with grep's on the same patterns.
-  std::vector<std::string> ToExtendedRegexps() const;
+  // The RE2 patterns it runs: the signatures' then the structural ones (the classifier
+  // benchmark hands them to grep, translated: bench/classifier/re2_to_ere.h).
+  const std::vector<std::string>& patterns() const { return patterns_; }
 
   // The memory budget of the alternation FindCandidate runs (bytes), sized from its program.
   int64_t alternation_budget() const { return any_budget_; }
