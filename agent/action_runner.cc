@@ -41,7 +41,6 @@ constexpr size_t kMaxServerArgLength = 4096;
 constexpr size_t kMaxUrlLength = 2048;
 // The end of a tool's output is where its error is; the result travels over gRPC into the store.
 constexpr size_t kOutputTailBytes = 16 << 10;
-constexpr size_t kMinRedactedLength = 4;
 using ::fleet::kRedacted;
 constexpr char kNextLaunch[] =
     "valid; the daemon records it and it takes effect at the next launch";
@@ -391,7 +390,7 @@ Outcome RunAptInstall(CommandRunner& runner, const fleet::v1::AptInstall& action
 
 Outcome CheckSetEnv(const fleet::v1::SetEnv& action) {
   if (absl::Status s = ValidateEnvName(action.name()); !s.ok()) return Refused(s);
-  const bool secret = IsSecretName(action.name());
+  const bool secret = IsSecretEnvName(action.name());
   if (absl::Status s = ValidateEnvValue(action.value()); !s.ok()) {
     // A secret's value is never repeated, not even a broken one.
     return Refused(secret ? absl::InvalidArgumentError(absl::StrCat(
@@ -863,35 +862,6 @@ absl::Status ValidateServerArg(std::string_view arg) {
   return absl::OkStatus();
 }
 
-bool IsSecretName(std::string_view name) { return IsSecretEnvName(name); }
-
-std::map<std::string, std::string> RedactEnvironment(
-    const std::map<std::string, std::string>& env) {
-  std::map<std::string, std::string> out = env;
-  for (auto& [name, value] : out) {
-    if (IsSecretName(name)) value = kRedacted;
-  }
-  return out;
-}
-
-std::string RedactText(std::string_view text, const std::map<std::string, std::string>& env) {
-  std::vector<std::string_view> secrets;
-  for (const auto& [name, value] : env) {
-    if (value.size() >= kMinRedactedLength && IsSecretName(name)) secrets.push_back(value);
-  }
-  // Longest first: a secret that contains another is masked whole.
-  std::sort(secrets.begin(), secrets.end(),
-            [](std::string_view a, std::string_view b) { return a.size() > b.size(); });
-  std::string out(text);
-  for (std::string_view secret : secrets) {
-    for (size_t at = out.find(secret); at != std::string::npos;
-         at = out.find(secret, at + sizeof(kRedacted) - 1)) {
-      out.replace(at, secret.size(), kRedacted);
-    }
-  }
-  return out;
-}
-
 fleet::v1::ActionResult ActionRunner::Apply(const fleet::v1::Action& action,
                                             const ActionContext& context) const {
   const absl::Time start = fleet::SteadyNow();
@@ -901,7 +871,7 @@ fleet::v1::ActionResult ActionRunner::Apply(const fleet::v1::Action& action,
   switch (action.kind_case()) {
     case fleet::v1::Action::kSetEnv:
       outcome = CheckSetEnv(action.set_env());
-      if (IsSecretName(action.set_env().name())) {
+      if (IsSecretEnvName(action.set_env().name())) {
         result.mutable_action()->mutable_set_env()->set_value(kRedacted);
       }
       break;
@@ -934,9 +904,9 @@ fleet::v1::ActionResult ActionRunner::Apply(const fleet::v1::Action& action,
       break;
   }
   result.set_ok(outcome.ok);
-  result.set_message(RedactText(outcome.message, context.env));
+  result.set_message(RedactSecretValues(outcome.message, context.env));
   // Masked before it is cut, so that no part of a secret survives at the cut.
-  std::string tail = RedactText(outcome.output, context.env);
+  std::string tail = RedactSecretValues(outcome.output, context.env);
   if (tail.size() > kOutputTailBytes) tail.erase(0, tail.size() - kOutputTailBytes);
   result.set_output_tail(std::move(tail));
   SetDuration(fleet::SteadyNow() - start, result.mutable_took());

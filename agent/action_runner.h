@@ -54,11 +54,4 @@ absl::Status ValidateEnvName(std::string_view name);
 absl::Status ValidateEnvValue(std::string_view value);
 absl::Status ValidateServerArg(std::string_view arg);
 
-// Environment and text that leave the agent have secrets masked: the values of variables whose
-// names look secret (common/base/secret_names.h: HF_TOKEN, *_KEY, *PASSWORD*, *SECRET*, ...)
-// become "<redacted>", in the map and wherever they occur in text.
-bool IsSecretName(std::string_view name);
-std::map<std::string, std::string> RedactEnvironment(const std::map<std::string, std::string>& env);
-std::string RedactText(std::string_view text, const std::map<std::string, std::string>& env);
-
 }  // namespace fleet::agent

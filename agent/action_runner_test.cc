@@ -709,35 +709,5 @@ TEST_F(FileActions, SymlinkRefusesOutsideTheRootAndNeverReplacesAFileOrDirectory
   EXPECT_FALSE(Exists(Path("cuda/lib/libcudart.so")));
 }
 
-TEST(Redaction, SecretNames) {
-  for (const char* secret :
-       {"HF_TOKEN", "hf_token", "GITHUB_TOKEN", "OPENAI_API_KEY", "aws_secret_key", "DB_PASSWORD",
-        "PASSWORD", "my_password_file", "PGPASSWORD"}) {
-    EXPECT_TRUE(IsSecretName(secret)) << secret;
-  }
-  for (const char* plain : {"PATH", "TOKEN", "KEY", "TOKENIZERS_PARALLELISM", "KEYRING_BACKEND",
-                            "CUDA_HOME", "HF_TOKEN_PATH", "API_KEY_ID", ""}) {
-    EXPECT_FALSE(IsSecretName(plain)) << plain;
-  }
-}
-
-TEST(Redaction, MasksEnvironmentValues) {
-  const Env env = {{"PATH", "/usr/bin"}, {"HF_TOKEN", "hf_abcdef"}, {"DB_PASSWORD", "pw"}};
-  EXPECT_EQ(RedactEnvironment(env),
-            (Env{{"PATH", "/usr/bin"}, {"HF_TOKEN", "<redacted>"}, {"DB_PASSWORD", "<redacted>"}}));
-}
-
-TEST(Redaction, MasksEveryOccurrenceOfASecretInText) {
-  const Env env = {{"PATH", "/usr/bin"},
-                   {"HF_TOKEN", "hf_abcdef"},
-                   {"OTHER_TOKEN", "hf_abcdef_longer"},
-                   {"SHORT_KEY", "abc"},
-                   {"EMPTY_KEY", ""}};
-  EXPECT_EQ(RedactText("a hf_abcdef b hf_abcdefhf_abcdef c hf_abcdef_longer /usr/bin abc", env),
-            "a <redacted> b <redacted><redacted> c <redacted> /usr/bin abc");
-  EXPECT_EQ(RedactText("nothing here", env), "nothing here");
-  EXPECT_EQ(RedactText("", env), "");
-}
-
 }  // namespace
 }  // namespace fleet::agent

@@ -23,6 +23,7 @@
 #include "agent/message_budget.h"
 #include "agent/proc.h"
 #include "common/base/errno_status.h"
+#include "common/base/secret_names.h"
 #include "common/base/version.h"
 #include "common/diagnosis/classifier.h"
 #include "common/diagnosis/diagnosis_proto.h"
@@ -75,8 +76,8 @@ std::map<std::string, std::string> EnvOf(const ServerSpec& spec) {
 
 // Evidence that leaves the agent has secret values masked.
 void RedactDiagnosis(const std::map<std::string, std::string>& env, fleet::v1::Diagnosis* d) {
-  for (auto& line : *d->mutable_evidence()) line.set_text(RedactText(line.text(), env));
-  d->set_summary(RedactText(d->summary(), env));
+  for (auto& line : *d->mutable_evidence()) line.set_text(RedactSecretValues(line.text(), env));
+  d->set_summary(RedactSecretValues(d->summary(), env));
 }
 
 // The server's name, host/ctid/gpuN (the kMarkServer value), the agent's own identity where
@@ -614,7 +615,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
       if (st->running_processes_size() >= kMaxReportedProcesses) break;
       st->add_running_processes(absl::StrCat(p.stat.pid, " ", p.stat.comm,
                                              " cpu=", p.stat.utime + p.stat.stime, " ",
-                                             RedactText(p.cmdline, env_)));
+                                             RedactSecretValues(p.cmdline, env_)));
     }
     agent_->Emit(std::move(e));
   }

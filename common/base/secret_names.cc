@@ -1,5 +1,6 @@
 #include "common/base/secret_names.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -29,6 +30,26 @@ std::map<std::string, std::string> RedactedEnv(const std::map<std::string, std::
   std::map<std::string, std::string> out = env;
   for (auto& [name, value] : out) {
     if (IsSecretEnvName(name)) value = kRedacted;
+  }
+  return out;
+}
+
+std::string RedactSecretValues(std::string_view text,
+                               const std::map<std::string, std::string>& env) {
+  constexpr size_t kMinRedactedLength = 4;
+  std::vector<std::string_view> secrets;
+  for (const auto& [name, value] : env) {
+    if (value.size() >= kMinRedactedLength && IsSecretEnvName(name)) secrets.push_back(value);
+  }
+  // Longest first: a secret that contains another is masked whole.
+  std::sort(secrets.begin(), secrets.end(),
+            [](std::string_view a, std::string_view b) { return a.size() > b.size(); });
+  std::string out(text);
+  for (std::string_view secret : secrets) {
+    for (size_t at = out.find(secret); at != std::string::npos;
+         at = out.find(secret, at + sizeof(kRedacted) - 1)) {
+      out.replace(at, secret.size(), kRedacted);
+    }
   }
   return out;
 }

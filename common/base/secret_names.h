@@ -28,4 +28,10 @@ std::string RedactedEnvValue(std::string_view name, std::string_view value);
 // Each value of a secret's name replaced by kRedacted.
 std::map<std::string, std::string> RedactedEnv(const std::map<std::string, std::string>& env);
 
+// `text` with every occurrence of a secret's value of `env` (4 bytes or more: a shorter one would
+// mask ordinary words) replaced by kRedacted, the longest first: what the agent sends of a log
+// (a diagnosis' evidence) and of an action's output.
+std::string RedactSecretValues(std::string_view text,
+                               const std::map<std::string, std::string>& env);
+
 }  // namespace fleet

@@ -30,5 +30,25 @@ TEST(SecretNames, RedactsValuesOfSecretsOnly) {
   EXPECT_EQ(RedactedEnvValue("CUDA_HOME", "/usr/local/cuda"), "/usr/local/cuda");
 }
 
+using Env = std::map<std::string, std::string>;
+
+TEST(SecretNames, MasksEnvironmentValues) {
+  const Env env = {{"PATH", "/usr/bin"}, {"HF_TOKEN", "hf_abcdef"}, {"DB_PASSWORD", "pw"}};
+  EXPECT_EQ(RedactedEnv(env),
+            (Env{{"PATH", "/usr/bin"}, {"HF_TOKEN", "<redacted>"}, {"DB_PASSWORD", "<redacted>"}}));
+}
+
+TEST(SecretNames, MasksEveryOccurrenceOfASecretValueInText) {
+  const Env env = {{"PATH", "/usr/bin"},
+                   {"HF_TOKEN", "hf_abcdef"},
+                   {"OTHER_TOKEN", "hf_abcdef_longer"},
+                   {"SHORT_KEY", "abc"},
+                   {"EMPTY_KEY", ""}};
+  EXPECT_EQ(RedactSecretValues("a hf_abcdef b hf_abcdefhf_abcdef c hf_abcdef_longer /usr/bin abc", env),
+            "a <redacted> b <redacted><redacted> c <redacted> /usr/bin abc");
+  EXPECT_EQ(RedactSecretValues("nothing here", env), "nothing here");
+  EXPECT_EQ(RedactSecretValues("", env), "");
+}
+
 }  // namespace
 }  // namespace fleet
