@@ -38,12 +38,12 @@ class FleetdLogTest : public ::testing::Test {
         channel: {kind: loopback, address: "unix:)",
                                               dir_.Join("no-agent.sock"), R"("}
         gpus: [0]
-        template: sglang
+        template: never-launched
         base_port: 30000
 templates:
-  - name: sglang
-    model: /models/m
-    argv: [/venv/bin/python, -m, sglang.launch_server, --model-path, "{model}", --port, "{port}"]
+  - name: never-launched
+    model: /m
+    argv: [/bin/false, "{port}"]
 )"));
   }
 
