@@ -2,13 +2,13 @@
 // up), the events and snapshots applied to the servers, and the links' connection, backoff and
 // reasons. No lock is held across an agent call.
 #include <algorithm>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/proto_time.h"
 #include "common/config/desired_server.h"
 #include "common/config/fleet_config.h"
 #include "common/config/server_name.h"
+#include "common/log/log.h"
 #include "daemon/daemon.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -142,7 +142,8 @@ void Daemon::WriteUnsaved(absl::Time now) {
     FleetStore::Batch write(store_.get());
     for (const AttemptRecord& a : u.lost) {
       if (absl::Status st = store_->PutAttempt(a); !st.ok()) {
-        fprintf(stderr, "fleetd: record %s: %s\n", a.server.c_str(), st.ToString().c_str());
+        log::Get(log::Component::kStore)
+            .warn("{} record: {}", log::LogFields{.server = a.server, .attempt = a.id}, st);
         lost_failed.push_back(a);
       }
     }
@@ -155,12 +156,13 @@ void Daemon::WriteUnsaved(absl::Time now) {
       absl::Status st =
           store_->IngestBatch(container, u.events[container], w.servers, w.attempts, w.cursor, now);
       if (!st.ok()) {
-        fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+        log::Get(log::Component::kStore)
+            .warn("{} record: {}", log::LogFields{.container = container}, st);
         failed.insert(container);
       }
     }
     if (absl::Status st = write.Commit(); !st.ok()) {
-      fprintf(stderr, "fleetd: record: %s\n", st.ToString().c_str());
+      log::Get(log::Component::kStore).warn("record: {}", st);
       for (const auto& [container, w] : writes) failed.insert(container);
       lost_failed = u.lost;
       gaps_failed = u.gaps;
@@ -207,6 +209,12 @@ void Daemon::SetState(Server& s, const std::string& state, absl::Time now) {
   if (s.record.state != state) {
     s.record.state = state;
     s.record.state_since = now;
+    // What an operator must act on (fix the cause, then `fleetctl restart`); the reason is set.
+    if (state == "GAVE_UP") {
+      log::Get(log::Component::kDaemon)
+          .error("{} GAVE_UP: {}", log::LogFields{.server = s.record.name, .attempt = s.attempt.id},
+                 s.record.reason);
+    }
   }
   Touch(s);
 }
@@ -462,15 +470,17 @@ void Daemon::LinkFailed(Link& l, const absl::Status& why, absl::Time now) {
   const std::string message(why.message());
   if (message == l.last_error) return;  // said once; the retries say nothing new
   l.last_error = message;
-  fprintf(stderr, "fleetd: %s: agent unreachable: %s (retrying, next in %s)\n", l.container.c_str(),
-          message.c_str(), absl::FormatDuration(wait).c_str());
+  log::Get(log::Component::kLinks)
+      .warn("{} agent unreachable: {} (retrying, next in {})",
+            log::LogFields{.container = l.container}, message, absl::FormatDuration(wait));
   TouchContainer(l.container);
 }
 
 void Daemon::LinkUp(Link& l) {
   if (!l.last_error.empty()) {
-    fprintf(stderr, "fleetd: %s: agent reachable again (after %d failed tries)\n",
-            l.container.c_str(), l.failures);
+    log::Get(log::Component::kLinks)
+        .info("{} agent reachable again (after {} failed tries)",
+              log::LogFields{.container = l.container}, l.failures);
     l.last_error.clear();
     TouchContainer(l.container);
   }

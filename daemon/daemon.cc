@@ -4,13 +4,13 @@
 #include "daemon/daemon.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/proto_time.h"
 #include "common/config/desired_server.h"
 #include "common/config/fleet_config.h"
 #include "common/config/server_name.h"
+#include "common/log/log.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -212,8 +212,8 @@ void Daemon::Step() {
     mu_.Unlock();
     WriteRows(rows, &unrecorded);
     if (absl::Status st = write.Commit(); !st.ok()) {
-      fprintf(stderr, "fleetd: record: %s (the turn's agent calls wait for a commit)\n",
-              st.ToString().c_str());
+      log::Get(log::Component::kStore)
+          .warn("record: {} (the turn's agent calls wait for a commit)", st);
       unrecorded = persist;
     }
   }
@@ -268,7 +268,7 @@ void Daemon::Persist(const std::set<std::string>& names) {
   std::set<std::string> failed;
   WriteRows(Collect(names), &failed);
   if (absl::Status st = write.Commit(); !st.ok()) {
-    fprintf(stderr, "fleetd: record: %s (written again next turn)\n", st.ToString().c_str());
+    log::Get(log::Component::kStore).warn("record: {} (written again next turn)", st);
     failed = names;
   }
   dirty_.merge(failed);
@@ -289,7 +289,9 @@ void Daemon::WriteRows(const std::vector<RowWrite>& rows, std::set<std::string>*
     absl::Status st = store_->PutServer(row.record);
     if (st.ok() && !row.attempt.id.empty()) st = store_->PutAttempt(row.attempt);
     if (!st.ok()) {
-      fprintf(stderr, "fleetd: record %s: %s\n", row.record.name.c_str(), st.ToString().c_str());
+      log::Get(log::Component::kStore)
+          .warn("{} record: {}",
+                log::LogFields{.server = row.record.name, .attempt = row.attempt.id}, st);
       failed->insert(row.record.name);
     }
   }

@@ -4,6 +4,9 @@
 // recovery of a daemon that died between writing an attempt and launching it.
 #include "daemon/daemon.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <memory>
@@ -15,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "common/config/config_duration.h"
+#include "common/log/log.h"
 #include "daemon/bounded_stop.h"
 #include "daemon/fleet_service.h"
 #include "gmock/gmock.h"
@@ -319,7 +323,26 @@ TEST_F(DaemonTest, EventsDriveTheStatesAndTheAttemptRecord) {
   EXPECT_EQ(attempts->attempts(0).time_to_ready().seconds(), 42);
 }
 
+// The loggers write to a file of their own while it lives; to stderr again afterwards.
+class LogCapture {
+ public:
+  LogCapture() : fd_(open(dir_.Join("log").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600)) {
+    EXPECT_GE(fd_, 0);
+    EXPECT_TRUE(log::InitLogging({.stream_fd = fd_}).ok());
+  }
+  ~LogCapture() {
+    EXPECT_TRUE(log::InitLogging({}).ok());
+    close(fd_);
+  }
+  std::string Text() const { return testing::ReadFile(dir_.Join("log")); }
+
+ private:
+  testing::TempDir dir_;
+  const int fd_;
+};
+
 TEST_F(DaemonTest, AFailureARestartCannotFixGivesUpWithTheReason) {
+  LogCapture log;
   agent_.snapshot.set_incarnation("inc-1");
   Deploy(TwoGpuConfig());
   daemon_->Step();
@@ -333,6 +356,10 @@ TEST_F(DaemonTest, AFailureARestartCannotFixGivesUpWithTheReason) {
   EXPECT_THAT(row.reason(), HasSubstr("ptx_version_unsupported"));
   EXPECT_EQ(row.last_diagnosis_class(), "ptx_version_unsupported");
   EXPECT_EQ(agent_.launches.size(), 2u);  // no relaunch of gpu0
+  // An operator must act: an error line naming the server and its attempt.
+  EXPECT_THAT(log.Text(), HasSubstr(absl::StrCat(
+                              "error daemon: server=local/200/gpu0 attempt=", launch.attempt_id(),
+                              " GAVE_UP: ptx_version_unsupported: ")));
   auto explained = daemon_->Explain([] {
     fleet::v1::ExplainRequest r;
     r.set_server("local/200/gpu0");
@@ -1140,7 +1167,9 @@ TEST_F(DaemonTest, StatusAnswersWhileAnAgentTakesItsTimeToAnswerAResync) {
 
 TEST_F(DaemonTest, WhyAnAgentCannotBeReachedIsItsServersReasonUntilItAnswers) {
   // An agent fleetd cannot reach (a host unreachable, a bootstrap cut off): its servers stay
-  // PENDING, and status and a watch say why, not just PENDING.
+  // PENDING, and status and a watch say why, not just PENDING; the log says it once, and again
+  // when it answers.
+  LogCapture log;
   agent_.snapshot.set_incarnation("inc-1");
   agent_.reachable = false;
   uint64_t since = 0;
@@ -1164,6 +1193,10 @@ TEST_F(DaemonTest, WhyAnAgentCannotBeReachedIsItsServersReasonUntilItAnswers) {
   rows = Rows();
   EXPECT_EQ(rows["local/200/gpu0"].reason(), "");
   EXPECT_EQ(rows["local/200/gpu0"].state(), "STARTING");
+  const std::string text = log.Text();
+  EXPECT_THAT(text, HasSubstr("warning links: container=local/200 agent unreachable: agent away "
+                              "(retrying, next in "));
+  EXPECT_THAT(text, HasSubstr("info links: container=local/200 agent reachable again (after "));
 }
 
 TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheClientALogStreamUses) {

@@ -19,7 +19,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/base/flag_set.h"
@@ -44,6 +43,8 @@
 
 namespace {
 
+spdlog::logger& Log() { return fleet::log::Get(fleet::log::Component::kDaemon); }
+
 // What containers on SSH hosts need from fleetd itself.
 struct RemoteContext {
   std::string state_dir;  // known_hosts default
@@ -64,7 +65,9 @@ std::unique_ptr<fleet::daemon::AgentClient> MakeClient(const RemoteContext& remo
   const fleet::v1::Channel& ch = config.channel();
   if (host.reach().kind() == fleet::v1::Reach::SSH) {
     if (!remote.package.ok()) {
-      std::cerr << "fleetd: " << remote.package.status().message() << "\n";
+      fleet::log::Get(fleet::log::Component::kLinks)
+          .error("{} {}", fleet::log::LogFields{.container = container},
+                 remote.package.status().message());
       return std::make_unique<fleet::daemon::UnavailableAgentClient>(container,
                                                                      remote.package.status());
     }
@@ -93,7 +96,8 @@ std::unique_ptr<fleet::daemon::AgentClient> MakeClient(const RemoteContext& remo
   // The agent's certificate must name this container (AgentTlsName), whatever address is dialled.
   absl::StatusOr<fleet::daemon::AgentTls> tls = fleet::daemon::ReadChannelTls(container, ch);
   if (!tls.ok()) {
-    std::cerr << "fleetd: " << tls.status().message() << "\n";
+    fleet::log::Get(fleet::log::Component::kLinks)
+        .error("{} {}", fleet::log::LogFields{.container = container}, tls.status().message());
     return std::make_unique<fleet::daemon::UnavailableAgentClient>(container, tls.status());
   }
   return std::make_unique<fleet::daemon::GrpcAgentClient>(container, target, *tls);
@@ -203,7 +207,9 @@ int main(int argc, char** argv) {
     std::cerr << "fleetd: unexpected argument '" << flags.positional()[0] << "'\n";
     return 1;
   }
-  // Log lines on stderr: journald's under deploy/fleetd.service (no timestamps then).
+  // Log lines on stderr: journald's under deploy/fleetd.service (no timestamps then). What is
+  // said before this (a usage error) goes to stderr as "fleetd: ..."; everything after, through
+  // the loggers.
   absl::StatusOr<spdlog::level::level_enum> level = fleet::log::ParseLevel(log_level);
   if (!level.ok()) {
     std::cerr << "fleetd: --log-level: " << level.status().message() << "\n";
@@ -221,7 +227,7 @@ int main(int argc, char** argv) {
   if (!socket_group.empty()) {
     gid_t gid = 0;
     if (!ParseGroup(socket_group, &gid)) {
-      std::cerr << "fleetd: flag --socket-group: no group '" << socket_group << "'\n";
+      Log().error("flag --socket-group: no group '{}'", socket_group);
       return 1;
     }
     socket_options.group = gid;
@@ -241,13 +247,13 @@ int main(int argc, char** argv) {
       unit = *d;
     }
     if (unit <= absl::ZeroDuration()) {
-      std::cerr << "fleetd: flag --event-retention: '" << event_retention
-                << "' is not a positive duration (30d, 72h, 90m)\n";
+      Log().error("flag --event-retention: '{}' is not a positive duration (30d, 72h, 90m)",
+                  event_retention);
       return 1;
     }
     options.event_retention = unit;
     if (max_events < 1) {
-      std::cerr << "fleetd: flag --max-events: must be at least 1\n";
+      Log().error("flag --max-events: must be at least 1");
       return 1;
     }
     options.max_events = max_events;
@@ -258,8 +264,8 @@ int main(int argc, char** argv) {
       d.ok() && *d > absl::ZeroDuration()) {
     stop_timeout = *d;
   } else {
-    std::cerr << "fleetd: flag --stop-timeout: '" << stop_timeout_text
-              << "' is not a positive duration (30s, 2m)\n";
+    Log().error("flag --stop-timeout: '{}' is not a positive duration (30s, 2m)",
+                stop_timeout_text);
     return 1;
   }
 
@@ -269,7 +275,7 @@ int main(int argc, char** argv) {
   if (!config_path.empty()) {
     auto c = fleet::config::LoadFleetConfig(config_path);
     if (!c.ok()) {
-      std::cerr << "fleetd: " << c.status().message() << "\n";
+      Log().error("{}", c.status().message());
       return 1;
     }
     config = *std::move(c);
@@ -280,27 +286,24 @@ int main(int argc, char** argv) {
   }
 
   if (db_synchronous != "full" && db_synchronous != "normal") {
-    std::cerr << "fleetd: --db-synchronous: full or normal, got '" << db_synchronous << "'\n";
+    Log().error("--db-synchronous: full or normal, got '{}'", db_synchronous);
     return 1;
   }
   // Owner-only: fleet.db holds the config's env values (docs/config.md, "Secrets").
   absl::StatusOr<int> old_mode = fleet::MakePrivateDir(state_dir);
   if (!old_mode.ok()) {
-    std::cerr << "fleetd: " << old_mode.status().message() << "\n";
+    Log().error("{}", old_mode.status().message());
     return 1;
   }
   if (*old_mode >= 0) {
-    std::cerr << absl::StrFormat(
-        "fleetd: state dir %s: mode %04o narrowed to 0700 (it holds "
-        "fleet.db)\n",
-        state_dir, *old_mode);
+    Log().warn("state dir {}: mode {:04o} narrowed to 0700 (it holds fleet.db)", state_dir,
+               *old_mode);
   }
   // The lock first: one daemon per state dir.
   fleet::UniqueFd lock(
       open((state_dir + "/fleetd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid() || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    std::cerr << "fleetd: another fleetd runs on " << state_dir << " (" << state_dir
-              << "/fleetd.lock is held)\n";
+    Log().error("another fleetd runs on {} ({}/fleetd.lock is held)", state_dir, state_dir);
     return 1;
   }
   const std::string pid = std::to_string(getpid()) + "\n";
@@ -326,14 +329,16 @@ int main(int argc, char** argv) {
                                  : fleet::sqlite::OpenOptions::Synchronous::kFull,
       db_vfs);
   if (!store.ok()) {
-    std::cerr << "fleetd: " << store.status().message() << "\n";
+    Log().error("{}", store.status().message());
     return 1;
   }
   const fleet::WallClock wall(clock_offset_file);
   // Timers run on the monotonic clock (common/base/clock.h): a step of the wall clock is said.
   fleet::RealClock clock(&wall, [](absl::Duration step) {
-    std::cerr << absl::StrCat("fleetd: the wall clock stepped by ", absl::FormatDuration(step),
-                              ": no timer moves; timestamps keep their frame until a restart\n");
+    Log().warn(
+        "the wall clock stepped by {}: no timer moves; timestamps keep their frame until a "
+        "restart",
+        absl::FormatDuration(step));
   });
   // Containers on SSH hosts get this build's agent: found once (its version is asked of it).
   RemoteContext remote;
@@ -349,7 +354,7 @@ int main(int argc, char** argv) {
                 const fleet::v1::Container& c) { return MakeClient(remote, container, host, c); },
       &clock, options);
   if (!daemon.ok()) {
-    std::cerr << "fleetd: " << daemon.status().message() << "\n";
+    Log().error("{}", daemon.status().message());
     return 1;
   }
   if (config) {
@@ -357,10 +362,10 @@ int main(int argc, char** argv) {
     // when it changed since it was last applied (a `fleetctl deploy -f` since then stays).
     auto r = (*daemon)->ApplyStartupConfig(config_path, yaml);
     if (!r.ok()) {
-      std::cerr << "fleetd: " << r.status().message() << "\n";
+      Log().error("{}", r.status().message());
       return 1;
     }
-    std::cerr << "fleetd: " << r->message << "\n";
+    Log().info("{}", r->message);
   }
 
   fleet::daemon::FleetService service(daemon->get(), state_dir);
@@ -368,28 +373,27 @@ int main(int argc, char** argv) {
   // before gRPC sees it. A stale socket of a previous run is replaced (the lock says none runs).
   auto listener = fleet::net::PeerCheckedListener::Create(socket_options);
   if (!listener.ok()) {
-    std::cerr << "fleetd: cannot serve on " << socket_path << ": " << listener.status().message()
-              << "\n";
+    Log().error("cannot serve on {}: {}", socket_path, listener.status().message());
     return 1;
   }
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
-    std::cerr << "fleetd: cannot serve on " << socket_path << "\n";
+    Log().error("cannot serve on {}", socket_path);
     return 1;
   }
   grpc::Server* const serving = server.get();
   (*listener)->Start(
       [serving](fleet::UniqueFd fd) { grpc::AddInsecureChannelFromFd(serving, fd.Release()); },
-      [](const absl::Status& why) { std::cerr << absl::StrCat("fleetd: ", why.message(), "\n"); });
+      [](const absl::Status& why) { Log().warn("{}", why.message()); });
   (*daemon)->Start();
-  std::cerr << "fleetd " << fleet::kVersion << ": serving on " << socket_path << " (only "
-            << (*listener)->Describe() << "), record " << state_dir << "/fleet.db\n";
+  Log().info("fleetd {}: serving on {} (only {}), record {}/fleet.db", fleet::kVersion, socket_path,
+             (*listener)->Describe(), state_dir);
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  std::cerr << "fleetd: stopping (the servers keep running)\n";
+  Log().info("stopping (the servers keep running)");
   listener->reset();  // no new connection; the socket file goes with it
   const bool stopped = fleet::daemon::StopWithin(stop_timeout, [&] {
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -399,8 +403,10 @@ int main(int argc, char** argv) {
   if (!stopped) {
     // Within systemd's TimeoutStopSec, on our own terms: every commit is whole in fleet.db, and
     // a remediation left "applying" is resolved by a probe at the next start.
-    std::cerr << "fleetd: not stopped after " << absl::FormatDuration(stop_timeout)
-              << " (a remediation or an agent call still runs): exiting without it\n";
+    Log().error(
+        "not stopped after {} (a remediation or an agent call still runs): exiting "
+        "without it",
+        absl::FormatDuration(stop_timeout));
     _exit(0);
   }
   // gRPC's last shutdown cleans up on a thread of its own; at exit that raced the callbacks

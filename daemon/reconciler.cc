@@ -1,13 +1,13 @@
 // The reconciler: each server's next move in a turn (launch, stop, back off, give up), the calls
 // sent for it and their answers, and the desired state (deploy) it works towards.
 #include <algorithm>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/proto_time.h"
 #include "common/config/desired_server.h"
 #include "common/config/fleet_config.h"
 #include "common/config/server_name.h"
+#include "common/log/log.h"
 #include "daemon/daemon.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -56,7 +56,9 @@ std::vector<AgentCall> Daemon::Reconcile(absl::Time now, std::set<std::string>* 
         // The attempt row exists before the agent hears of it.
         auto a = store_->CreateAttempt(name, trigger, r.spec, now);
         if (!a.ok()) {
-          fprintf(stderr, "fleetd: %s\n", a.status().ToString().c_str());
+          // Tried again by the next turn: the attempt is not launched without its row.
+          log::Get(log::Component::kStore)
+              .warn("{} {}", log::LogFields{.server = name}, a.status());
           return;
         }
         s.attempt = *std::move(a);

@@ -6,13 +6,13 @@
 // (remediation_runner.h), without the daemon's locks, and their results are taken by the next
 // turn (ApplyFixResults).
 #include <algorithm>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/proto_time.h"
 #include "common/base/string_view.h"
 #include "common/diagnosis/diagnosis_class.h"
+#include "common/log/log.h"
 #include "daemon/daemon.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/time_util.h"
@@ -275,8 +275,10 @@ absl::Status Daemon::Record(fleet::v1::Plan* plan, bool create) {
     } else {
       // The record is busy or full: the plan's newest state is kept and written by a later turn
       // (RecordPending), never lost (a plan left "applying" would be resolved as interrupted).
-      fprintf(stderr, "fleetd: remediation %s: record: %s (written again later)\n",
-              plan->id().c_str(), s.ToString().c_str());
+      log::Get(log::Component::kRemediation)
+          .warn("{} remediation {}: record: {} (written again later)",
+                log::LogFields{.server = plan->server(), .container = plan->container()},
+                plan->id(), s);
       unrecorded_plans_[plan->id()] = *plan;
     }
     return s;
@@ -318,7 +320,8 @@ void Daemon::PreflightFailed(const FixJob& job, const std::string& error, absl::
     f.preflight_reason =
         absl::StrCat("preflight: the agent's probe failed (", n, " of ", attempts, "): ", error,
                      "; tried again in ", absl::FormatDuration(wait));
-    fprintf(stderr, "fleetd: %s: %s\n", job.container.c_str(), f.preflight_reason.c_str());
+    log::Get(log::Component::kRemediation)
+        .warn("{} {}", log::LogFields{.container = job.container}, f.preflight_reason);
     for (Server* s : waiting) Wait(*s, "preflight", f.preflight_reason, changed);
     return;
   }
@@ -326,11 +329,13 @@ void Daemon::PreflightFailed(const FixJob& job, const std::string& error, absl::
   f.preflight_reason.clear();
   f.retry_at = absl::InfinitePast();
   const bool give_up = policy.preflight_failure() == fleet::v1::Policy::GIVE_UP;
-  fprintf(stderr, "fleetd: %s: the preflight probe failed %d times (last: %s): %s\n",
-          job.container.c_str(), attempts, error.c_str(),
-          give_up ? "its servers give up (policy preflight_failure: give_up)"
-                  : "launching without the preflight (a failed start is still diagnosed and "
-                    "remediated)");
+  log::Get(log::Component::kRemediation)
+      .log(give_up ? spdlog::level::err : spdlog::level::warn,
+           "{} the preflight probe failed {} times (last: {}): {}",
+           log::LogFields{.container = job.container}, attempts, error,
+           give_up ? "its servers give up (policy preflight_failure: give_up)"
+                   : "launching without the preflight (a failed start is still diagnosed and "
+                     "remediated)");
   if (!give_up) f.preflight_done = true;
   for (Server* s : waiting) {
     s->waiting.clear();
@@ -369,16 +374,20 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
       }
     }
     if (!done.error.empty()) {
-      fprintf(stderr, "fleetd: remediation of %s: %s\n", job.container.c_str(), done.error.c_str());
+      log::Get(log::Component::kRemediation)
+          .warn("{} remediation of {}: {}",
+                log::LogFields{.server = job.server, .attempt = job.attempt_id}, job.container,
+                done.error);
       f.retry_at = now + absl::Seconds(5);
     }
     if (job.kind == FixJob::kResolve && done.error.empty()) {
       if (!f.unresolved.empty() && f.unresolved.front() == job.manual.id()) {
         f.unresolved.pop_front();
       }
-      fprintf(stderr, "fleetd: remediation %s of %s, interrupted when fleetd stopped: %s\n",
-              job.manual.id().c_str(), job.container.c_str(),
-              done.plan ? done.plan->status().c_str() : "?");
+      log::Get(log::Component::kRemediation)
+          .info("{} remediation {} of {}, interrupted when fleetd stopped: {}",
+                log::LogFields{.server = job.manual.server()}, job.manual.id(), job.container,
+                done.plan ? done.plan->status() : "?");
       if (done.plan && done.plan->status() == "applied" && done.plan->trigger() == "preflight") {
         f.preflight_done = true;
       }

@@ -375,11 +375,11 @@ time_to_ready() {
           if (ready > last) last = ready
         } END {printf "%.3f %.3f %.3f\n", first["201"], first["202"], last}')
 
-  # The bootstraps fleetd logged: "<time> fleetd: host H, container C: fleet-agent V installed
-  # and started (none before) in T: status T, version T, ...".
+  # The bootstraps fleetd logged: "<time> <fleetd's time> info links: container=N host H,
+  # container C: fleet-agent V installed and started (none before) in T: status T, version T, ...".
   while IFS= read -r line; do
     at=$(secs "$t0" "${line%% *}")
-    host=$(sed -n 's/.* fleetd: host \([^,]*\), container .*/\1/p' <<<"$line")
+    host=$(sed -n 's/.* links: container=[^ ]* host \([^,]*\), container .*/\1/p' <<<"$line")
     ct=$(sed -n 's/.*, container \([^:]*\): .*/\1/p' <<<"$line")
     rest=${line##*started (}
     total=$(seconds "$(sed -n 's/^[^)]*) in \([^:]*\): .*/\1/p' <<<"$rest")")
@@ -395,7 +395,7 @@ time_to_ready() {
     boot_at[$ct]=$at
     boots=$((boots + 1))
     printf '   bootstrap %s/%s: %s s (logged %s s after fleetd started): %s\n' "$host" "$ct" "$total" "$at" "$steps"
-  done < <(grep -E 'fleetd: host [^,]+, container [^:]+: .* started \(' "$log" || true)
+  done < <(grep -E ' links: container=[^ ]+ host [^,]+, container [^:]+: .* started \(' "$log" || true)
   case $mode in
     remote-fresh)
       ((boots == 2)) || die "$mode run $r: fleetd logged $boots agent bootstraps, not 2 ($log)"

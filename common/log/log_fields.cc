@@ -32,6 +32,7 @@ void Append(absl::string_view name, absl::string_view value, std::string* out) {
 
 std::string FormatFields(const LogFields& fields) {
   std::string out;
+  Append("container", fields.container, &out);
   Append("server", fields.server, &out);
   Append("attempt", fields.attempt, &out);
   return out;

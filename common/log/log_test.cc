@@ -232,6 +232,14 @@ TEST(LogFields, ServerThenAttemptInOneForm) {
   EXPECT_EQ(FormatFields({}), "");
 }
 
+TEST(LogFields, AContainerComesFirstAndAloneWhenTheLineIsAboutNoServer) {
+  EXPECT_EQ(fmt::format("{} agent unreachable", LogFields{.container = "pve1/200"}),
+            "container=pve1/200 agent unreachable");
+  EXPECT_EQ(FormatFields({.server = "pve1/200/gpu0", .attempt = "ab12", .container = "pve1/200"}),
+            "container=pve1/200 server=pve1/200/gpu0 attempt=ab12");
+  EXPECT_EQ(FormatFields({.container = "my host/1"}), "container=\"my host/1\"");
+}
+
 TEST(LogFields, AValueThatWouldSplitTheFieldIsQuoted) {
   EXPECT_EQ(FormatFields({"my host/1/gpu0", "a\"b"}),
             "server=\"my host/1/gpu0\" attempt=\"a\\\"b\"");

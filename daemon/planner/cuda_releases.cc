@@ -1,7 +1,6 @@
 #include "daemon/planner/cuda_releases.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -12,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/base/string_view.h"
+#include "common/log/log.h"
 
 namespace fleet::daemon {
 
@@ -150,8 +150,8 @@ const CudaReleaseTable& CudaReleaseTable::Builtin() {
   static const CudaReleaseTable* const table = [] {
     absl::StatusOr<CudaReleaseTable> parsed = Parse(BuiltinCudaReleaseText(), "cuda_releases.conf");
     if (!parsed.ok()) {
-      std::fprintf(stderr, "built-in CUDA release table: %s\n",
-                   std::string(parsed.status().message()).c_str());
+      log::Get(log::Component::kRemediation)
+          .critical("built-in CUDA release table: {}", parsed.status().message());
       std::abort();
     }
     return new CudaReleaseTable(*std::move(parsed));

@@ -1,10 +1,10 @@
 #include "daemon/remote/remote_agent_client.h"
 
-#include <cstdio>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log/log.h"
 
 namespace fleet::daemon {
 
@@ -172,11 +172,11 @@ absl::Status RemoteAgentClient::BootstrapOnce() {
       absl::StrAppend(&steps, i == 0 ? "" : ", ", r->steps[i], " ",
                       absl::FormatDuration(absl::Trunc(r->step_times[i], absl::Milliseconds(1))));
     }
-    std::fprintf(
-        stderr, "fleetd: %s%s %s (%s) in %s: %s\n", prefix.c_str(),
-        options_.package.version.c_str(), r->pushed ? "installed and started" : "started",
-        r->previous_version.empty() ? "none before" : ("was " + r->previous_version).c_str(),
-        absl::FormatDuration(absl::Trunc(total, absl::Milliseconds(1))).c_str(), steps.c_str());
+    log::Get(log::Component::kLinks)
+        .info("{} {}{} {} ({}) in {}: {}", log::LogFields{.container = options_.container}, prefix,
+              options_.package.version, r->pushed ? "installed and started" : "started",
+              r->previous_version.empty() ? "none before" : "was " + r->previous_version,
+              absl::FormatDuration(absl::Trunc(total, absl::Milliseconds(1))), steps);
   }
   absl::MutexLock lock(&mu_);
   last_ = *std::move(r);

@@ -4,7 +4,6 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/string_view.h"
+#include "common/log/log.h"
 
 namespace fleet::daemon {
 namespace {
@@ -394,7 +394,7 @@ std::string ConfigDigest(std::string_view text) {
   unsigned int size = 0;
   if (EVP_Digest(text.data(), text.size(), md, &size, EVP_sha256(), nullptr) != 1) {
     // Only an OpenSSL without SHA-256 fails here: nothing this process can run without.
-    fprintf(stderr, "fleetd: sha256 is not available\n");
+    log::Get(log::Component::kStore).critical("sha256 is not available");
     abort();
   }
   std::string out = "sha256:";

@@ -399,9 +399,9 @@ check_bootstrap() {
   elif [[ $bootstrap_cut != true ]]; then
     printf 'violation: bootstrap_logged: fleetd logged no agent installed in pve1/200\n'
   else
-    grep -qF 'fleetd: pve1/200: agent unreachable: host pve1' "$run_dir/fleetd.log" ||
+    grep -qF 'container=pve1/200 agent unreachable: host pve1' "$run_dir/fleetd.log" ||
       printf 'violation: bootstrap_logged: the bootstrap was cut off, fleetd logged no reason\n'
-    grep -qF 'fleetd: pve1/200: agent reachable again' "$run_dir/fleetd.log" ||
+    grep -qF 'container=pve1/200 agent reachable again' "$run_dir/fleetd.log" ||
       printf 'violation: bootstrap_logged: fleetd logged neither the agent installed nor reachable again\n'
   fi
 }
