@@ -10,17 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "agent/log_follower.h"
 #include "common/base/rpc_limits.h"
+#include "common/net/grpc_status.h"
 
 namespace fleet::agent {
 
 void SetMessageLimits(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(kAgentRpcMaxMessageBytes);
   builder->SetMaxSendMessageSize(kAgentRpcMaxMessageBytes);
-}
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 namespace {
@@ -154,7 +150,7 @@ class LogStream : public grpc::ServerWriteReactor<fleet::v1::LogChunk>, public L
     skip_ = TailStart();
     auto follower = LogFollower::Create(path_, 0, this, {});
     if (!follower.ok()) {
-      Finish(ToGrpc(follower.status()));
+      Finish(ToGrpcStatus(follower.status()));
       return;
     }
     absl::Status s = (*follower)->Poll();
@@ -167,7 +163,7 @@ class LogStream : public grpc::ServerWriteReactor<fleet::v1::LogChunk>, public L
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](LogStream* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st->mu_) { return !st->writing_; }, this));
-    Finish(s.ok() ? grpc::Status::OK : ToGrpc(s));
+    Finish(s.ok() ? grpc::Status::OK : ToGrpcStatus(s));
   }
 
   // Byte offset where the last `tail_lines_` lines begin (0: from the start).
@@ -257,7 +253,7 @@ grpc::ServerUnaryReactor* AgentService::Launch(grpc::CallbackServerContext* cont
   auto* reactor = context->DefaultReactor();
   absl::StatusOr<fleet::v1::LaunchResponse> r = agent_->Launch(*request);
   if (r.ok()) *response = *std::move(r);
-  reactor->Finish(ToGrpc(r.status()));
+  reactor->Finish(ToGrpcStatus(r.status()));
   return reactor;
 }
 
@@ -267,7 +263,7 @@ grpc::ServerUnaryReactor* AgentService::Stop(grpc::CallbackServerContext* contex
   auto* reactor = context->DefaultReactor();
   absl::StatusOr<fleet::v1::StopResponse> r = agent_->Stop(*request);
   if (r.ok()) *response = *std::move(r);
-  reactor->Finish(ToGrpc(r.status()));
+  reactor->Finish(ToGrpcStatus(r.status()));
   return reactor;
 }
 

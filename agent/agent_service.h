@@ -59,7 +59,4 @@ class AgentService final : public fleet::v1::Agent::CallbackService {
 // Sets the agent server's message limits (common/base/rpc_limits.h) on `builder`.
 void SetMessageLimits(grpc::ServerBuilder* builder);
 
-// The gRPC status for an absl::Status (same code, same message).
-grpc::Status ToGrpc(const absl::Status& status);
-
 }  // namespace fleet::agent

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/rpc_limits.h"
+#include "common/net/grpc_status.h"
 
 namespace fleet::daemon {
 namespace {
@@ -43,10 +44,7 @@ void CallCancel::Unwatch() {
 }
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& container, const char* call) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(
-      static_cast<absl::StatusCode>(s.error_code()),
-      absl::StrCat("container ", container, ": agent ", call, ": ", s.error_message()));
+  return FromGrpcStatus(s, absl::StrCat("container ", container, ": agent ", call));
 }
 
 // One followed event stream. Deletes itself in OnDone, after telling the sink.

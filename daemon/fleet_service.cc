@@ -8,22 +8,18 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/config/secret_redaction.h"
+#include "common/net/grpc_status.h"
 #include "daemon/ssh/ssh_reach.h"
 
 namespace fleet::daemon {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 template <typename T>
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* c, absl::StatusOr<T> result,
                                  T* response) {
   auto* reactor = c->DefaultReactor();
   if (result.ok()) *response = *std::move(result);
-  reactor->Finish(ToGrpc(result.status()));
+  reactor->Finish(ToGrpcStatus(result.status()));
   return reactor;
 }
 
@@ -48,7 +44,7 @@ absl::StatusOr<T> WithPlansRedacted(absl::StatusOr<T> result) {
 
 grpc::ServerUnaryReactor* Fail(grpc::CallbackServerContext* c, const absl::Status& status) {
   auto* reactor = c->DefaultReactor();
-  reactor->Finish(ToGrpc(status));
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
@@ -167,7 +163,7 @@ class LogRelay : public grpc::ServerWriteReactor<fleet::v1::LogChunk> {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](LogRelay* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return !r->writing_; }, this));
-    Finish(cancelled_ ? grpc::Status::CANCELLED : ToGrpc(s));
+    Finish(cancelled_ ? grpc::Status::CANCELLED : ToGrpcStatus(s));
   }
 
   Daemon* const daemon_;

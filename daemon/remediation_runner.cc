@@ -317,6 +317,19 @@ FixDone RemediationRunner::Run(FixJob job) {
   const fleet::v1::ToolchainSnapshot& snapshot = proposal->snapshot;
   PlannerDecision& decision = proposal->decision;
   done.failed_remediations = decision.failed_remediations;
+  // A new plan: recorded, then proposed (policy ask) or run now.
+  auto proposed_or_run = [&](fleet::v1::Plan plan) {
+    const bool ask = job.policy.remediation() == fleet::v1::Policy::ASK;
+    plan.set_status(ask ? "proposed" : "applying");
+    if (absl::Status st = recorder_->Record(&plan, true); !st.ok()) {
+      done.error = absl::StrCat("record: ", st.message());
+    } else {
+      if (!ask) Execute(*client, job, snapshot, &plan);
+      done.plan = std::move(plan);
+    }
+    done.job = std::move(job);
+    return std::move(done);
+  };
   if (decision.report && job.kind == FixJob::kDiagnosis) {
     // A fix cut short earlier (interrupted: the probe then failed or did not show it) that the
     // probe shows in effect now did its work after all (the agent's pip outlived the agent, say):
@@ -352,17 +365,7 @@ FixDone RemediationRunner::Run(FixJob job) {
       plan.set_outcome_reason(absl::StrCat("run again: plan ", p->id(),
                                            " was cut short and the probe does not show all of it (",
                                            absl::StrJoin(effect.All(), ", "), ")"));
-      const bool ask = job.policy.remediation() == fleet::v1::Policy::ASK;
-      plan.set_status(ask ? "proposed" : "applying");
-      if (absl::Status st = recorder_->Record(&plan, true); !st.ok()) {
-        done.error = absl::StrCat("record: ", st.message());
-        done.job = std::move(job);
-        return done;
-      }
-      if (!ask) Execute(*client, job, snapshot, &plan);
-      done.plan = std::move(plan);
-      done.job = std::move(job);
-      return done;
+      return proposed_or_run(std::move(plan));
     }
   }
   if (decision.report) {
@@ -370,18 +373,7 @@ FixDone RemediationRunner::Run(FixJob job) {
     done.job = std::move(job);
     return done;
   }
-  fleet::v1::Plan plan = std::move(proposal->plan);
-  const bool ask = job.policy.remediation() == fleet::v1::Policy::ASK;
-  plan.set_status(ask ? "proposed" : "applying");
-  if (absl::Status s = recorder_->Record(&plan, true); !s.ok()) {
-    done.error = absl::StrCat("record: ", s.message());
-    done.job = std::move(job);
-    return done;
-  }
-  if (!ask) Execute(*client, job, snapshot, &plan);
-  done.plan = std::move(plan);
-  done.job = std::move(job);
-  return done;
+  return proposed_or_run(std::move(proposal->plan));
 }
 
 void RemediationRunner::Execute(AgentClient& client, const FixJob& job,

@@ -3,18 +3,15 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "common/net/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 
 namespace fleet::cli::testing {
 namespace {
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const absl::Status& s) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpc(s));
+  reactor->Finish(ToGrpcStatus(s));
   return reactor;
 }
 
@@ -27,7 +24,7 @@ class ScriptedStream : public grpc::ServerWriteReactor<T> {
                  FakeFleetService* service)
       : messages_(std::move(messages)), hold_open_(hold_open), service_(service) {
     if (!error.ok()) {
-      FinishOnce(ToGrpc(error));
+      FinishOnce(ToGrpcStatus(error));
       return;
     }
     Next();
