@@ -1,3 +1,7 @@
+// Agent's methods (agent.h): the event loop and its timers, launches and their waits for a free
+// GPU, re-adoption after an agent restart, stops, status, toolchain probes and actions, and the
+// event log (stored in agent.db, or held in memory while the store fails). One server attempt's own
+// life (its process, log, timers and events) is Agent::ServerRun, in server_run.cc.
 #include "agent/agent.h"
 
 #include <fcntl.h>
@@ -22,72 +26,19 @@
 #include "agent/log_follower.h"
 #include "agent/message_budget.h"
 #include "agent/proc.h"
+#include "agent/server_run.h"
 #include "common/base/errno_status.h"
-#include "common/base/secret_names.h"
+#include "common/base/proto_time.h"
 #include "common/base/version.h"
 #include "common/diagnosis/classifier.h"
 #include "common/diagnosis/diagnosis_proto.h"
 #include "common/log/log.h"
-#include "google/protobuf/util/time_util.h"
 
 namespace fleet::agent {
 namespace {
 
 using fleet::v1::AgentEvent;
 using fleet::v1::ServerSpec;
-using google::protobuf::util::TimeUtil;
-
-constexpr char kStarting[] = "STARTING";
-constexpr char kReady[] = "READY";
-constexpr char kFailed[] = "FAILED";
-constexpr char kStopping[] = "STOPPING";
-constexpr char kStopped[] = "STOPPED";
-
-google::protobuf::Timestamp ToTimestamp(absl::Time t) {
-  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
-}
-
-absl::Time FromTimestamp(const google::protobuf::Timestamp& t) {
-  return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(t));
-}
-
-google::protobuf::Duration ToDuration(absl::Duration d) {
-  return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
-}
-
-absl::Duration DurationOr(const google::protobuf::Duration& d, absl::Duration fallback) {
-  const int64_t ns = TimeUtil::DurationToNanoseconds(d);
-  return ns > 0 ? absl::Nanoseconds(ns) : fallback;
-}
-
-// The server's environment: the spec's env and, read now, its env_from_file values (best effort:
-// a file that cannot be read fails the Launch, which reads them itself). The values read are in
-// it so that they are masked wherever the server's text leaves the agent.
-std::map<std::string, std::string> EnvOf(const ServerSpec& spec) {
-  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
-  if (!spec.env_from_file().empty()) {
-    absl::StatusOr<std::map<std::string, std::string>> files = ReadEnvFiles(spec);
-    if (files.ok()) {
-      for (auto& [name, value] : *files) env[name] = std::move(value);
-    }
-  }
-  return env;
-}
-
-// Evidence that leaves the agent has secret values masked.
-void RedactDiagnosis(const std::map<std::string, std::string>& env, fleet::v1::Diagnosis* d) {
-  for (auto& line : *d->mutable_evidence()) line.set_text(RedactSecretValues(line.text(), env));
-  d->set_summary(RedactSecretValues(d->summary(), env));
-}
-
-// The server's name, host/ctid/gpuN (the kMarkServer value), the agent's own identity where
-// the spec names none. Two containers' agents may see each other's processes (a simulated
-// container is a chroot): the name keeps one agent's servers from the other's.
-std::string ServerMark(const ServerSpec& spec, const AgentOptions& options) {
-  const fleet::v1::ServerRef& s = spec.server();
-  return absl::StrCat(s.host().empty() ? options.host : s.host(), "/",
-                      s.container().empty() ? options.container : s.container(), "/gpu", s.gpu());
-}
 
 // What the GPU check of `request` needs besides the previous server: the GPU, the attempt, and
 // the container's nvidia-smi with the server's environment.
@@ -99,7 +50,7 @@ void FillGpuRequest(const fleet::v1::LaunchRequest& request, const std::string& 
   out->owner = owner;
   out->server = ServerMark(spec, options);
   out->nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
-  out->env = EnvOf(spec);
+  out->env = ServerEnv(spec);
 }
 
 spdlog::logger& Log() { return log::Get(log::Component::kAgent); }
@@ -119,544 +70,6 @@ void LogGpuCheck(const GpuRequest& request, const GpuCheck& check, bool busy) {
 }
 
 }  // namespace
-
-// One attempt of one server: its process, its log follower and classifier, its timers. Lives in
-// Agent::servers_ and is used only under Agent::mu_ (the classifier and follower call back into
-// it from inside the loop, which holds the lock).
-class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollower::Sink {
- public:
-  ServerRun(Agent* agent, ServerSpec spec, std::string attempt_id, int64_t attempt_number)
-      : agent_(agent),
-        spec_(std::move(spec)),
-        attempt_id_(std::move(attempt_id)),
-        attempt_number_(attempt_number),
-        env_(EnvOf(spec_)) {
-    diagnosis::ClassifierOptions options;
-    options.offline = false;  // a live log: stalls are the timers' business
-    classifier_ = std::make_unique<diagnosis::Classifier>(agent_->matcher_, options, this);
-  }
-
-  int32_t gpu() const { return spec_.server().gpu(); }
-  // The server's own readiness.interval from the config when it has one, else the agent's
-  // --readiness-interval.
-  absl::Duration ReadinessInterval() const {
-    if (!spec_.readiness().has_interval()) return agent_->options_.readiness_interval;
-    const auto& d = spec_.readiness().interval();
-    const absl::Duration own = absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
-    return own > absl::ZeroDuration() ? own : agent_->options_.readiness_interval;
-  }
-  const ServerSpec& spec() const { return spec_; }
-  const std::string& attempt_id() const { return attempt_id_; }
-  int64_t attempt_number() const { return attempt_number_; }
-
-  // --- LogFollower::Sink
-  void OnData(std::string_view bytes) override {
-    last_progress_at_ = agent_->deps_.clock->Now();
-    if (!finished_) classifier_->AddBytes(bytes);
-  }
-
-  // --- diagnosis::ClassifierListener (called inside AddBytes, under the agent's lock)
-  void OnPhaseChanged(diagnosis::Phase phase, std::string_view detail, int64_t line) override {
-    agent_->mu_.AssertHeld();
-    if (phase == diagnosis::Phase::kReady) {
-      // The ready line is a hint: probe now rather than at the next interval.
-      next_probe_at_ = absl::InfinitePast();
-      return;
-    }
-    if (ready_ || exited_) return;
-    state_ = std::string(diagnosis::PhaseName(phase));
-    phase_detail_ = std::string(detail);
-    if (replaying_) return;
-    AgentEvent e = NewEvent();
-    auto* p = e.mutable_phase();
-    p->set_state(state_);
-    p->set_detail(phase_detail_);
-    p->set_log_line(line);
-    agent_->Emit(std::move(e));
-  }
-
-  void OnProgress(int64_t step, int64_t total, int64_t line) override {
-    agent_->mu_.AssertHeld();
-    last_progress_at_ = agent_->deps_.clock->Now();
-    progress_step_ = step;
-    progress_total_ = total;
-    if (replaying_) return;
-    AgentEvent e = NewEvent();
-    auto* p = e.mutable_progress();
-    p->set_step(step);
-    p->set_total(total);
-    p->set_log_line(line);
-    agent_->Emit(std::move(e));
-  }
-
-  void OnRootCause(int64_t line) override {
-    agent_->mu_.AssertHeld();
-    if (!replaying_) EmitDiagnosis(classifier_->Snapshot(), /*final=*/false);
-  }
-
-  void OnFailingUnitEnded(int64_t line) override {
-    agent_->mu_.AssertHeld();
-    if (!replaying_) EmitDiagnosis(classifier_->Snapshot(), /*final=*/true);
-  }
-
-  // --- lifecycle
-  absl::Status StartFollowing(bool replay) {
-    agent_->mu_.AssertHeld();
-    auto follower = LogFollower::Create(spec_.log_path(), 0, this, {});
-    if (!follower.ok()) return follower.status();
-    follower_ = *std::move(follower);
-    agent_->WatchFd(follower_->fd(), Watch::kLog, gpu());
-    replaying_ = replay;
-    absl::Status s = follower_->Poll();
-    replaying_ = false;
-    return s;
-  }
-
-  void Launched(ServerProcess process, absl::Time now) {
-    agent_->mu_.AssertHeld();
-    pid_ = process.pid;
-    start_ticks_ = process.start_ticks;
-    pidfd_ = std::move(process.pidfd);
-    is_child_ = true;
-    alive_ = true;
-    started_at_ = now;
-    last_progress_at_ = now;
-    next_probe_at_ = now + ReadinessInterval();
-    next_sample_at_ = now;
-    state_ = kStarting;
-    agent_->WatchFd(pidfd_.get(), Watch::kExit, gpu());
-  }
-
-  void Adopted(const fleet::v1::ServerRecord& record, UniqueFd pidfd, absl::Time now) {
-    agent_->mu_.AssertHeld();
-    pid_ = record.pid();
-    start_ticks_ = record.start_ticks();
-    pidfd_ = std::move(pidfd);
-    is_child_ = false;
-    alive_ = true;
-    started_at_ = FromTimestamp(record.started_at());
-    last_progress_at_ = now;
-    next_probe_at_ = now;
-    next_sample_at_ = now;
-    ready_ = record.ready();
-    stop_requested_ = record.stop_requested();
-    state_ = ready_ ? kReady : (stop_requested_ ? kStopping : kStarting);
-    agent_->WatchFd(pidfd_.get(), Watch::kExit, gpu());
-  }
-
-  void Restored(const fleet::v1::ServerRecord& record) {
-    pid_ = record.pid();
-    start_ticks_ = record.start_ticks();
-    started_at_ = FromTimestamp(record.started_at());
-    state_ = record.state();
-    ready_ = record.ready();
-    exited_ = true;
-    finished_ = true;
-    exit_ = record.exit();
-    final_diagnosis_ = record.diagnosis();
-  }
-
-  void PollLog() {
-    if (follower_ == nullptr) return;
-    absl::Status s = follower_->Poll();
-    static_cast<void>(s);  // a read error is retried at the next event or tick
-  }
-
-  // The process has exited (pidfd readable), or was found dead after an agent restart.
-  void Exited(absl::Time now, bool status_known) {
-    agent_->mu_.AssertHeld();
-    if (exited_) return;
-    siginfo_t info{};
-    bool have_status = false;
-    if (is_child_ && status_known) {
-      // Read, not reaped (WNOWAIT): the leader stays a zombie until its group is empty, so its
-      // pid, and the group's id, cannot go to another process while the group is signalled.
-      while (true) {
-        info.si_pid = 0;
-        if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
-          have_status = info.si_pid == pid_;
-          break;
-        }
-        if (errno != EINTR) break;
-      }
-    }
-    // The server is gone; what it left behind in its group (a scheduler child, a compiler) goes
-    // too, and is reaped as it dies (the agent, as subreaper, inherits it). Only a group whose
-    // leader is verified right now is signalled: a pid recorded before a reboot is anyone's.
-    KillGroup(SIGKILL);
-    ReapGroup();
-    exited_ = true;
-    alive_ = false;
-    exit_.Clear();
-    *exit_.mutable_at() = ToTimestamp(now);
-    if (have_status && info.si_code == CLD_EXITED) {
-      exit_.set_exited(true);
-      exit_.set_exit_code(info.si_status);
-    } else if (have_status && (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED)) {
-      exit_.set_signal(info.si_status);
-    } else {
-      exit_.set_status_unknown(true);
-    }
-    PollLog();
-    diagnosis::Diagnosis d = finished_ ? diagnosis::Diagnosis() : classifier_->Finish();
-    finished_ = true;
-    if (d.diagnosis_class == "none" && !stop_requested_) {
-      // The process died and the log names no cause: say what is known.
-      d.diagnosis_class = "unknown";
-      d.fix = diagnosis::FixKind::kReport;
-      d.toolchain_fix = false;
-      d.summary =
-          exit_.status_unknown()
-              ? "the server died while the agent was away and its log names no cause"
-          : exit_.exited()
-              ? absl::StrCat("the server exited with status ", exit_.exit_code(),
-                             ready_ ? " after it was ready" : "", "; its log names no cause")
-              : absl::StrCat("the server was killed by signal ", exit_.signal(),
-                             "; its log names no cause");
-    }
-    state_ = stop_requested_ ? kStopped : kFailed;
-    if (follower_) agent_->UnwatchFd(follower_->fd());
-    // The pidfd stays open (unwatched: it stays readable) until the group is gone: the leader is
-    // signalled through it.
-    agent_->UnwatchFd(pidfd_.get());
-    follower_.reset();
-    if (group_gone_) pidfd_.Reset();
-
-    AgentEvent e = NewEvent();
-    *e.mutable_exited() = exit_;
-    agent_->Emit(std::move(e));
-    // The final diagnosis was already sent when the failing unit ended, unless the exit changed
-    // it (a unit still open, no cause in the log): send it only then.
-    const bool already_sent = final_diagnosis_.has_value() &&
-                              final_diagnosis_->diagnosis_class() == d.diagnosis_class &&
-                              final_diagnosis_->root_cause_line() == d.root_cause_line;
-    if (!stop_requested_ && !already_sent) EmitDiagnosis(d, /*final=*/true);
-    AgentEvent phase = NewEvent();
-    phase.mutable_phase()->set_state(state_);
-    agent_->Emit(std::move(phase));
-  }
-
-  void RequestStop(absl::Time now, absl::Duration grace) {
-    agent_->mu_.AssertHeld();
-    if (waiting_for_gpu_) {
-      NotLaunched(now, diagnosis::Diagnosis());
-      return;
-    }
-    if (!alive_) return;
-    stop_requested_ = true;
-    stop_deadline_ = now + grace;
-    KillGroup(SIGTERM);
-    state_ = kStopping;
-    AgentEvent e = NewEvent();
-    e.mutable_phase()->set_state(state_);
-    agent_->Emit(std::move(e));
-  }
-
-  void Ready(const ReadinessResult& result, absl::Time now) {
-    agent_->mu_.AssertHeld();
-    ready_ = true;
-    state_ = kReady;
-    phase_detail_.clear();
-    AgentEvent e = NewEvent();
-    e.mutable_ready()->set_http_status(result.http_status);
-    *e.mutable_ready()->mutable_time_to_ready() = ToDuration(now - started_at_);
-    agent_->Emit(std::move(e));
-    AgentEvent phase = NewEvent();
-    phase.mutable_phase()->set_state(state_);
-    agent_->Emit(std::move(phase));
-  }
-
-  // Signals the server's process group, verified right before (SignalServerGroup); a group that
-  // cannot be verified is left alone and said so, once.
-  void KillGroup(int sig) {
-    if (pid_ <= 0 || group_unverified_) return;
-    absl::Status s =
-        SignalServerGroup(pid_, start_ticks_, pidfd_.get(), sig, agent_->options_.proc_root);
-    if (s.ok()) return;
-    if (s.code() == absl::StatusCode::kFailedPrecondition) group_unverified_ = true;
-    Log().warn("{} {}", log::LogFields{ServerMark(spec_, agent_->options_), attempt_id_}, s);
-  }
-
-  // Reaps the dead of the server's group that are the agent's children, the leader last (it
-  // holds the group's id while members are left); true once no process of the group is left, or
-  // once the group cannot be verified (its leader gone or another process: nothing of it is the
-  // agent's to wait for).
-  bool ReapGroup() {
-    if (group_gone_) return true;
-    if (pid_ <= 0) return group_gone_ = true;  // never launched (it waited for its GPU): no group
-    const std::optional<ProcStat> leader = ReadProcStat(pid_, agent_->options_.proc_root);
-    if (group_unverified_ || !leader || leader->start_ticks != start_ticks_) {
-      group_gone_ = true;
-      pidfd_.Reset();
-      return true;
-    }
-    bool members_left = false;
-    for (const SessionProcess& p : ListGroup(pid_, agent_->options_.proc_root, true)) {
-      if (p.stat.pid == pid_) continue;
-      const bool dead = p.stat.state == 'Z' || p.stat.state == 'X';
-      // A zombie that is not the agent's child is its parent's to reap: wait for it.
-      if (dead && waitpid(p.stat.pid, nullptr, WNOHANG) == p.stat.pid) continue;
-      members_left = true;
-    }
-    if (members_left) return false;
-    // A leader that is not the agent's child is its parent's to reap: the next look finds it gone.
-    if (!is_child_ || waitpid(pid_, nullptr, WNOHANG) == 0) return false;
-    group_gone_ = true;
-    pidfd_.Reset();
-    return true;
-  }
-
-  // Timers: readiness, CPU sampling, stall and deadline, stop escalation. Returns the next time
-  // this run needs attention.
-  absl::Time Tick(absl::Time now) {
-    agent_->mu_.AssertHeld();
-    if (exited_ && !group_gone_ && pid_ > 0) {
-      // A member forked while the group was being killed gets the signal too.
-      KillGroup(SIGKILL);
-      return ReapGroup() ? absl::InfiniteFuture() : now + absl::Milliseconds(100);
-    }
-    if (!alive_) return absl::InfiniteFuture();
-    absl::Time next = absl::InfiniteFuture();
-    if (stop_requested_) {
-      if (now >= stop_deadline_) {
-        KillGroup(SIGKILL);
-        stop_deadline_ = absl::InfiniteFuture();
-      }
-      return stop_deadline_;
-    }
-    if (ready_) return next;
-    if (!probe_in_flight_ && now >= next_probe_at_) {
-      probe_in_flight_ = true;
-      next_probe_at_ = now + ReadinessInterval();
-      ReadinessCheck check;
-      check.port = spec_.port();
-      check.path = spec_.readiness().path().empty() ? std::string("/health_generate")
-                                                    : spec_.readiness().path();
-      check.completion_check = spec_.readiness().completion_check();
-      agent_->RequestProbe({gpu(), attempt_id_, check});
-    }
-    if (!probe_in_flight_) next = std::min(next, next_probe_at_);
-    if (now >= next_sample_at_) {
-      const uint64_t ticks = GroupCpuTicks(pid_, agent_->options_.proc_root);
-      if (ticks > cpu_ticks_) {
-        cpu_ticks_ = ticks;
-        last_progress_at_ = now;
-      }
-      next_sample_at_ = now + agent_->options_.progress_sample_interval;
-    }
-    next = std::min(next, next_sample_at_);
-    const absl::Duration stall =
-        DurationOr(spec_.stall_timeout(), agent_->options_.default_stall_timeout);
-    if (!stall_reported_) {
-      if (now - last_progress_at_ >= stall) {
-        stall_reported_ = true;
-        EmitStalled(
-            "startup_stalled",
-            absl::StrCat("no new log line, build step or CPU time for ",
-                         absl::FormatDuration(now - last_progress_at_), " in ", state_,
-                         phase_detail_.empty() ? "" : absl::StrCat(" (", phase_detail_, ")")));
-      } else {
-        next = std::min(next, last_progress_at_ + stall);
-      }
-    }
-    const absl::Duration deadline =
-        DurationOr(spec_.startup_deadline(), agent_->options_.default_startup_deadline);
-    if (!deadline_reported_) {
-      if (now - started_at_ >= deadline) {
-        deadline_reported_ = true;
-        EmitStalled(
-            "startup_deadline_exceeded",
-            absl::StrCat("still not ready after ", absl::FormatDuration(now - started_at_),
-                         " (startup deadline ", absl::FormatDuration(deadline), "), in ", state_));
-      } else {
-        next = std::min(next, started_at_ + deadline);
-      }
-    }
-    return next;
-  }
-
-  void ProbeDone(const ReadinessResult& result, absl::Time now) {
-    agent_->mu_.AssertHeld();
-    probe_in_flight_ = false;
-    if (result.ready && alive_ && !ready_ && !stop_requested_) Ready(result, now);
-  }
-
-  fleet::v1::ServerRecord Record() const {
-    fleet::v1::ServerRecord r;
-    *r.mutable_spec() = spec_;
-    r.set_attempt_id(attempt_id_);
-    r.set_attempt_number(attempt_number_);
-    r.set_pid(pid_);
-    r.set_start_ticks(start_ticks_);
-    *r.mutable_started_at() = ToTimestamp(started_at_);
-    r.set_state(state_);
-    r.set_stop_requested(stop_requested_);
-    r.set_ready(ready_);
-    if (exited_) *r.mutable_exit() = exit_;
-    if (final_diagnosis_.has_value()) *r.mutable_diagnosis() = *final_diagnosis_;
-    return r;
-  }
-
-  fleet::v1::ServerStatus Status() const {
-    fleet::v1::ServerStatus s;
-    *s.mutable_server() = spec_.server();
-    s.set_attempt_id(attempt_id_);
-    s.set_attempt_number(attempt_number_);
-    s.set_state(state_);
-    s.set_phase_detail(phase_detail_);
-    s.set_progress_step(progress_step_);
-    s.set_progress_total(progress_total_);
-    s.set_pid(pid_);
-    *s.mutable_started_at() = ToTimestamp(started_at_);
-    if (final_diagnosis_.has_value()) {
-      *s.mutable_diagnosis() = *final_diagnosis_;
-    } else if (!finished_) {
-      const diagnosis::Diagnosis d = classifier_->Snapshot();
-      if (d.diagnosis_class != "none") {
-        diagnosis::ToProto(d, s.mutable_diagnosis());
-        RedactDiagnosis(env_, s.mutable_diagnosis());
-      }
-    }
-    if (exited_) *s.mutable_exit() = exit_;
-    return s;
-  }
-
-  bool alive() const { return alive_; }
-
-  // --- waiting for a free GPU (gpu_guard.h): the attempt holds its GPU's place, no process yet.
-  bool waiting_for_gpu() const { return waiting_for_gpu_; }
-  void WaitForGpu(absl::Time now, std::string detail) {
-    waiting_for_gpu_ = true;
-    started_at_ = now;
-    state_ = kStarting;
-    phase_detail_ = std::move(detail);
-  }
-  // A look at the GPU found it busy: says who holds it (an event when that changed).
-  void GpuBusy(const std::string& detail) {
-    agent_->mu_.AssertHeld();
-    if (detail == phase_detail_) return;
-    phase_detail_ = detail;
-    AgentEvent e = NewEvent();
-    e.mutable_phase()->set_state(state_);
-    e.mutable_phase()->set_detail(phase_detail_);
-    agent_->Emit(std::move(e));
-  }
-  // The attempt ends without a process: stopped while it waited (`failure` empty), or failed
-  // with `failure` as its diagnosis (the GPU stayed busy, or the launch itself failed).
-  void NotLaunched(absl::Time now, const diagnosis::Diagnosis& failure) {
-    agent_->mu_.AssertHeld();
-    waiting_for_gpu_ = false;
-    exited_ = finished_ = group_gone_ = true;
-    exit_.Clear();
-    *exit_.mutable_at() = ToTimestamp(now);
-    phase_detail_.clear();
-    if (failure.diagnosis_class == "none") {
-      stop_requested_ = true;
-      state_ = kStopped;
-    } else {
-      state_ = kFailed;
-      EmitDiagnosis(failure, /*final=*/true);
-    }
-    AgentEvent e = NewEvent();
-    e.mutable_phase()->set_state(state_);
-    agent_->Emit(std::move(e));
-  }
-  bool ready() const { return ready_; }
-  // Exited, and nothing of its group is left to kill or reap.
-  bool drained() const { return exited_ && group_gone_; }
-
-  // After a re-adoption: one event that says where the server is now.
-  void AnnounceAdopted() {
-    agent_->mu_.AssertHeld();
-    AgentEvent e = NewEvent();
-    e.mutable_phase()->set_state(state_);
-    e.mutable_phase()->set_detail(phase_detail_);
-    agent_->Emit(std::move(e));
-    const diagnosis::Diagnosis d = classifier_->Snapshot();
-    if (d.diagnosis_class != "none") EmitDiagnosis(d, /*final=*/false);
-  }
-
- private:
-  AgentEvent NewEvent() const {
-    AgentEvent e;
-    *e.mutable_at() = ToTimestamp(agent_->deps_.clock->Now());
-    *e.mutable_server() = spec_.server();
-    e.set_attempt_id(attempt_id_);
-    return e;
-  }
-
-  void EmitDiagnosis(const diagnosis::Diagnosis& d, bool final) {
-    agent_->mu_.AssertHeld();
-    AgentEvent e = NewEvent();
-    auto* de = e.mutable_diagnosis();
-    de->set_final(final);
-    diagnosis::ToProto(d, de->mutable_diagnosis());
-    de->mutable_diagnosis()->set_provisional(!final);
-    RedactDiagnosis(env_, de->mutable_diagnosis());
-    if (final) final_diagnosis_ = de->diagnosis();
-    agent_->Emit(std::move(e));
-  }
-
-  void EmitStalled(const std::string& diagnosis_class, const std::string& summary) {
-    agent_->mu_.AssertHeld();
-    AgentEvent e = NewEvent();
-    auto* st = e.mutable_stalled();
-    st->set_diagnosis_class(diagnosis_class);
-    diagnosis::Diagnosis d = classifier_->Snapshot();
-    d.diagnosis_class = diagnosis_class;
-    d.summary = summary;
-    d.fix = diagnosis::FixKind::kSupervisor;
-    d.toolchain_fix = false;
-    d.evidence = classifier_->LastLines();
-    d.root_cause_line = d.evidence.empty() ? 0 : d.evidence.back().line;
-    diagnosis::ToProto(d, st->mutable_diagnosis());
-    RedactDiagnosis(env_, st->mutable_diagnosis());
-    for (const SessionProcess& p : ListGroup(pid_, agent_->options_.proc_root)) {
-      if (st->running_processes_size() >= kMaxReportedProcesses) break;
-      st->add_running_processes(absl::StrCat(p.stat.pid, " ", p.stat.comm,
-                                             " cpu=", p.stat.utime + p.stat.stime, " ",
-                                             RedactSecretValues(p.cmdline, env_)));
-    }
-    agent_->Emit(std::move(e));
-  }
-
-  Agent* const agent_;
-  const ServerSpec spec_;
-  const std::string attempt_id_;
-  const int64_t attempt_number_;
-  const std::map<std::string, std::string> env_;
-
-  std::unique_ptr<diagnosis::Classifier> classifier_;
-  std::unique_ptr<LogFollower> follower_;
-  pid_t pid_ = 0;
-  uint64_t start_ticks_ = 0;
-  UniqueFd pidfd_;
-  bool is_child_ = false;
-  bool alive_ = false;
-  bool exited_ = false;
-  bool finished_ = false;          // the classifier has seen the end of the log
-  bool group_gone_ = false;        // no process of the server's group is left (or none verifiable)
-  bool group_unverified_ = false;  // its leader's pid is gone or another process's: never signal
-  bool ready_ = false;
-  bool stop_requested_ = false;
-  bool waiting_for_gpu_ = false;  // no process yet: the launch waits for its GPU
-  bool replaying_ = false;
-  bool probe_in_flight_ = false;
-  bool stall_reported_ = false;
-  bool deadline_reported_ = false;
-  std::string state_ = kStarting;
-  std::string phase_detail_;
-  int64_t progress_step_ = 0;
-  int64_t progress_total_ = 0;
-  uint64_t cpu_ticks_ = 0;
-  absl::Time started_at_;
-  absl::Time last_progress_at_;
-  absl::Time next_probe_at_ = absl::InfiniteFuture();
-  absl::Time next_sample_at_ = absl::InfiniteFuture();
-  absl::Time stop_deadline_ = absl::InfiniteFuture();
-  fleet::v1::ProcessExit exit_;
-  std::optional<fleet::v1::Diagnosis> final_diagnosis_;
-};
 
 Agent::Agent(AgentOptions options, Dependencies deps) : options_(std::move(options)), deps_(deps) {}
 
@@ -784,7 +197,7 @@ bool Agent::AdoptUnrecordedLaunch(const fleet::v1::LaunchIntent& intent) {
     record.set_attempt_number(intent.attempt_number());
     record.set_pid(p.pid);
     record.set_start_ticks(p.start_ticks);
-    *record.mutable_started_at() = ToTimestamp(now);
+    *record.mutable_started_at() = ToProtoTime(now);
     record.set_state(kStarting);
     auto run =
         std::make_unique<ServerRun>(this, spec, intent.attempt_id(), intent.attempt_number());
@@ -795,7 +208,7 @@ bool Agent::AdoptUnrecordedLaunch(const fleet::v1::LaunchIntent& intent) {
         log::LogFields{ServerMark(spec, options_), intent.attempt_id()}, p.pid);
     // The launch's own event, which the agent died before storing; then where the server is.
     AgentEvent e;
-    *e.mutable_at() = ToTimestamp(now);
+    *e.mutable_at() = ToProtoTime(now);
     *e.mutable_server() = spec.server();
     e.set_attempt_id(intent.attempt_id());
     e.mutable_phase()->set_state(kStarting);
@@ -1053,7 +466,7 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
   Install(gpu, std::move(run));
   Persist(*raw);
   AgentEvent e;
-  *e.mutable_at() = ToTimestamp(deps_.clock->Now());
+  *e.mutable_at() = ToProtoTime(deps_.clock->Now());
   *e.mutable_server() = effective.server();
   e.set_attempt_id(request.attempt_id());
   e.mutable_phase()->set_state(kStarting);
@@ -1154,7 +567,8 @@ absl::StatusOr<fleet::v1::StopResponse> Agent::Stop(const fleet::v1::StopRequest
     if (it == servers_.end()) {
       return absl::NotFoundError(absl::StrCat("stop: no server on gpu ", request.server().gpu()));
     }
-    it->second->RequestStop(deps_.clock->Now(), DurationOr(request.grace(), options_.stop_grace));
+    it->second->RequestStop(deps_.clock->Now(),
+                            ProtoDurationOr(request.grace(), options_.stop_grace));
     if (auto wait = gpu_waits_.find(request.server().gpu()); wait != gpu_waits_.end()) {
       deps_.gpu_guard->Cancel(wait->first, wait->second.request.attempt_id());
       gpu_waits_.erase(wait);
@@ -1207,7 +621,7 @@ namespace {
 ProbeTarget TargetOf(const ServerSpec& spec) {
   ProbeTarget t;
   t.argv.assign(spec.argv().begin(), spec.argv().end());
-  t.env = EnvOf(spec);
+  t.env = ServerEnv(spec);
   t.workdir = spec.workdir();
   t.nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
   t.venv = spec.tools().venv();
@@ -1228,7 +642,7 @@ fleet::v1::ApplyResponse Agent::Apply(const fleet::v1::ApplyRequest& request) {
   absl::MutexLock tools(&tool_mu_);
   const ServerSpec& spec = request.spec();
   ActionContext context;
-  context.env = EnvOf(spec);
+  context.env = ServerEnv(spec);
   context.pip.assign(spec.tools().pip().begin(), spec.tools().pip().end());
   context.venv = spec.tools().venv();
   context.pip_options.assign(spec.tools().pip_options().begin(), spec.tools().pip_options().end());
@@ -1306,7 +720,7 @@ std::vector<AgentEvent> Agent::EventsAfter(const std::string& incarnation, uint6
     AgentEvent resync;
     resync.set_incarnation(store_->incarnation());
     resync.set_sequence(last_sequence_);
-    *resync.mutable_at() = ToTimestamp(deps_.clock->Now());
+    *resync.mutable_at() = ToProtoTime(deps_.clock->Now());
     resync.mutable_resync()->set_previous_incarnation(incarnation);
     resync.mutable_resync()->set_first_sequence(store_->first_sequence());
     out.push_back(std::move(resync));

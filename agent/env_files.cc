@@ -60,4 +60,15 @@ absl::StatusOr<std::map<std::string, std::string>> ReadEnvFiles(const fleet::v1:
   return out;
 }
 
+std::map<std::string, std::string> ServerEnv(const fleet::v1::ServerSpec& spec) {
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  if (!spec.env_from_file().empty()) {
+    absl::StatusOr<std::map<std::string, std::string>> files = ReadEnvFiles(spec);
+    if (files.ok()) {
+      for (auto& [name, value] : *files) env[name] = std::move(value);
+    }
+  }
+  return env;
+}
+
 }  // namespace fleet::agent

@@ -19,4 +19,9 @@ inline constexpr size_t kMaxEnvFileBytes = 64 << 10;
 // name -> value for each of spec.env_from_file().
 absl::StatusOr<std::map<std::string, std::string>> ReadEnvFiles(const fleet::v1::ServerSpec& spec);
 
+// The server's environment: the spec's env and, read now, its env_from_file values (best effort:
+// a file that cannot be read fails the Launch, which reads them itself). The values read are in
+// it so that they are masked wherever the server's text leaves the agent.
+std::map<std::string, std::string> ServerEnv(const fleet::v1::ServerSpec& spec);
+
 }  // namespace fleet::agent

@@ -1,0 +1,156 @@
+// fleet.db's schema, version by version (fleet_store_schema.h).
+#include "daemon/store/fleet_store_schema.h"
+
+namespace fleet::daemon {
+namespace {
+
+constexpr char kSchemaV1[] = R"sql(
+CREATE TABLE hosts (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+);
+CREATE TABLE containers (
+  id INTEGER PRIMARY KEY,
+  host_id INTEGER NOT NULL REFERENCES hosts(id),
+  ctid TEXT NOT NULL,
+  name TEXT NOT NULL UNIQUE,
+  UNIQUE (host_id, ctid)
+);
+CREATE TABLE configs (
+  id INTEGER PRIMARY KEY,
+  created_at TEXT NOT NULL,
+  source TEXT NOT NULL,
+  yaml TEXT NOT NULL,
+  config BLOB NOT NULL
+);
+CREATE TABLE servers (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  container_id INTEGER NOT NULL REFERENCES containers(id),
+  gpu INTEGER NOT NULL,
+  desired TEXT NOT NULL CHECK (desired IN ('running', 'stopped')),
+  removed INTEGER NOT NULL DEFAULT 0,
+  state TEXT NOT NULL,
+  phase_detail TEXT NOT NULL DEFAULT '',
+  progress_step INTEGER NOT NULL DEFAULT 0,
+  progress_total INTEGER NOT NULL DEFAULT 0,
+  state_since TEXT,
+  attempt_id TEXT,
+  attempt_number INTEGER NOT NULL DEFAULT 0,
+  last_class TEXT NOT NULL DEFAULT '',
+  last_summary TEXT NOT NULL DEFAULT '',
+  reason TEXT NOT NULL DEFAULT '',
+  backoff_until TEXT,
+  degraded INTEGER NOT NULL DEFAULT 0,
+  spec BLOB NOT NULL,
+  policy BLOB NOT NULL
+);
+CREATE TABLE attempts (
+  id TEXT PRIMARY KEY,
+  server_id INTEGER NOT NULL REFERENCES servers(id),
+  number INTEGER NOT NULL,
+  trigger TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  launched_at TEXT,
+  ended_at TEXT,
+  outcome TEXT NOT NULL
+    CHECK (outcome IN ('pending', 'running', 'ready', 'failed', 'stopped', 'lost')),
+  exit_code INTEGER,
+  signal INTEGER,
+  exit_status_unknown INTEGER NOT NULL DEFAULT 0,
+  diagnosis_class TEXT NOT NULL DEFAULT '',
+  root_cause_line INTEGER NOT NULL DEFAULT 0,
+  summary TEXT NOT NULL DEFAULT '',
+  toolchain_fix INTEGER NOT NULL DEFAULT 0,
+  time_to_ready_ms INTEGER,
+  spec BLOB NOT NULL,
+  diagnosis BLOB,
+  toolchain BLOB,
+  UNIQUE (server_id, number)
+);
+CREATE TABLE remediations (
+  id INTEGER PRIMARY KEY,
+  container_id INTEGER NOT NULL REFERENCES containers(id),
+  trigger TEXT NOT NULL CHECK (trigger IN ('preflight', 'diagnosis', 'manual')),
+  diagnosis_class TEXT NOT NULL DEFAULT '',
+  status TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL,
+  applied_at TEXT,
+  plan BLOB NOT NULL
+);
+CREATE TABLE remediation_attempts (
+  remediation_id INTEGER NOT NULL REFERENCES remediations(id),
+  attempt_id TEXT NOT NULL REFERENCES attempts(id),
+  PRIMARY KEY (remediation_id, attempt_id)
+);
+CREATE TABLE actions (
+  id INTEGER PRIMARY KEY,
+  remediation_id INTEGER NOT NULL REFERENCES remediations(id),
+  seq INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  ok INTEGER,
+  message TEXT NOT NULL DEFAULT '',
+  output_tail TEXT NOT NULL DEFAULT '',
+  took_ms INTEGER,
+  action BLOB NOT NULL,
+  UNIQUE (remediation_id, seq)
+);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY,
+  container_id INTEGER NOT NULL REFERENCES containers(id),
+  incarnation TEXT NOT NULL,
+  sequence INTEGER NOT NULL,
+  received_at TEXT NOT NULL,
+  at TEXT,
+  server TEXT NOT NULL DEFAULT '',
+  attempt_id TEXT NOT NULL DEFAULT '',
+  kind TEXT NOT NULL,
+  summary TEXT NOT NULL DEFAULT '',
+  event BLOB,
+  UNIQUE (container_id, incarnation, sequence)
+);
+CREATE INDEX events_received_at ON events (received_at);
+CREATE TABLE agent_cursors (
+  container_id INTEGER PRIMARY KEY REFERENCES containers(id),
+  incarnation TEXT NOT NULL,
+  sequence INTEGER NOT NULL,
+  updated_at TEXT NOT NULL
+);
+
+CREATE VIEW attempt_history AS
+  SELECT s.name AS server, a.number, a.outcome, a.diagnosis_class, a.summary, a.trigger,
+         a.created_at, a.ended_at,
+         round((julianday(a.ended_at) - julianday(a.created_at)) * 86400.0, 1) AS seconds,
+         a.exit_code, a.signal, a.time_to_ready_ms
+  FROM attempts a JOIN servers s ON s.id = a.server_id
+  ORDER BY s.name, a.number;
+CREATE VIEW server_status AS
+  SELECT name, state, phase_detail, attempt_number, last_class, last_summary, reason, state_since
+  FROM servers WHERE removed = 0 ORDER BY name;
+CREATE VIEW failure_classes AS
+  SELECT diagnosis_class, count(*) AS attempts, count(DISTINCT server_id) AS servers
+  FROM attempts WHERE outcome = 'failed' GROUP BY diagnosis_class ORDER BY attempts DESC;
+CREATE VIEW remediation_log AS
+  SELECT r.id, c.name AS container, r.trigger, r.diagnosis_class, r.status, r.reason,
+         r.created_at, r.applied_at,
+         (SELECT count(*) FROM actions x WHERE x.remediation_id = r.id) AS actions
+  FROM remediations r JOIN containers c ON c.id = r.container_id ORDER BY r.id;
+)sql";
+
+// v2: the digest of the YAML text a config was deployed from (ConfigDigest), so that fleetd
+// --config FILE can tell whether FILE changed since it was last applied. Rows written before it
+// have none; their digest is computed from their stored text when asked (LastConfigFrom).
+constexpr char kSchemaV2[] = R"sql(
+ALTER TABLE configs ADD COLUMN digest TEXT;
+CREATE INDEX configs_source ON configs (source, id);
+)sql";
+
+}  // namespace
+
+std::vector<sqlite::Migration> FleetStoreMigrations() {
+  return {[](sqlite::Database& db) { return db.Exec(kSchemaV1); },
+          [](sqlite::Database& db) { return db.Exec(kSchemaV2); }};
+}
+
+}  // namespace fleet::daemon
