@@ -4,10 +4,10 @@
 #pragma once
 
 #include <string>
-#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/support/status.h"
 
 namespace fleet {
@@ -18,7 +18,7 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
 }
 
 // `context` (e.g. "container pve1/200: agent Launch") comes before the message, with ": ".
-inline absl::Status FromGrpcStatus(const grpc::Status& s, std::string_view context = {}) {
+inline absl::Status FromGrpcStatus(const grpc::Status& s, absl::string_view context = {}) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(
       static_cast<absl::StatusCode>(s.error_code()),
