@@ -44,8 +44,9 @@ TEST(SecretNames, MasksEveryOccurrenceOfASecretValueInText) {
                    {"OTHER_TOKEN", "hf_abcdef_longer"},
                    {"SHORT_KEY", "abc"},
                    {"EMPTY_KEY", ""}};
-  EXPECT_EQ(RedactSecretValues("a hf_abcdef b hf_abcdefhf_abcdef c hf_abcdef_longer /usr/bin abc", env),
-            "a <redacted> b <redacted><redacted> c <redacted> /usr/bin abc");
+  EXPECT_EQ(
+      RedactSecretValues("a hf_abcdef b hf_abcdefhf_abcdef c hf_abcdef_longer /usr/bin abc", env),
+      "a <redacted> b <redacted><redacted> c <redacted> /usr/bin abc");
   EXPECT_EQ(RedactSecretValues("nothing here", env), "nothing here");
   EXPECT_EQ(RedactSecretValues("", env), "");
 }
