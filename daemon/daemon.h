@@ -286,6 +286,11 @@ class Daemon : public EventSink, public PlanRecorder {
   void FillRow(const Server& s, fleet::v1::ServerRow* row) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<std::string>> Select(const fleet::v1::ServersRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Restart and Stop: `change` applied to each selected server, the rows written in one commit,
+  // a turn woken.
+  absl::StatusOr<fleet::v1::ServersResponse> ChangeSelected(
+      const fleet::v1::ServersRequest& request, const std::function<void(Server&)>& change)
+      ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   void NotifySubscribers() ABSL_LOCKS_EXCLUDED(mu_);
   void Loop();
 

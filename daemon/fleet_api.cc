@@ -195,8 +195,8 @@ absl::StatusOr<std::vector<std::string>> Daemon::Select(const fleet::v1::Servers
   return names;
 }
 
-absl::StatusOr<fleet::v1::ServersResponse> Daemon::Restart(
-    const fleet::v1::ServersRequest& request) {
+absl::StatusOr<fleet::v1::ServersResponse> Daemon::ChangeSelected(
+    const fleet::v1::ServersRequest& request, const std::function<void(Server&)>& change) {
   fleet::v1::ServersResponse response;
   {
     absl::MutexLock lock(&mu_);
@@ -206,47 +206,33 @@ absl::StatusOr<fleet::v1::ServersResponse> Daemon::Restart(
     std::set<std::string> persist;
     for (const std::string& name : *names) {
       Server& s = servers_[name];
-      s.record.desired_running = true;
-      s.restart_requested = true;
-      s.restart_now = request.now();
-      s.next_trigger = "restart";
-      s.stop_sent = false;
+      change(s);
       Touch(s);
       persist.insert(name);
       *response.add_servers() = Row(s);
     }
     Persist(persist);
   }
-  {
-    absl::MutexLock lock(&queue_mu_);
-    wake_ = true;
-  }
+  Wake();
   return response;
 }
 
+absl::StatusOr<fleet::v1::ServersResponse> Daemon::Restart(
+    const fleet::v1::ServersRequest& request) {
+  return ChangeSelected(request, [now = request.now()](Server& s) {
+    s.record.desired_running = true;
+    s.restart_requested = true;
+    s.restart_now = now;
+    s.next_trigger = "restart";
+    s.stop_sent = false;
+  });
+}
+
 absl::StatusOr<fleet::v1::ServersResponse> Daemon::Stop(const fleet::v1::ServersRequest& request) {
-  fleet::v1::ServersResponse response;
-  {
-    absl::MutexLock lock(&mu_);
-    absl::MutexLock store_lock(&store_mu_);
-    auto names = Select(request);
-    if (!names.ok()) return names.status();
-    std::set<std::string> persist;
-    for (const std::string& name : *names) {
-      Server& s = servers_[name];
-      s.record.desired_running = false;
-      s.restart_requested = false;
-      Touch(s);
-      persist.insert(name);
-      *response.add_servers() = Row(s);
-    }
-    Persist(persist);
-  }
-  {
-    absl::MutexLock lock(&queue_mu_);
-    wake_ = true;
-  }
-  return response;
+  return ChangeSelected(request, [](Server& s) {
+    s.record.desired_running = false;
+    s.restart_requested = false;
+  });
 }
 
 absl::Status Daemon::Logs(const fleet::v1::ServerLogsRequest& request,
