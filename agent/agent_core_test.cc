@@ -890,6 +890,33 @@ class SmallDisk {
   bool mounted_ = false;
 };
 
+// No launch without its record: with agent.db's disk full the launch cannot be written ahead of
+// its spawn, so it is refused (UNAVAILABLE: fleetd keeps the attempt pending and sends it again)
+// and nothing is started; once the disk has room, the repeat starts it.
+TEST_F(AgentTest, ALaunchThatCannotBeWrittenAheadIsRefusedAndStartsNothing) {
+  fleet::testing::TempDir dir;
+  SmallDisk disk(dir.Join("disk"));
+  if (!disk.mounted()) GTEST_SKIP() << disk.why();
+  AgentHarness h(nullptr, nullptr, disk.path() + "/state");
+  SnapshotAfterSpawn launcher(h.options().state_dir, dir.Join("unused"));
+  h.UseLauncher(&launcher);
+  h.Recreate();
+  const auto spec = h.ChildSpec(0, {"quiet"});
+  disk.Fill();
+  auto refused = h.Launch(spec, "a");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("cannot be recorded"));
+  EXPECT_EQ(launcher.launches, 0);
+  EXPECT_EQ(h.agent().Status().servers_size(), 0);
+  disk.Free();
+  auto started = h.Launch(spec, "a");
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ(launcher.launches, 1);
+  h.Stop(0);
+  ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
+}
+
 TEST_F(AgentTest, EventsAreKeptInMemoryWhileTheDiskIsFullAndStoredUnderTheirNumbersOnceItIsNot) {
   fleet::testing::TempDir dir;
   SmallDisk disk(dir.Join("disk"));
