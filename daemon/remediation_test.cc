@@ -817,6 +817,34 @@ TEST_F(RemediationTest, AFixCutShortHalfwayIsRunAgainWhenThePlannerNoLongerSeesI
   EXPECT_NE(Rows()["local/200/gpu0"].state(), "GAVE_UP");
 }
 
+// The same halfway fix cut short each time it is run again: the third interruption counts as a
+// failure, and the server ends with a reason instead of being asked for ever.
+TEST_F(RemediationTest, AFixRunAgainAndCutShortThreeTimesCountsAsFailed) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  agent_.toolchain = Cuda130();
+  fleet::v1::ToolchainSnapshot halfway = pt::FixedSnapshot();
+  std::map<std::string, std::string> packages = pt::Set132();
+  packages["nvidia-cuda-cupti"] = pt::kSet130.at("nvidia-cuda-cupti");
+  pt::SetPackages(&halfway, packages);
+  for (int i = 0; i < 5; ++i) {
+    agent_.after.push_back(halfway);
+    agent_.apply_errors.push_back(absl::UnavailableError("agent Apply: Socket closed"));
+  }
+  agent_.applied_before_error = true;
+  agent_.on_apply = [this] { agent_.probe_failures = 1; };
+  Fail(agent_.launches[0], pt::PtxDiag());
+  Turns(16);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 3u);
+  for (const fleet::v1::Plan& p : plans) EXPECT_EQ(p.status(), "interrupted");
+  EXPECT_EQ(agent_.applies.size(), 3u);
+  const std::string state = Rows()["local/200/gpu0"].state();
+  EXPECT_NE(state, "REMEDIATING");
+  EXPECT_NE(state, "READY");
+}
+
 // An agent that dies each time it runs a fix is not asked for ever: the third interruption
 // counts as a failure, and the server ends with a reason instead of REMEDIATING.
 TEST_F(RemediationTest, AFixInterruptedThreeTimesCountsAsFailed) {
