@@ -82,13 +82,17 @@ class GrpcAgentClient::Stream : public grpc::ClientReadReactor<fleet::v1::AgentE
     const grpc::Status ended =
         status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent ended the stream")
                     : status;
-    sink_->OnStreamEnded(owner_->container_, FromGrpc(ended, owner_->container_, "Events"));
     GrpcAgentClient* const owner = owner_;
+    // No longer the client's stream before the sink hears that it ended: the daemon follows
+    // again as soon as it has heard (on another thread, maybe before this one goes on), and that
+    // Follow must start a new stream, not find this one and do nothing (a link then followed no
+    // stream at all, and its events stopped coming with no error: finding 15).
     {
       absl::MutexLock lock(&owner->mu_);
       if (owner->stream_ == this) owner->stream_ = nullptr;
       ++owner->finishing_;
     }
+    sink_->OnStreamEnded(owner_->container_, FromGrpc(ended, owner_->container_, "Events"));
     // Deleted (its context, which holds a reference to the channel, with it) before the owner
     // may let its channel go: the last reference to a gRPC channel must never drop on one of
     // gRPC's callback threads (the channel's release shuts down the callback queue whose thread

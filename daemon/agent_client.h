@@ -79,7 +79,9 @@ class AgentClient {
   virtual absl::Status Logs(const fleet::v1::LogsRequest& r,
                             const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk,
                             CallCancel* cancel) = 0;
-  // Starts following the event stream after (incarnation, sequence). One stream at a time.
+  // Starts following the event stream after (incarnation, sequence). One stream at a time: a
+  // Follow while the stream is live does nothing; once the sink has been told that it ended
+  // (from OnStreamEnded on), a Follow starts the next.
   virtual void Follow(const std::string& incarnation, uint64_t after, EventSink* sink) = 0;
   // Cancels the stream (OnStreamEnded follows).
   virtual void CancelFollow() = 0;

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/base/rpc_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -74,6 +76,86 @@ TEST(GrpcAgentClient, RefusesAStatusOverItsDeliberateLimitNamingTheContainer) {
   EXPECT_EQ(status.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(status.status().message().find("container local/200"), absl::string_view::npos)
       << status.status();
+}
+
+// An agent whose first event stream ends at once (as when the agent goes away) and whose next
+// ones carry one event after the position asked for, then end.
+class EndingStreamAgent final : public fleet::v1::Agent::Service {
+ public:
+  grpc::Status Events(grpc::ServerContext*, const fleet::v1::EventsRequest* request,
+                      grpc::ServerWriter<fleet::v1::AgentEvent>* writer) override {
+    absl::MutexLock lock(&mu_);
+    if (++streams_ == 1) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "agent restarting");
+    fleet::v1::AgentEvent event;
+    event.set_incarnation(request->incarnation());
+    event.set_sequence(request->after_sequence() + 1);
+    writer->Write(event);
+    return grpc::Status::OK;
+  }
+  int streams() {
+    absl::MutexLock lock(&mu_);
+    return streams_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A sink that follows again as soon as it hears that the stream ended (once), as the daemon's
+// loop does when it ingests that end first: the reconnect can land before the ended stream's
+// callback has returned.
+class FollowAgainSink final : public EventSink {
+ public:
+  void set_client(AgentClient* client) { client_ = client; }
+  void OnEvent(const std::string&, fleet::v1::AgentEvent event) override {
+    absl::MutexLock lock(&mu_);
+    if (!got_event_.HasBeenNotified()) {
+      event_ = std::move(event);
+      got_event_.Notify();
+    }
+  }
+  void OnStreamEnded(const std::string&, absl::Status) override {
+    bool again = false;
+    {
+      absl::MutexLock lock(&mu_);
+      again = ++ends_ == 1;
+    }
+    if (again) client_->Follow("inc", 41, this);
+  }
+  absl::Notification got_event_;
+  absl::Mutex mu_;
+  fleet::v1::AgentEvent event_ ABSL_GUARDED_BY(mu_);
+
+ private:
+  AgentClient* client_ = nullptr;
+  int ends_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Finding 15 of docs/reliability.md: a link followed again while its ended stream was still
+// finishing got no stream at all (Follow found the old one and did nothing), and its events
+// stopped coming with no error.
+TEST(GrpcAgentClient, AFollowRightAfterTheStreamEndedStartsTheNextStream) {
+  EndingStreamAgent service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  FollowAgainSink sink;  // outlives the client: its streams call it until the client is gone
+  {
+    GrpcAgentClient client("local/200", absl::StrCat("127.0.0.1:", port));
+    sink.set_client(&client);
+    client.Follow("inc", 40, &sink);
+    ASSERT_TRUE(sink.got_event_.WaitForNotificationWithTimeout(absl::Seconds(60)))
+        << "no event after the stream was followed again (" << service.streams()
+        << " stream(s) asked of the agent)";
+    absl::MutexLock lock(&sink.mu_);
+    EXPECT_EQ(sink.event_.sequence(), 42u);
+  }
+  EXPECT_EQ(service.streams(), 2);
+  server->Shutdown();
 }
 
 }  // namespace
