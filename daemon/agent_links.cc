@@ -400,9 +400,16 @@ void Daemon::Connect(absl::Time now) {
     AgentCursor cursor;
   };
   std::vector<Due> due;
+  std::vector<Due> checks;  // followed links whose stream's check is due
   {
     absl::MutexLock lock(&mu_);
     for (auto& [key, link] : links_) {
+      if (link->state == Link::kFollowing && !link->checking && now >= link->check_at) {
+        link->checking = true;
+        link->check_at = now + options_.stream_check;
+        checks.push_back({key, link->client, link->cursor});
+        continue;
+      }
       if (link->state != Link::kIdle || now < link->retry_at) continue;
       if (!link->client) {
         link->client = factory_(key, link->host, link->config);
@@ -426,6 +433,57 @@ void Daemon::Connect(absl::Time now) {
       Connected(container, client, snapshot);
     });
   }
+  for (const Due& d : checks) {
+    d.client->StatusAsync([this, container = d.container, client = d.client.get()](
+                              absl::StatusOr<fleet::v1::StatusResponse> snapshot) {
+      StreamChecked(container, client, snapshot);
+    });
+  }
+}
+
+void Daemon::StreamChecked(const std::string& container, const AgentClient* client,
+                           const absl::StatusOr<fleet::v1::StatusResponse>& snapshot) {
+  // Streams held while the record catches up (Admit) bring nothing meanwhile, as they should.
+  bool held = false;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    held = !parked_.empty();
+  }
+  std::shared_ptr<AgentClient> restart;
+  {
+    absl::MutexLock lock(&mu_);
+    auto link = links_.find(container);
+    if (link == links_.end() || link->second->client.get() != client) return;
+    Link& l = *link->second;
+    l.checking = false;
+    // Not followed now (ended, resynchronising), held, or the agent did not answer (its stream
+    // says so when it is gone): nothing to judge; the next check starts again.
+    if (l.state != Link::kFollowing || l.resync || held || !snapshot.ok()) {
+      l.agent_was_at.reset();
+      return;
+    }
+    const AgentCursor& have = l.cursor;
+    if (l.agent_was_at.has_value() && (have.incarnation != l.agent_was_at->incarnation ||
+                                       have.sequence < l.agent_was_at->sequence)) {
+      // A whole check interval, and the stream has not brought what the agent had at its
+      // start: it ended without a word reaching us, or stopped moving. Followed again (the
+      // cancel ends it; the link connects again from the cursor, as after any end).
+      log::Get(log::Component::kLinks)
+          .warn(
+              "{} event stream stalled: the agent's log was at {}#{} a check ago, fleetd has "
+              "{}#{}; following it again",
+              log::LogFields{.container = container}, l.agent_was_at->incarnation,
+              l.agent_was_at->sequence, have.incarnation, have.sequence);
+      l.agent_was_at.reset();
+      restart = l.client;
+    } else if (snapshot->incarnation() != have.incarnation ||
+               snapshot->sequence() > have.sequence) {
+      l.agent_was_at = AgentCursor{snapshot->incarnation(), snapshot->sequence()};
+    } else {
+      l.agent_was_at.reset();
+    }
+  }
+  if (restart) restart->CancelFollow();
 }
 
 void Daemon::Connected(const std::string& container, const AgentClient* client,
@@ -452,6 +510,10 @@ void Daemon::Connected(const std::string& container, const AgentClient* client,
       l.resync = false;
     }
     l.state = Link::kFollowing;
+    l.checking = false;
+    l.agent_was_at.reset();
+    l.check_at = options_.stream_check > absl::ZeroDuration() ? now + options_.stream_check
+                                                              : absl::InfiniteFuture();
     LinkUp(l);
     // Follow only starts the stream (its events come on gRPC's threads, to the queue): it does
     // not wait for the agent.

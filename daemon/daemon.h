@@ -52,6 +52,10 @@ struct DaemonOptions {
   absl::Duration tick = absl::Milliseconds(500);  // the longest the loop waits between turns
   absl::Duration reconnect_initial = absl::Milliseconds(200);
   absl::Duration reconnect_max = absl::Seconds(30);
+  // How often a followed link asks its agent how far its event log runs: a stream that has not
+  // brought, by the next check, the events the agent had at this one is stalled (it ended
+  // unseen, or stopped moving), and is followed again. Zero: never checked.
+  absl::Duration stream_check = absl::Seconds(30);
   absl::Duration event_retention = absl::Hours(24 * 30);
   int64_t max_events = 2000000;
   // A turn applies every queued event, this many per hold of the state lock (status queries wait
@@ -211,6 +215,12 @@ class Daemon : public EventSink, public PlanRecorder {
     int failures = 0;
     AgentCursor cursor;
     std::string last_error;  // why it cannot reach its agent now ("" when it can)
+    // The stream's check (DaemonOptions::stream_check): when it is due, whether one is asked,
+    // and where the agent's log was at the last one when the stream was behind it (the
+    // position the stream must have passed by the next).
+    absl::Time check_at = absl::InfiniteFuture();
+    bool checking = false;
+    std::optional<AgentCursor> agent_was_at;
   };
   struct Queued {
     std::string container;
@@ -234,7 +244,10 @@ class Daemon : public EventSink, public PlanRecorder {
   void ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot, absl::Time now,
                      std::set<std::string>* touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks every due link's agent for its Status (all at once); Connected follows each answer.
+  // Asks the followed links whose check is due too; StreamChecked takes those answers.
   void Connect(absl::Time now);
+  void StreamChecked(const std::string& container, const AgentClient* client,
+                     const absl::StatusOr<fleet::v1::StatusResponse>& snapshot);
   // A link that could not reach its agent (its Status failed, or its stream ended): retried
   // with backoff. Why is logged when it changes and shown as its servers' reason (status,
   // watch) until the agent answers again (LinkUp): an unreachable host, a failed agent

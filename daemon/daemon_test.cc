@@ -77,6 +77,7 @@ class FakeAgent : public AgentClient {
   }
   // As a real stream: cancelled, it ends (once).
   void CancelFollow() override {
+    ++cancels;
     if (!following) return;
     following = false;
     sink_->OnStreamEnded(container_, absl::CancelledError("cancelled"));
@@ -93,6 +94,19 @@ class FakeAgent : public AgentClient {
     following = false;
     sink_->OnStreamEnded(container_, absl::UnavailableError("gone"));
   }
+  // The agent logs an event that its stream does not bring (yet): Deliver sends them.
+  void Keep(AgentEvent e) {
+    e.set_incarnation(snapshot.incarnation());
+    e.set_sequence(++sequence);
+    snapshot.set_sequence(sequence);
+    kept.push_back(std::move(e));
+  }
+  void Deliver() {
+    for (AgentEvent& e : kept) sink_->OnEvent(container_, std::move(e));
+    kept.clear();
+  }
+  int cancels = 0;
+  std::vector<AgentEvent> kept;
 
   std::string container_;
   bool reachable = true;
@@ -586,6 +600,61 @@ TEST_F(DaemonTest, AfterAStreamEndsItResumesFromTheStoredCursorAndAppliesNothing
   agent_.sink_->OnEvent("local/200", again);
   daemon_->Step();
   EXPECT_EQ(Rows()["local/200/gpu0"].state(), "LOADING");
+}
+
+// Finding 15 of docs/reliability.md: a stream that stops bringing events without ending (it
+// ended unseen, or stalled) left the link "following" forever. The link's check sees the agent's
+// log ahead of the stream, and a check later still ahead of what the stream brought: it follows
+// again, from its cursor, and the events come.
+TEST_F(DaemonTest, AStreamThatStopsBringingTheAgentsEventsIsFollowedAgain) {
+  options_.stream_check = absl::Seconds(30);
+  Open();
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  ASSERT_EQ(agent_.follows.size(), 1u);
+  const auto launch = agent_.launches[0];
+  agent_.Say(Phase(launch, "LOADING"));
+  daemon_->Step();
+  agent_.Keep(Phase(launch, "CAPTURING_GRAPHS"));
+  agent_.Keep(Phase(launch, "READY"));
+  clock_.Advance(absl::Seconds(30));
+  daemon_->Step();  // the check: the agent is at #3, the stream brought #1
+  EXPECT_EQ(agent_.cancels, 0);
+  clock_.Advance(absl::Seconds(30));
+  daemon_->Step();  // a check later the stream still has #1: stalled
+  EXPECT_EQ(agent_.cancels, 1);
+  daemon_->Step();  // its end taken
+  clock_.Advance(absl::Seconds(1));
+  daemon_->Step();  // connected again
+  ASSERT_EQ(agent_.follows.size(), 2u);
+  EXPECT_EQ(agent_.follows.back(), std::make_pair(std::string("inc-1"), uint64_t{1}));
+  agent_.Deliver();
+  daemon_->Step();
+  EXPECT_EQ(Rows()["local/200/gpu0"].state(), "READY");
+}
+
+// A stream behind the agent at each check but bringing what it had at the one before is left
+// alone, however busy the agent.
+TEST_F(DaemonTest, AStreamBehindTheAgentButMovingIsNotFollowedAgain) {
+  options_.stream_check = absl::Seconds(30);
+  Open();
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  const auto launch = agent_.launches[0];
+  for (int check = 0; check < 4; ++check) {
+    agent_.Keep(Phase(launch, "LOADING"));
+    clock_.Advance(absl::Seconds(30));
+    daemon_->Step();  // the agent ahead of the stream at this check
+    agent_.Deliver();
+    agent_.Keep(Phase(launch, "JIT_COMPILING"));  // and again, before the next
+  }
+  clock_.Advance(absl::Seconds(30));
+  daemon_->Step();
+  EXPECT_EQ(agent_.cancels, 0);
+  EXPECT_EQ(agent_.follows.size(), 1u);
+  EXPECT_GE(agent_.status_calls, 5);  // the checks were asked
 }
 
 TEST_F(DaemonTest, ANewIncarnationIsResynchronisedFromItsSnapshotAndTheGapRecorded) {
