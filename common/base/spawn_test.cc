@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -93,6 +94,14 @@ Ran RunCapturing(SpawnSpec spec) {
   return ran;
 }
 
+// What `cat` read from the stdin given.
+Ran Cat(SpawnStream in) {
+  SpawnSpec spec;
+  spec.argv = {Tool("cat")};
+  spec.in = std::move(in);
+  return RunCapturing(spec);
+}
+
 // A bit of a /proc/PID/status signal set line ("SigBlk:\t0000000000000200").
 bool HasSignal(const std::string& status_lines, const std::string& key, int sig) {
   const size_t at = status_lines.find(key + ":\t");
@@ -129,10 +138,7 @@ TEST(SpawnProcess, NullStdinIsDevNullEvenWhenOursIsAPipe) {
   // And it reads end of file at once, not what waits in our stdin.
   ASSERT_EQ(write(ours.write.get(), "ours\n", 5), 5);
   ours.write.Reset();
-  SpawnSpec cat;
-  cat.argv = {Tool("cat")};
-  cat.in = SpawnStream::Null();
-  const Ran ran = RunCapturing(cat);
+  const Ran ran = Cat(SpawnStream::Null());
   EXPECT_EQ(ran.exit_code, 0);
   EXPECT_EQ(ran.output, "");
 }
@@ -140,10 +146,7 @@ TEST(SpawnProcess, NullStdinIsDevNullEvenWhenOursIsAPipe) {
 TEST(SpawnProcess, StdinReadsTheFileGiven) {
   fleet::testing::TempDir dir;
   dir.WriteFile("input", "line one\nline two\n");
-  SpawnSpec spec;
-  spec.argv = {Tool("cat")};
-  spec.in = SpawnStream::FileToRead(dir.Join("input"));
-  const Ran ran = RunCapturing(spec);
+  const Ran ran = Cat(SpawnStream::FileToRead(dir.Join("input")));
   EXPECT_EQ(ran.exit_code, 0);
   EXPECT_EQ(ran.output, "line one\nline two\n");
 }
