@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include "agent/proc.h"
 #include "common/base/clock.h"
 #include "common/base/errno_status.h"
+#include "common/base/spawn.h"
 
 namespace fleet::agent {
 
@@ -41,42 +41,28 @@ absl::StatusOr<CommandResult> PosixCommandRunner::Run(const Command& command) {
       return absl::NotFoundError(absl::StrCat(command.argv[0], ": not found on the PATH given"));
     }
   }
-  std::vector<std::string> env_strings;
-  env_strings.reserve(command.env.size());
-  for (const auto& [k, v] : command.env) env_strings.push_back(absl::StrCat(k, "=", v));
-  std::vector<char*> c_argv, c_env;
-  for (const std::string& a : command.argv) c_argv.push_back(const_cast<char*>(a.c_str()));
-  c_argv.push_back(nullptr);
-  for (const std::string& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
-  c_env.push_back(nullptr);
-
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "command: pipe");
   absl::Cleanup close_read = [&] { close(fds[0]); };
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  if (!command.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, command.cwd.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
+  SpawnSpec spec;
+  spec.program = program;
+  spec.argv = command.argv;
+  spec.env = command.env;
+  spec.cwd = command.cwd;
+  spec.in = SpawnStream::Null();
+  spec.out = SpawnStream::Fd(fds[1]);
+  spec.err = SpawnStream::Fd(fds[1]);
+  spec.group = SpawnGroup::kOwnGroup;
   // Default dispositions and an empty mask in the child, whatever the agent set for itself.
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  posix_spawnattr_setpgroup(&attr, 0);
+  spec.reset_signals = true;
   const absl::Time start = fleet::SteadyNow();
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  const absl::StatusOr<pid_t> spawned = SpawnProcess(spec);
   close(fds[1]);
-  if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("command: spawn ", program));
+  if (!spawned.ok()) {
+    return absl::Status(spawned.status().code(),
+                        absl::StrCat("command: ", spawned.status().message()));
+  }
+  const pid_t pid = *spawned;
 
   CommandResult result;
   const absl::Time deadline = start + command.timeout;

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include "agent/command_runner.h"
 #include "agent/proc.h"
 #include "common/base/errno_status.h"
+#include "common/base/spawn.h"
 
 namespace fleet::agent {
 namespace {
@@ -47,34 +47,22 @@ absl::StatusOr<ServerProcess> PosixProcessLauncher::Launch(const ServerCommand& 
   UniqueFd log_fd(open(command.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!log_fd.valid()) return ErrnoToStatus(errno, absl::StrCat("launch: log ", command.log_path));
 
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : command.env) env_strings.push_back(absl::StrCat(k, "=", v));
-  std::vector<char*> c_argv, c_env;
-  for (const std::string& a : command.argv) c_argv.push_back(const_cast<char*>(a.c_str()));
-  c_argv.push_back(nullptr);
-  for (const std::string& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
-  c_env.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, log_fd.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, log_fd.get(), 2);
-  if (!command.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, command.cwd.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("launch: spawn ", program));
+  SpawnSpec spec;
+  spec.program = program;
+  spec.argv = command.argv;
+  spec.env = command.env;
+  spec.cwd = command.cwd;
+  spec.in = SpawnStream::Null();
+  spec.out = SpawnStream::Fd(log_fd.get());
+  spec.err = SpawnStream::Fd(log_fd.get());
+  spec.group = SpawnGroup::kOwnSession;
+  spec.reset_signals = true;
+  const absl::StatusOr<pid_t> spawned = SpawnProcess(spec);
+  if (!spawned.ok()) {
+    return absl::Status(spawned.status().code(),
+                        absl::StrCat("launch: ", spawned.status().message()));
+  }
+  const pid_t pid = *spawned;
 
   ServerProcess p;
   p.pid = pid;

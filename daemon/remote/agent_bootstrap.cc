@@ -1,12 +1,10 @@
 #include "daemon/remote/agent_bootstrap.h"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -19,9 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/base/clock.h"
+#include "common/base/spawn.h"
 #include "common/base/string_view.h"
-
-extern char** environ;
 
 namespace fleet::daemon {
 namespace {
@@ -30,29 +27,26 @@ namespace {
 absl::StatusOr<std::string> LocalVersion(const std::string& binary) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  std::string flag = "--version";
-  char* argv[] = {const_cast<char*>(binary.c_str()), flag.data(), nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
+  SpawnSpec spec;
+  spec.argv = {binary, "--version"};
+  spec.out = SpawnStream::Fd(out[1]);
+  const absl::StatusOr<pid_t> pid = SpawnProcess(spec);
   close(out[1]);
+  if (!pid.ok()) {
+    close(out[0]);
+    return absl::FailedPreconditionError(
+        absl::StrCat(binary, " --version failed: ", pid.status().message()));
+  }
   std::string text;
-  if (rc == 0) {
-    char buf[512];
-    ssize_t n;
-    while ((n = read(out[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-      if (n > 0) text.append(buf, static_cast<size_t>(n));
-    }
+  char buf[512];
+  ssize_t n;
+  while ((n = read(out[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) text.append(buf, static_cast<size_t>(n));
   }
   close(out[0]);
   int status = 0;
-  if (rc != 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-      WEXITSTATUS(status) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(binary, " --version failed", rc != 0 ? absl::StrCat(": ", strerror(rc)) : ""));
+  if (waitpid(*pid, &status, 0) != *pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(binary, " --version failed"));
   }
   const size_t eol = text.find('\n');
   return std::string(absl::StripAsciiWhitespace(text.substr(0, eol)));
