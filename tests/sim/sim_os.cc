@@ -1,7 +1,6 @@
 #include "tests/sim/sim_os.h"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/errno_status.h"
+#include "common/base/spawn.h"
 
 extern char** environ;
 
@@ -88,22 +88,18 @@ absl::StatusOr<ToolResult> RunTool(const std::vector<std::string>& argv) {
   if (argv.empty()) return absl::InvalidArgumentError("run: empty argv");
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "run: pipe");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 2);
-  std::vector<char*> c_argv;
-  for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
-  c_argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, c_argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  SpawnSpec spec;
+  spec.argv = argv;
+  spec.in = SpawnStream::Null();
+  spec.out = SpawnStream::Fd(pipe_fds[1]);
+  spec.err = SpawnStream::Fd(pipe_fds[1]);
+  const absl::StatusOr<pid_t> spawned = SpawnProcess(spec);
   close(pipe_fds[1]);
-  if (rc != 0) {
+  if (!spawned.ok()) {
     close(pipe_fds[0]);
-    return ErrnoToStatus(rc, absl::StrCat("run ", argv[0]));
+    return spawned.status();
   }
+  const pid_t pid = *spawned;
   ToolResult result;
   char buf[4096];
   for (;;) {

@@ -1,7 +1,5 @@
 #include "tests/testing/subprocess.h"
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/errno_status.h"
+#include "common/base/spawn.h"
 
 extern char** environ;
 
@@ -50,32 +49,17 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const RunOptio
       return absl::NotFoundError(absl::StrCat("spawn: ", argv[0], ": not on PATH"));
     }
   }
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
-  std::vector<char*> c_argv, c_env;
-  for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
-  c_argv.push_back(nullptr);
-  for (const std::string& e : env_strings) c_env.push_back(const_cast<char*>(e.c_str()));
-  c_env.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  const std::string out = options.output_path.empty() ? "/dev/null" : options.output_path;
-  const std::string in = options.stdin_path.empty() ? "/dev/null" : options.stdin_path;
-  posix_spawn_file_actions_addopen(&actions, 0, in.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  if (!options.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, options.cwd.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("spawn ", program));
-  return pid;
+  SpawnSpec spec;
+  spec.program = program;
+  spec.argv = argv;
+  spec.env = env;
+  spec.cwd = options.cwd;
+  spec.in = SpawnStream::FileToRead(options.stdin_path.empty() ? "/dev/null" : options.stdin_path);
+  spec.out =
+      SpawnStream::FileToAppend(options.output_path.empty() ? "/dev/null" : options.output_path);
+  spec.err = SpawnStream::Stdout();
+  spec.group = SpawnGroup::kOwnGroup;
+  return SpawnProcess(spec);
 }
 
 absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv, const RunOptions& options) {
