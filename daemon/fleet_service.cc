@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/config/secret_redaction.h"
 #include "common/net/grpc_status.h"
+#include "common/net/subscriber_stream.h"
 #include "daemon/ssh/ssh_reach.h"
 
 namespace fleet::daemon {
@@ -49,65 +50,36 @@ grpc::ServerUnaryReactor* Fail(grpc::CallbackServerContext* c, const absl::Statu
 }
 
 // The whole table first, then each change, until the client goes away.
-class WatchStream : public grpc::ServerWriteReactor<fleet::v1::FleetStatusResponse>,
+class WatchStream : public net::SubscriberStream<fleet::v1::FleetStatusResponse>,
                     public StatusSubscriber {
  public:
   WatchStream(Daemon* daemon, const fleet::v1::FleetStatusRequest& request)
-      : daemon_(daemon), servers_(request.servers().begin(), request.servers().end()) {
+      : net::SubscriberStream<fleet::v1::FleetStatusResponse>("watch: write failed"),
+        daemon_(daemon),
+        servers_(request.servers().begin(), request.servers().end()) {
     daemon_->Subscribe(this);
-    MaybeWrite();
+    Start();
   }
 
-  void OnStatusChanged() override { MaybeWrite(); }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch: write failed"));
-      return;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-    }
-    MaybeWrite();
-  }
-
-  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
-
-  void OnDone() override {
-    daemon_->Unsubscribe(this);
-    delete this;
-  }
+  void OnStatusChanged() override { Wake(); }
 
  private:
-  void MaybeWrite() {
-    absl::MutexLock lock(&mu_);
-    if (writing_ || finished_) return;
+  // The rows changed since the last message (the whole table first, even when empty).
+  bool Fill(fleet::v1::FleetStatusResponse* out) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<fleet::v1::ServerRow> rows = daemon_->ChangedRows(servers_, &since_);
-    if (rows.empty() && sent_first_) return;
-    message_.Clear();
-    for (auto& r : rows) *message_.add_servers() = std::move(r);
-    *message_.mutable_at() = google::protobuf::Timestamp();
+    if (rows.empty() && sent_first_) return false;
+    for (auto& r : rows) *out->add_servers() = std::move(r);
+    *out->mutable_at() = google::protobuf::Timestamp();
     sent_first_ = true;
-    writing_ = true;
-    StartWrite(&message_);
+    return true;
   }
 
-  void FinishOnce(grpc::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(status));
-  }
+  void Detach() override { daemon_->Unsubscribe(this); }
 
   Daemon* const daemon_;
   const std::set<std::string> servers_;
-  absl::Mutex mu_;
   uint64_t since_ ABSL_GUARDED_BY(mu_) = 0;
   bool sent_first_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  fleet::v1::FleetStatusResponse message_ ABSL_GUARDED_BY(mu_);
 };
 
 // Relays the agent's log stream on a thread of its own (the agent call blocks). When the client
