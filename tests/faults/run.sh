@@ -806,6 +806,12 @@ run_one() {  # run_one ROW K
   if [[ -s $run_dir/check.log ]]; then
     printf 'violation: check: %s\n' "$(tr '\n' ' ' <"$run_dir/check.log")" >>"$vfile"
   fi
+  # A failed injection's state is kept: what lived on a small disk (the *-disk-full rows) is
+  # copied out before it is unmounted (DIR.disk beside it).
+  if grep -q '^violation:' "$vfile"; then
+    local m
+    for m in ${mounts[@]+"${mounts[@]}"}; do cp -a -- "$m/." "$m.disk" 2>/dev/null || true; done
+  fi
   unmount_all
   local n
   n=$(grep -c '^violation:' "$vfile" || true)
