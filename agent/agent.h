@@ -40,6 +40,7 @@
 #include "agent/action_runner.h"
 #include "agent/agent_store.h"
 #include "agent/command_runner.h"
+#include "agent/event_source.h"
 #include "agent/gpu_guard.h"
 #include "agent/process_launcher.h"
 #include "agent/readiness.h"
@@ -80,14 +81,7 @@ struct AgentOptions {
   std::string db_vfs;
 };
 
-// A stream position's owner: told (without the agent's lock held) that events may be waiting.
-class EventSubscriber {
- public:
-  virtual ~EventSubscriber() = default;
-  virtual void OnEventsAvailable() = 0;
-};
-
-class Agent {
+class Agent : public EventSource {
  public:
   struct Dependencies {
     Clock* clock;
@@ -103,7 +97,7 @@ class Agent {
   // outlive the agent.
   static absl::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options, Dependencies deps);
   // Stops the loop and readiness threads. Servers keep running: they are not the agent's to stop.
-  ~Agent();
+  ~Agent() override;
 
   // Runs the event loop on a thread of its own.
   void Start();
@@ -121,9 +115,9 @@ class Agent {
   // or one the log no longer holds, yields one Resync event first (at the current sequence: the
   // caller takes a Status() snapshot and continues after it).
   std::vector<fleet::v1::AgentEvent> EventsAfter(const std::string& incarnation, uint64_t after,
-                                                 size_t limit);
-  void Subscribe(EventSubscriber* subscriber);
-  void Unsubscribe(EventSubscriber* subscriber) ABSL_LOCKS_EXCLUDED(mu_, notify_mu_);
+                                                 size_t limit) override;
+  void Subscribe(EventSubscriber* subscriber) override;
+  void Unsubscribe(EventSubscriber* subscriber) override ABSL_LOCKS_EXCLUDED(mu_, notify_mu_);
 
   // The log of `gpu`'s attempt `attempt_number` (0: the current one): the live log path, or the
   // LOG.<attempt> it was rotated to. "" when there is none.

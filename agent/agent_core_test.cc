@@ -693,6 +693,51 @@ TEST_F(AgentTest, TheEventStreamResumesOverGrpcWithoutGapOrDuplicate) {
   server->Shutdown();
 }
 
+// EventBatches: the same stream, what the agent holds past a position in one message (a backlog
+// is not sent one event to a message), then each new event as it comes, in order, no hole.
+TEST_F(AgentTest, EventBatchesSendsTheBacklogInOneMessageThenWhatComes) {
+  AgentHarness h;
+  const auto spec = h.ChildSpec(0, {"lines", "2"});
+  ASSERT_TRUE(h.Launch(spec, "a").ok());
+  h.Stop(0);
+  // The backlog: STARTING .. STOPPED, all logged before anyone reads.
+  ASSERT_TRUE(h.RunUntil([](const auto& got) { return AgentHarness::HasPhase(got, "STOPPED"); }));
+  const uint64_t backlog = h.agent().last_sequence();
+  ASSERT_GE(backlog, 4u);
+  h.agent().Start();
+  AgentService service(&h.agent());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  auto stub = fleet::v1::Agent::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  fleet::v1::EventsRequest request;
+  request.set_incarnation(h.agent().incarnation());
+  request.set_after_sequence(0);
+  auto reader = stub->EventBatches(&context, request);
+  fleet::v1::EventBatch batch;
+  ASSERT_TRUE(reader->Read(&batch));
+  ASSERT_EQ(batch.events_size(), static_cast<int>(backlog));
+  for (int i = 0; i < batch.events_size(); ++i) {
+    EXPECT_EQ(batch.events(i).sequence(), static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_EQ(batch.events(0).phase().state(), "STARTING");
+  // A new launch: its events come on the same stream, numbered on.
+  ASSERT_TRUE(h.Launch(spec, "b").ok());
+  ASSERT_TRUE(reader->Read(&batch));
+  ASSERT_GE(batch.events_size(), 1);
+  EXPECT_EQ(batch.events(0).sequence(), backlog + 1);
+  EXPECT_EQ(batch.events(0).attempt_id(), "b");
+  context.TryCancel();
+  server->Shutdown();
+}
+
 TEST_F(AgentTest, LogsGivesTheTailThenFollowsOverGrpc) {
   AgentHarness h;
   h.agent().Start();

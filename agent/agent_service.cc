@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "agent/event_stream.h"
 #include "agent/log_follower.h"
 #include "common/base/rpc_limits.h"
 #include "common/net/grpc_status.h"
@@ -20,73 +21,6 @@ void SetMessageLimits(grpc::ServerBuilder* builder) {
 }
 
 namespace {
-
-// Events after a position, as they come. Subscribed to the agent: a new event wakes it.
-class EventStream : public grpc::ServerWriteReactor<fleet::v1::AgentEvent>, public EventSubscriber {
- public:
-  EventStream(Agent* agent, const fleet::v1::EventsRequest& request)
-      : agent_(agent), incarnation_(request.incarnation()), cursor_(request.after_sequence()) {
-    agent_->Subscribe(this);
-    MaybeWrite();
-  }
-
-  void OnEventsAvailable() override { MaybeWrite(); }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "event stream: write failed"));
-      return;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-    }
-    MaybeWrite();
-  }
-
-  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
-
-  void OnDone() override {
-    agent_->Unsubscribe(this);
-    delete this;
-  }
-
- private:
-  void MaybeWrite() {
-    absl::MutexLock lock(&mu_);
-    if (writing_ || finished_) return;
-    if (pending_.empty()) {
-      std::vector<fleet::v1::AgentEvent> events = agent_->EventsAfter(incarnation_, cursor_, 256);
-      for (auto& e : events) pending_.push_back(std::move(e));
-    }
-    if (pending_.empty()) return;
-    current_ = std::move(pending_.front());
-    pending_.pop_front();
-    // Whatever this stream said last is where it continues from: after a Resync, the agent's
-    // incarnation and sequence.
-    incarnation_ = current_.incarnation();
-    cursor_ = current_.sequence();
-    writing_ = true;
-    StartWrite(&current_);
-  }
-
-  // A stream finishes once, whichever of a failed write or a cancel comes first.
-  void FinishOnce(grpc::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(status));
-  }
-
-  Agent* const agent_;
-  absl::Mutex mu_;
-  std::string incarnation_ ABSL_GUARDED_BY(mu_);
-  uint64_t cursor_ ABSL_GUARDED_BY(mu_);
-  std::deque<fleet::v1::AgentEvent> pending_ ABSL_GUARDED_BY(mu_);
-  fleet::v1::AgentEvent current_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 // A server's log: the last `tail_lines` lines (all when 0), then, when following, what is
 // appended, until the client cancels. Reads with a LogFollower on a thread of its own.
@@ -278,7 +212,12 @@ grpc::ServerUnaryReactor* AgentService::Status(grpc::CallbackServerContext* cont
 
 grpc::ServerWriteReactor<fleet::v1::AgentEvent>* AgentService::Events(
     grpc::CallbackServerContext* context, const fleet::v1::EventsRequest* request) {
-  return new EventStream(agent_, *request);
+  return new EventStream<fleet::v1::AgentEvent>(agent_, *request);
+}
+
+grpc::ServerWriteReactor<fleet::v1::EventBatch>* AgentService::EventBatches(
+    grpc::CallbackServerContext* context, const fleet::v1::EventsRequest* request) {
+  return new EventStream<fleet::v1::EventBatch>(agent_, *request);
 }
 
 grpc::ServerWriteReactor<fleet::v1::LogChunk>* AgentService::Logs(

@@ -36,6 +36,8 @@ class AgentService final : public fleet::v1::Agent::CallbackService {
                                    fleet::v1::StatusResponse* response) override;
   grpc::ServerWriteReactor<fleet::v1::AgentEvent>* Events(
       grpc::CallbackServerContext* context, const fleet::v1::EventsRequest* request) override;
+  grpc::ServerWriteReactor<fleet::v1::EventBatch>* EventBatches(
+      grpc::CallbackServerContext* context, const fleet::v1::EventsRequest* request) override;
   grpc::ServerWriteReactor<fleet::v1::LogChunk>* Logs(
       grpc::CallbackServerContext* context, const fleet::v1::LogsRequest* request) override;
   grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* context,

@@ -22,6 +22,10 @@ inline constexpr size_t kSnapshotDiagnosisBytes = 2 << 20;
 inline constexpr size_t kMinSnapshotDiagnosisBytes = 16 << 10;
 // The diagnosis of one event (or of one server's status in a Launch or Stop reply).
 inline constexpr size_t kEventDiagnosisBytes = 2 << 20;
+// One message of the EventBatches stream: at most this many events, and no more bytes than this
+// unless its one event is larger (each event is bounded by kEventDiagnosisBytes and a little).
+inline constexpr size_t kEventBatchMax = 256;
+inline constexpr size_t kEventBatchBytes = 3 << 20;
 // Processes listed in one stall report.
 inline constexpr int kMaxReportedProcesses = 64;
 

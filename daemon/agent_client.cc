@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/rpc_limits.h"
@@ -47,52 +48,89 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& container, const
   return FromGrpcStatus(s, absl::StrCat("container ", container, ": agent ", call));
 }
 
-// One followed event stream. Deletes itself in OnDone, after telling the sink.
-class GrpcAgentClient::Stream : public grpc::ClientReadReactor<fleet::v1::AgentEvent> {
+// One followed event stream: EventBatches, or Events from an agent that has no EventBatches (it
+// answers UNIMPLEMENTED before any event: followed again at once with Events, unseen by the
+// sink, and the client remembers). Deletes itself in OnDone, after telling the sink.
+class GrpcAgentClient::Stream {
  public:
-  Stream(GrpcAgentClient* owner, EventSink* sink, fleet::v1::EventsRequest request)
+  virtual ~Stream() = default;
+  // Started outside the owner's lock: gRPC may run a callback on this thread.
+  virtual void Start() = 0;
+  virtual void Cancel() = 0;
+};
+
+template <typename Message>
+class GrpcAgentClient::Reader : public GrpcAgentClient::Stream,
+                                public grpc::ClientReadReactor<Message> {
+ public:
+  static constexpr bool kBatches = std::is_same_v<Message, fleet::v1::EventBatch>;
+
+  Reader(GrpcAgentClient* owner, EventSink* sink, fleet::v1::EventsRequest request)
       : owner_(owner), sink_(sink), request_(std::move(request)) {}
 
-  // Started outside the owner's lock: gRPC may run a callback on this thread.
-  void Start() {
-    owner_->stub_->async()->Events(&context_, &request_, this);
-    StartRead(&event_);
-    StartCall();
+  void Start() override {
+    if constexpr (kBatches) {
+      owner_->stub_->async()->EventBatches(&context_, &request_, this);
+    } else {
+      owner_->stub_->async()->Events(&context_, &request_, this);
+    }
+    this->StartRead(&message_);
+    this->StartCall();
   }
 
-  void Cancel() { context_.TryCancel(); }
+  void Cancel() override { context_.TryCancel(); }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows with the status
-    sink_->OnEvent(owner_->container_, std::move(event_));
-    event_.Clear();
+    read_any_ = true;
+    if constexpr (kBatches) {
+      std::vector<fleet::v1::AgentEvent> events(
+          std::make_move_iterator(message_.mutable_events()->begin()),
+          std::make_move_iterator(message_.mutable_events()->end()));
+      sink_->OnEvents(owner_->container_, std::move(events));
+    } else {
+      sink_->OnEvent(owner_->container_, std::move(message_));
+    }
+    message_.Clear();
     // A hold keeps the stream (no OnDone) while the sink has it waiting: the read that resumes it
     // starts outside the reactions.
-    AddHold();
+    this->AddHold();
     if (sink_->Admit([this] {
-          StartRead(&event_);
-          RemoveHold();
+          this->StartRead(&message_);
+          this->RemoveHold();
         })) {
-      RemoveHold();
-      StartRead(&event_);
+      this->RemoveHold();
+      this->StartRead(&message_);
     }
   }
 
   void OnDone(const grpc::Status& status) override {
-    const grpc::Status ended =
-        status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent ended the stream")
-                    : status;
     GrpcAgentClient* const owner = owner_;
+    const bool older_agent =
+        kBatches && status.error_code() == grpc::StatusCode::UNIMPLEMENTED && !read_any_;
+    Reader<fleet::v1::AgentEvent>* next = nullptr;
     // No longer the client's stream before the sink hears that it ended: the daemon follows
     // again as soon as it has heard (on another thread, maybe before this one goes on), and that
     // Follow must start a new stream, not find this one and do nothing (a link then followed no
     // stream at all, and its events stopped coming with no error: finding 15).
     {
       absl::MutexLock lock(&owner->mu_);
-      if (owner->stream_ == this) owner->stream_ = nullptr;
+      if (older_agent) owner->events_only_ = true;
+      if (owner->stream_ == this) {
+        owner->stream_ = nullptr;
+        if (older_agent)
+          owner->stream_ = next = new Reader<fleet::v1::AgentEvent>(owner, sink_, request_);
+      }
       ++owner->finishing_;
     }
-    sink_->OnStreamEnded(owner_->container_, FromGrpc(ended, owner_->container_, "Events"));
+    if (next != nullptr) {
+      next->Start();
+    } else {
+      const grpc::Status ended =
+          status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent ended the stream")
+                      : status;
+      sink_->OnStreamEnded(owner->container_, FromGrpc(ended, owner->container_, "Events"));
+    }
     // Deleted (its context, which holds a reference to the channel, with it) before the owner
     // may let its channel go: the last reference to a gRPC channel must never drop on one of
     // gRPC's callback threads (the channel's release shuts down the callback queue whose thread
@@ -108,7 +146,8 @@ class GrpcAgentClient::Stream : public grpc::ClientReadReactor<fleet::v1::AgentE
   EventSink* const sink_;
   fleet::v1::EventsRequest request_;
   grpc::ClientContext context_;
-  fleet::v1::AgentEvent event_;
+  Message message_;
+  bool read_any_ = false;  // gRPC's reactions of one stream never run at once
 };
 
 absl::StatusOr<AgentTls> ReadAgentTls(const std::string& container, const std::string& ca_file,
@@ -359,7 +398,12 @@ void GrpcAgentClient::Follow(const std::string& incarnation, uint64_t after, Eve
   {
     absl::MutexLock lock(&mu_);
     if (stream_ != nullptr) return;
-    stream = stream_ = new Stream(this, sink, std::move(request));
+    if (events_only_) {
+      stream = new Reader<fleet::v1::AgentEvent>(this, sink, std::move(request));
+    } else {
+      stream = new Reader<fleet::v1::EventBatch>(this, sink, std::move(request));
+    }
+    stream_ = stream;
   }
   stream->Start();
 }

@@ -27,6 +27,10 @@ class EventSink {
  public:
   virtual ~EventSink() = default;
   virtual void OnEvent(const std::string& container, fleet::v1::AgentEvent event) = 0;
+  // Several events of one message, in order (EventBatches).
+  virtual void OnEvents(const std::string& container, std::vector<fleet::v1::AgentEvent> events) {
+    for (fleet::v1::AgentEvent& e : events) OnEvent(container, std::move(e));
+  }
   // The stream ended (after every event it carried); `status` says why.
   virtual void OnStreamEnded(const std::string& container, absl::Status status) = 0;
   // Asked by a stream after each event: true to read the next one now. False when the sink
@@ -139,6 +143,8 @@ class GrpcAgentClient : public AgentClient {
 
  private:
   class Stream;
+  template <typename Message>
+  class Reader;
   struct PendingCall {
     virtual ~PendingCall() = default;
     grpc::ClientContext context;
@@ -160,6 +166,8 @@ class GrpcAgentClient : public AgentClient {
   std::unique_ptr<fleet::v1::Agent::Stub> stub_;
   absl::Mutex mu_;
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // owned by itself; deletes itself when done
+  // The agent answered EventBatches UNIMPLEMENTED (an older agent): its streams are Events.
+  bool events_only_ ABSL_GUARDED_BY(mu_) = false;
   // Callbacks past their bookkeeping, still freeing a call or the stream: the destructor waits
   // for them too (the channel must outlive them).
   int finishing_ ABSL_GUARDED_BY(mu_) = 0;

@@ -158,5 +158,102 @@ TEST(GrpcAgentClient, AFollowRightAfterTheStreamEndedStartsTheNextStream) {
   server->Shutdown();
 }
 
+// A sink that records what it is given and how often the stream ended.
+class RecordingSink final : public EventSink {
+ public:
+  void OnEvent(const std::string&, fleet::v1::AgentEvent event) override {
+    absl::MutexLock lock(&mu_);
+    sequences_.push_back(event.sequence());
+  }
+  void OnEvents(const std::string& container, std::vector<fleet::v1::AgentEvent> events) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++batches_;
+    }
+    EventSink::OnEvents(container, std::move(events));
+  }
+  void OnStreamEnded(const std::string&, absl::Status status) override {
+    absl::MutexLock lock(&mu_);
+    ends_.push_back(std::move(status));
+    ended_.Notify();
+  }
+  absl::Notification ended_;
+  absl::Mutex mu_;
+  std::vector<uint64_t> sequences_ ABSL_GUARDED_BY(mu_);
+  int batches_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<absl::Status> ends_ ABSL_GUARDED_BY(mu_);
+};
+
+fleet::v1::AgentEvent Numbered(const fleet::v1::EventsRequest& request, uint64_t n) {
+  fleet::v1::AgentEvent event;
+  event.set_incarnation(request.incarnation());
+  event.set_sequence(request.after_sequence() + n);
+  return event;
+}
+
+// An agent of today: EventBatches, two messages of three events, then the end.
+class BatchingAgent final : public fleet::v1::Agent::Service {
+ public:
+  grpc::Status EventBatches(grpc::ServerContext*, const fleet::v1::EventsRequest* request,
+                            grpc::ServerWriter<fleet::v1::EventBatch>* writer) override {
+    for (uint64_t first : {1, 4}) {
+      fleet::v1::EventBatch batch;
+      for (uint64_t n = first; n < first + 3; ++n) *batch.add_events() = Numbered(*request, n);
+      writer->Write(batch);
+    }
+    return grpc::Status::OK;
+  }
+};
+
+// An agent of before EventBatches: Events only (EventBatches is UNIMPLEMENTED there).
+class EventsOnlyAgent final : public fleet::v1::Agent::Service {
+ public:
+  grpc::Status Events(grpc::ServerContext*, const fleet::v1::EventsRequest* request,
+                      grpc::ServerWriter<fleet::v1::AgentEvent>* writer) override {
+    for (uint64_t n = 1; n <= 4; ++n) writer->Write(Numbered(*request, n));
+    return grpc::Status::OK;
+  }
+};
+
+// Follows `service`'s stream from sequence 10 to its end; the sink as it was then.
+void FollowToTheEnd(grpc::Service* service, RecordingSink* sink) {
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  {
+    GrpcAgentClient client("local/200", absl::StrCat("127.0.0.1:", port));
+    client.Follow("inc", 10, sink);
+    ASSERT_TRUE(sink->ended_.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  }
+  server->Shutdown();
+}
+
+TEST(GrpcAgentClient, FollowsEventBatchesAndHandsOnEachBatchInOrder) {
+  BatchingAgent service;
+  RecordingSink sink;
+  FollowToTheEnd(&service, &sink);
+  absl::MutexLock lock(&sink.mu_);
+  EXPECT_EQ(sink.sequences_, (std::vector<uint64_t>{11, 12, 13, 14, 15, 16}));
+  EXPECT_EQ(sink.batches_, 2);
+  ASSERT_EQ(sink.ends_.size(), 1u);
+  EXPECT_TRUE(absl::IsUnavailable(sink.ends_[0])) << sink.ends_[0];  // the agent ended it
+}
+
+// An older agent (Events only) is followed with Events: its UNIMPLEMENTED is not an end the
+// daemon sees (no "agent unreachable", no backoff).
+TEST(GrpcAgentClient, AnAgentWithoutEventBatchesIsFollowedWithEvents) {
+  EventsOnlyAgent service;
+  RecordingSink sink;
+  FollowToTheEnd(&service, &sink);
+  absl::MutexLock lock(&sink.mu_);
+  EXPECT_EQ(sink.sequences_, (std::vector<uint64_t>{11, 12, 13, 14}));
+  EXPECT_EQ(sink.batches_, 0);
+  ASSERT_EQ(sink.ends_.size(), 1u);
+  EXPECT_TRUE(absl::IsUnavailable(sink.ends_[0])) << sink.ends_[0];
+}
+
 }  // namespace
 }  // namespace fleet::daemon

@@ -25,6 +25,14 @@ void Daemon::OnEvent(const std::string& container, fleet::v1::AgentEvent event) 
   wake_ = true;
 }
 
+void Daemon::OnEvents(const std::string& container, std::vector<fleet::v1::AgentEvent> events) {
+  absl::MutexLock lock(&queue_mu_);
+  for (fleet::v1::AgentEvent& e : events) {
+    queue_.push_back({container, false, absl::OkStatus(), std::move(e)});
+  }
+  wake_ = true;
+}
+
 bool Daemon::Admit(std::function<void()> resume) {
   absl::MutexLock lock(&queue_mu_);
   if (stopping_ || queue_.size() + unsaved_events_ < options_.queue_limit) return true;

@@ -157,6 +157,7 @@ class Daemon : public EventSink, public PlanRecorder {
 
   // EventSink: called from the streams' threads; queued for the loop.
   void OnEvent(const std::string& container, fleet::v1::AgentEvent event) override;
+  void OnEvents(const std::string& container, std::vector<fleet::v1::AgentEvent> events) override;
   void OnStreamEnded(const std::string& container, absl::Status status) override;
   bool Admit(std::function<void()> resume) override;
 

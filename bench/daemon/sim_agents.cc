@@ -43,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "agent/event_stream.h"
 #include "common/base/flag_set.h"
 #include "google/protobuf/util/time_util.h"
 #include "grpcpp/grpcpp.h"
@@ -175,10 +176,8 @@ class Sim {
   absl::Time last_event_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
-class EventStream;
-
 // One simulated container's agent.
-class SimAgent final : public fleet::v1::Agent::CallbackService {
+class SimAgent final : public fleet::v1::Agent::CallbackService, public fleet::agent::EventSource {
  public:
   SimAgent(Sim* sim, std::string host, std::string ctid, int32_t gpus)
       : sim_(sim), host_(std::move(host)), ctid_(std::move(ctid)), gpus_(gpus) {
@@ -205,6 +204,8 @@ class SimAgent final : public fleet::v1::Agent::CallbackService {
                                    fleet::v1::StatusResponse* response) override;
   grpc::ServerWriteReactor<AgentEvent>* Events(grpc::CallbackServerContext* c,
                                                const fleet::v1::EventsRequest* request) override;
+  grpc::ServerWriteReactor<fleet::v1::EventBatch>* EventBatches(
+      grpc::CallbackServerContext* c, const fleet::v1::EventsRequest* request) override;
   grpc::ServerWriteReactor<fleet::v1::LogChunk>* Logs(
       grpc::CallbackServerContext* c, const fleet::v1::LogsRequest* request) override;
   grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* c,
@@ -218,7 +219,7 @@ class SimAgent final : public fleet::v1::Agent::CallbackService {
   bool EmitNext(int32_t gpu, absl::Time now);
   // Wakes the streams after events were emitted.
   void Notify();
-  // Breaks every open event stream (EventStream::Break).
+  // Breaks every open event stream (ended after its write in progress).
   void BreakStreams();
   int64_t streams_broken() {
     absl::MutexLock lock(&mu_);
@@ -226,9 +227,10 @@ class SimAgent final : public fleet::v1::Agent::CallbackService {
   }
 
   // Events after a position, at most `limit`; a Resync when the position is not ours.
-  std::vector<AgentEvent> EventsAfter(const std::string& incarnation, uint64_t after, size_t limit);
-  void Subscribe(EventStream* s);
-  void Unsubscribe(EventStream* s);
+  std::vector<AgentEvent> EventsAfter(const std::string& incarnation, uint64_t after,
+                                      size_t limit) override;
+  void Subscribe(fleet::agent::EventSubscriber* s) override;
+  void Unsubscribe(fleet::agent::EventSubscriber* s) override;
 
   std::string ReportLine() {
     absl::MutexLock lock(&mu_);
@@ -264,89 +266,9 @@ class SimAgent final : public fleet::v1::Agent::CallbackService {
   absl::Mutex mu_;
   std::vector<AgentEvent> log_ ABSL_GUARDED_BY(mu_);  // sequence i + 1 at [i]
   std::map<int32_t, Server> servers_ ABSL_GUARDED_BY(mu_);
-  std::set<EventStream*> subscribers_ ABSL_GUARDED_BY(mu_);
+  std::set<fleet::agent::EventSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
   bool pending_ ABSL_GUARDED_BY(mu_) = false;
   int64_t streams_broken_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// Events after a position, as they come (the agent's EventStream, over the simulated log).
-class EventStream : public grpc::ServerWriteReactor<AgentEvent> {
- public:
-  EventStream(SimAgent* agent, const fleet::v1::EventsRequest& request)
-      : agent_(agent), incarnation_(request.incarnation()), cursor_(request.after_sequence()) {
-    agent_->Subscribe(this);
-    MaybeWrite();
-  }
-
-  void OnEventsAvailable() { MaybeWrite(); }
-
-  // Ends the stream (UNAVAILABLE, as when an agent goes away) once its write in progress is
-  // done: the daemon must come back and resume from its cursor, losing and repeating nothing.
-  void Break() {
-    absl::MutexLock lock(&mu_);
-    break_ = true;
-  }
-
-  void OnWriteDone(bool ok) override {
-    bool broken;
-    {
-      absl::MutexLock lock(&mu_);
-      broken = break_;
-    }
-    if (!ok || broken) {
-      FinishOnce(grpc::Status(
-          grpc::StatusCode::UNAVAILABLE,
-          broken ? "fleet-sim-agents: stream broken on purpose" : "event stream: write failed"));
-      return;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-    }
-    MaybeWrite();
-  }
-
-  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
-
-  void OnDone() override {
-    agent_->Unsubscribe(this);
-    delete this;
-  }
-
- private:
-  void MaybeWrite() {
-    absl::MutexLock lock(&mu_);
-    if (writing_ || finished_) return;
-    if (pending_.empty()) {
-      for (auto& e : agent_->EventsAfter(incarnation_, cursor_, 256)) {
-        pending_.push_back(std::move(e));
-      }
-    }
-    if (pending_.empty()) return;
-    current_ = std::move(pending_.front());
-    pending_.pop_front();
-    incarnation_ = current_.incarnation();
-    cursor_ = current_.sequence();
-    writing_ = true;
-    StartWrite(&current_);
-  }
-
-  void FinishOnce(grpc::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(status));
-  }
-
-  SimAgent* const agent_;
-  absl::Mutex mu_;
-  std::string incarnation_ ABSL_GUARDED_BY(mu_);
-  uint64_t cursor_ ABSL_GUARDED_BY(mu_);
-  std::deque<AgentEvent> pending_ ABSL_GUARDED_BY(mu_);
-  AgentEvent current_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool break_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 template <typename T>
@@ -480,7 +402,12 @@ grpc::ServerUnaryReactor* SimAgent::Status(grpc::CallbackServerContext* c,
 
 grpc::ServerWriteReactor<AgentEvent>* SimAgent::Events(grpc::CallbackServerContext* c,
                                                        const fleet::v1::EventsRequest* request) {
-  return new EventStream(this, *request);
+  return new fleet::agent::EventStream<AgentEvent>(this, *request);
+}
+
+grpc::ServerWriteReactor<fleet::v1::EventBatch>* SimAgent::EventBatches(
+    grpc::CallbackServerContext* c, const fleet::v1::EventsRequest* request) {
+  return new fleet::agent::EventStream<fleet::v1::EventBatch>(this, *request);
 }
 
 grpc::ServerWriteReactor<fleet::v1::LogChunk>* SimAgent::Logs(
@@ -523,25 +450,35 @@ bool SimAgent::EmitNext(int32_t gpu, absl::Time now) {
 
 void SimAgent::Notify() {
   absl::MutexLock notify(&notify_mu_);
-  std::vector<EventStream*> to_notify;
+  std::vector<fleet::agent::EventSubscriber*> to_notify;
   {
     absl::MutexLock lock(&mu_);
     if (!pending_) return;
     pending_ = false;
     to_notify.assign(subscribers_.begin(), subscribers_.end());
   }
-  for (EventStream* s : to_notify) s->OnEventsAvailable();
+  for (fleet::agent::EventSubscriber* s : to_notify) s->OnEventsAvailable();
 }
 
 void SimAgent::BreakStreams() {
   absl::MutexLock notify(&notify_mu_);  // the streams stay (Unsubscribe waits for it)
-  std::vector<EventStream*> streams;
+  std::vector<fleet::agent::EventSubscriber*> streams;
   {
     absl::MutexLock lock(&mu_);
     streams.assign(subscribers_.begin(), subscribers_.end());
     streams_broken_ += static_cast<int64_t>(streams.size());
   }
-  for (EventStream* s : streams) s->Break();
+  // Ended (UNAVAILABLE, as when an agent goes away) once its write in progress is done: the
+  // daemon must come back and resume from its cursor, losing and repeating nothing.
+  const grpc::Status broken(grpc::StatusCode::UNAVAILABLE,
+                            "fleet-sim-agents: stream broken on purpose");
+  for (fleet::agent::EventSubscriber* s : streams) {
+    if (auto* b = dynamic_cast<fleet::agent::EventStream<fleet::v1::EventBatch>*>(s)) {
+      b->EndAfterWrite(broken);
+    } else if (auto* e = dynamic_cast<fleet::agent::EventStream<AgentEvent>*>(s)) {
+      e->EndAfterWrite(broken);
+    }
+  }
 }
 
 std::vector<AgentEvent> SimAgent::EventsAfter(const std::string& incarnation, uint64_t after,
@@ -562,12 +499,12 @@ std::vector<AgentEvent> SimAgent::EventsAfter(const std::string& incarnation, ui
   return out;
 }
 
-void SimAgent::Subscribe(EventStream* s) {
+void SimAgent::Subscribe(fleet::agent::EventSubscriber* s) {
   absl::MutexLock lock(&mu_);
   subscribers_.insert(s);
 }
 
-void SimAgent::Unsubscribe(EventStream* s) {
+void SimAgent::Unsubscribe(fleet::agent::EventSubscriber* s) {
   absl::MutexLock notify(&notify_mu_);
   absl::MutexLock lock(&mu_);
   subscribers_.erase(s);

@@ -16,6 +16,9 @@ class RemoteAgentClient::StreamWatch : public EventSink {
   void OnEvent(const std::string& container, fleet::v1::AgentEvent event) override {
     sink_->OnEvent(container, std::move(event));
   }
+  void OnEvents(const std::string& container, std::vector<fleet::v1::AgentEvent> events) override {
+    sink_->OnEvents(container, std::move(events));
+  }
   bool Admit(std::function<void()> resume) override { return sink_->Admit(std::move(resume)); }
   void OnStreamEnded(const std::string& container, absl::Status status) override {
     if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
