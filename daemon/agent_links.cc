@@ -150,8 +150,7 @@ void Daemon::WriteUnsaved(absl::Time now) {
     FleetStore::Batch write(store_.get());
     for (const AttemptRecord& a : u.lost) {
       if (absl::Status st = store_->PutAttempt(a); !st.ok()) {
-        log::Get(log::Component::kStore)
-            .warn("{} record: {}", log::LogFields{.server = a.server, .attempt = a.id}, st);
+        RecordFailed(st, {.server = a.server, .attempt = a.id});
         lost_failed.push_back(a);
       }
     }
@@ -164,16 +163,17 @@ void Daemon::WriteUnsaved(absl::Time now) {
       absl::Status st =
           store_->IngestBatch(container, u.events[container], w.servers, w.attempts, w.cursor, now);
       if (!st.ok()) {
-        log::Get(log::Component::kStore)
-            .warn("{} record: {}", log::LogFields{.container = container}, st);
+        RecordFailed(st, {.container = container});
         failed.insert(container);
       }
     }
     if (absl::Status st = write.Commit(); !st.ok()) {
-      log::Get(log::Component::kStore).warn("record: {}", st);
+      RecordFailed(st, {});
       for (const auto& [container, w] : writes) failed.insert(container);
       lost_failed = u.lost;
       gaps_failed = u.gaps;
+    } else if (failed.empty() && lost_failed.empty() && gaps_failed.empty()) {
+      RecordWritten();
     }
   }
   store_mu_.Unlock();

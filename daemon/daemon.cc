@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/proto_time.h"
 #include "common/config/desired_server.h"
@@ -212,9 +213,10 @@ void Daemon::Step() {
     mu_.Unlock();
     WriteRows(rows, &unrecorded);
     if (absl::Status st = write.Commit(); !st.ok()) {
-      log::Get(log::Component::kStore)
-          .warn("record: {} (the turn's agent calls wait for a commit)", st);
+      RecordFailed(st, {}, " (the turn's agent calls wait for a commit)");
       unrecorded = persist;
+    } else if (unrecorded.empty()) {
+      RecordWritten();
     }
   }
   {
@@ -268,10 +270,32 @@ void Daemon::Persist(const std::set<std::string>& names) {
   std::set<std::string> failed;
   WriteRows(Collect(names), &failed);
   if (absl::Status st = write.Commit(); !st.ok()) {
-    log::Get(log::Component::kStore).warn("record: {} (written again next turn)", st);
+    RecordFailed(st, {}, " (written again next turn)");
     failed = names;
   }
   dirty_.merge(failed);
+}
+
+void Daemon::RecordFailed(const absl::Status& status, const log::LogFields& fields,
+                          std::string_view consequence) {
+  // The same failure seen from another write (one reason wraps the other) is no news either.
+  const bool again = record_failures_ > 0 && (absl::StrContains(status.message(), record_error_) ||
+                                              absl::StrContains(record_error_, status.message()));
+  record_error_ = std::string(status.message());
+  ++record_failures_;
+  const std::string who = log::FormatFields(fields);
+  log::Get(log::Component::kStore)
+      .log(again ? spdlog::level::debug : spdlog::level::warn, "{}{}record: {}{}", who,
+           who.empty() ? "" : " ", status, consequence);
+}
+
+void Daemon::RecordWritten() {
+  if (record_failures_ == 0) return;
+  log::Get(log::Component::kStore)
+      .info("record: written again, after {} failed write(s) (the last: {})", record_failures_,
+            record_error_);
+  record_error_.clear();
+  record_failures_ = 0;
 }
 
 std::vector<Daemon::RowWrite> Daemon::Collect(const std::set<std::string>& names) {
@@ -289,9 +313,7 @@ void Daemon::WriteRows(const std::vector<RowWrite>& rows, std::set<std::string>*
     absl::Status st = store_->PutServer(row.record);
     if (st.ok() && !row.attempt.id.empty()) st = store_->PutAttempt(row.attempt);
     if (!st.ok()) {
-      log::Get(log::Component::kStore)
-          .warn("{} record: {}",
-                log::LogFields{.server = row.record.name, .attempt = row.attempt.id}, st);
+      RecordFailed(st, {.server = row.record.name, .attempt = row.attempt.id});
       failed->insert(row.record.name);
     }
   }

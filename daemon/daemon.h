@@ -29,6 +29,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -38,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/log/log_fields.h"
 #include "daemon/agent_client.h"
 #include "daemon/call_pacer.h"
 #include "daemon/planner/planner.h"
@@ -287,6 +289,12 @@ class Daemon : public EventSink, public PlanRecorder {
   std::vector<RowWrite> Collect(const std::set<std::string>& servers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The names of the servers whose rows could not be written go to `failed`.
+  // What fleetd says while its record cannot be written (a full disk fails every write of every
+  // turn): a failure at warn when its reason is new, the same again at debug, and once at info
+  // when a commit works again. `consequence` follows the status (" (written again next turn)").
+  void RecordFailed(const absl::Status& status, const log::LogFields& fields,
+                    std::string_view consequence = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  void RecordWritten() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   void WriteRows(const std::vector<RowWrite>& rows, std::set<std::string>* failed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   // Resumes the streams that wait (Admit) when the queue and the events waiting for the record
@@ -379,6 +387,8 @@ class Daemon : public EventSink, public PlanRecorder {
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   std::set<StatusSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
   absl::Time last_prune_ ABSL_GUARDED_BY(store_mu_) = absl::InfinitePast();
+  std::string record_error_ ABSL_GUARDED_BY(store_mu_);     // the last write failure's reason
+  int64_t record_failures_ ABSL_GUARDED_BY(store_mu_) = 0;  // since the last write that worked
   // Plans whose last update the record refused (busy, full), by id: written again each turn.
   std::map<std::string, fleet::v1::Plan> unrecorded_plans_ ABSL_GUARDED_BY(store_mu_);
 

@@ -1121,6 +1121,42 @@ TEST_F(DaemonTest, NoLaunchLeavesUntilTheCommitHoldingItsAttemptRowSucceeds) {
   EXPECT_EQ(Rows()["local/200/gpu0"].state(), "STARTING");
 }
 
+// A full disk fails every write of every turn: fleetd says so once (three warnings every half
+// second said nothing new in the fault matrix's fleetd-disk-full row), and once that it is over.
+TEST_F(DaemonTest, ARecordThatCannotBeWrittenIsLoggedOnceAndItsRecoveryOnce) {
+  LogCapture log;
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  auto outside = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  // Every commit that adds an attempt row fails at COMMIT (as in the test above).
+  ASSERT_TRUE((*outside)
+                  ->db()
+                  .Exec("CREATE TABLE fault_parent (id INTEGER PRIMARY KEY);"
+                        "CREATE TABLE fault (parent INTEGER REFERENCES fault_parent(id) "
+                        "DEFERRABLE INITIALLY DEFERRED);"
+                        "CREATE TRIGGER fault_on_attempt AFTER INSERT ON attempts BEGIN "
+                        "INSERT INTO fault (parent) VALUES (1); END;")
+                  .ok());
+  for (int turn = 0; turn < 6; ++turn) {
+    daemon_->Step();
+    clock_.Advance(absl::Seconds(1));
+  }
+  ASSERT_TRUE((*outside)->db().Exec("DROP TRIGGER fault_on_attempt").ok());
+  daemon_->Step();
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  const std::string text = log.Text();
+  size_t warnings = 0;
+  for (size_t at = text.find("warning store:"); at != std::string::npos;
+       at = text.find("warning store:", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(warnings, 1u) << text;
+  EXPECT_THAT(text, HasSubstr("FOREIGN KEY constraint failed"));
+  EXPECT_THAT(text, HasSubstr("record: written again, after "));
+}
+
 TEST_F(DaemonTest, EventsWhoseWriteFailsAreKeptAndStoredOnceWhenTheRecordIsBack) {
   options_.queue_limit = 4;
   Open();

@@ -57,8 +57,7 @@ std::vector<AgentCall> Daemon::Reconcile(absl::Time now, std::set<std::string>* 
         auto a = store_->CreateAttempt(name, trigger, r.spec, now);
         if (!a.ok()) {
           // Tried again by the next turn: the attempt is not launched without its row.
-          log::Get(log::Component::kStore)
-              .warn("{} {}", log::LogFields{.server = name}, a.status());
+          RecordFailed(a.status(), {.server = name}, " (the attempt is made again next turn)");
           return;
         }
         s.attempt = *std::move(a);
