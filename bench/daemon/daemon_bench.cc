@@ -81,7 +81,18 @@ struct Options {
   std::string timeline_path;
   bool keep = false;
   std::string db_synchronous;  // fleetd --db-synchronous (empty: fleetd's default, full)
+  // CPUs (taskset's list) fleetd, and the simulated agents, run on; empty: any.
+  std::string fleetd_cpus;
+  std::string agents_cpus;
 };
+
+// `argv` run on `cpus` (taskset -c; empty: as it is).
+std::vector<std::string> PinnedTo(const std::string& cpus, std::vector<std::string> argv) {
+  if (cpus.empty()) return argv;
+  std::vector<std::string> pinned = {"taskset", "-c", cpus};
+  pinned.insert(pinned.end(), argv.begin(), argv.end());
+  return pinned;
+}
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
@@ -472,11 +483,12 @@ int Bench::Run() {
   testing::RunOptions sim_options;
   sim_options.output_path = dir_ + "/sim.log";
   auto sim = testing::Spawn(
-      {o_.sim, "--containers", absl::StrCat(o_.containers), "--socket-dir", dir_ + "/a", "--rate",
-       absl::StrCat(o_.rate), "--events-per-server", absl::StrCat(o_.events_per_server),
-       "--steps-per-op", absl::StrCat(o_.steps_per_op), "--break-streams-ms",
-       absl::StrCat(o_.break_ms), "--ready-file", dir_ + "/sim.ready", "--report",
-       dir_ + "/sim.report"},
+      PinnedTo(o_.agents_cpus,
+               {o_.sim, "--containers", absl::StrCat(o_.containers), "--socket-dir", dir_ + "/a",
+                "--rate", absl::StrCat(o_.rate), "--events-per-server",
+                absl::StrCat(o_.events_per_server), "--steps-per-op", absl::StrCat(o_.steps_per_op),
+                "--break-streams-ms", absl::StrCat(o_.break_ms), "--ready-file",
+                dir_ + "/sim.ready", "--report", dir_ + "/sim.report"}),
       sim_options);
   if (!sim.ok()) {
     std::cerr << "daemon_bench: " << sim.status() << "\n";
@@ -498,7 +510,7 @@ int Bench::Run() {
   if (!o_.db_synchronous.empty()) {
     fleetd_argv.push_back(absl::StrCat("--db-synchronous=", o_.db_synchronous));
   }
-  auto fleetd = testing::Spawn(fleetd_argv, fleetd_options);
+  auto fleetd = testing::Spawn(PinnedTo(o_.fleetd_cpus, fleetd_argv), fleetd_options);
   if (!fleetd.ok()) {
     std::cerr << "daemon_bench: " << fleetd.status() << "\n";
     Stop(&sim_);
@@ -668,6 +680,8 @@ int Bench::Run() {
   summary["rate"] = o_.rate;
   summary["events_per_server"] = o_.events_per_server;
   summary["db_synchronous"] = o_.db_synchronous.empty() ? "full" : o_.db_synchronous;
+  summary["fleetd_cpus"] = o_.fleetd_cpus;
+  summary["agents_cpus"] = o_.agents_cpus;
   summary["ok"] = ok;
   summary["servers_not_started"] = not_started;
   summary["events"] = report.total_events;
@@ -875,6 +889,10 @@ int main(int argc, char** argv) {
                   "fleetd's --db-synchronous (full or normal; default: fleetd's, full)",
                   "full|normal");
   flags.AddBool("keep", '\0', &o.keep, "keep the work dir (fleet.db, logs) after a good run");
+  flags.AddString("fleetd-cpus", '\0', &o.fleetd_cpus, "run fleetd on these CPUs (taskset -c)",
+                  "LIST");
+  flags.AddString("agents-cpus", '\0', &o.agents_cpus,
+                  "run the simulated agents on these CPUs (taskset -c)", "LIST");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
     std::cerr << "daemon_bench: " << s.message() << "\n";
     return 2;

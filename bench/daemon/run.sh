@@ -15,6 +15,10 @@
 #   DURATION=10 bench/daemon/run.sh                   seconds of event flow per N (default 20)
 #   DB_SYNC=normal bench/daemon/run.sh                fleet.db commits synchronous=NORMAL
 #                                                     (default: fleetd's, FULL)
+#   REPEAT=5 PIN=1 bench/daemon/run.sh                each run made 5 times, the table gives
+#                                                     each figure's median; fleetd pinned to the
+#                                                     last CPU, the agents and the driver to the
+#                                                     others (taskset; needs 2 CPUs or more)
 #
 # The agents offer RATE events/s (default 25000) for about DURATION seconds at every N: each
 # server's startup has RATE * DURATION / (8 N) events (at least 7). Then, at the largest N, more
@@ -23,8 +27,10 @@
 # in SWEEP (default "10000": status latency when the two cores are not saturated; SWEEP=""
 # skips); and BREAK_MS (default 1000; 0 skips): the agents break a tenth of their event streams
 # every BREAK_MS ms, and fleetd must resume each from its cursor, still storing every event once.
-# Targets at N = 1000: status p99 <= 200 ms, ingest >= 20,000 events/s, RSS <= 300 MiB.
-# It prints a table and one JSON line per run (also in .bench/daemon-*.json). It exits non-zero,
+# Targets at N = 1000 (issue 13): status RPC p99 <= 100 ms and `fleetctl status -o json` p99 <=
+# 200 ms while 25,000 events/s flow, >= 99% of them ingested, RSS <= 300 MiB (and issue 4's
+# ingest capacity >= 20,000 events/s).
+# It prints a table and one JSON line per run (also in .bench/daemon-LABEL.REP.json). It exits non-zero,
 # naming the runs that failed, when a run fails its record check or times out, or when fleetd has
 # not started every server (PENDING, say) START_TIMEOUT seconds after it serves (default
 # 120): then daemon_bench says how many; a missed target is reported, not a failure.
@@ -43,7 +49,16 @@ sweep=${SWEEP-10000}
 break_ms=${BREAK_MS:-1000}
 db_sync=${DB_SYNC:-full}
 start_timeout=${START_TIMEOUT:-120}
+repeat=${REPEAT:-1}
+pin=${PIN:-0}
 out=.bench
+pin_args=() driver=()
+if [ "$pin" = 1 ]; then
+  cpus=$(nproc)
+  ((cpus >= 2)) || die "PIN=1 needs 2 CPUs or more ($cpus online)"
+  pin_args=(--fleetd-cpus "$((cpus - 1))" --agents-cpus "0-$((cpus - 2))")
+  driver=(taskset -c "0-$((cpus - 2))")
+fi
 
 step "dependencies"
 bash deploy/install-deps.sh
@@ -85,53 +100,73 @@ for run in "${runs[@]}"; do
   step "$label: N=$n, $((n * 8)) servers, $per_server events each," \
     "$([ "$r" = 0 ] && echo unpaced || echo "$r events/s")$([ "$breaks" = 0 ] ||
       echo ", streams broken every $breaks ms")  (load $(cut -d' ' -f1-3 /proc/loadavg))"
-  json="$out/daemon-$label.json"
-  rm -f "$json"
-  if ! "$build/bench/daemon/daemon_bench" --containers "$n" --rate "$r" \
-    --events-per-server "$per_server" --break-ms "$breaks" --fleetd "$build/daemon/fleetd" \
-    --fleetctl "$build/cli/fleetctl" --sim "$build/bench/daemon/fleet-sim-agents" \
-    --db-synchronous "$db_sync" --start-timeout "$start_timeout" --json "$json" >/dev/null; then
-    echo "$label: FAILED" >&2
-    failed+=("$label")
-    rc=1
-  fi
-  [ -s "$json" ] && labels+=("$label")
+  made=0
+  for ((rep = 1; rep <= repeat; rep++)); do
+    json="$out/daemon-$label.$rep.json"
+    rm -f "$json"
+    # The driver (daemon_bench, fleetctl) shares the agents' CPUs when pinned.
+    if ! ${driver[@]+"${driver[@]}"} "$build/bench/daemon/daemon_bench" \
+      --containers "$n" --rate "$r" \
+      --events-per-server "$per_server" --break-ms "$breaks" --fleetd "$build/daemon/fleetd" \
+      --fleetctl "$build/cli/fleetctl" --sim "$build/bench/daemon/fleet-sim-agents" \
+      --db-synchronous "$db_sync" --start-timeout "$start_timeout" ${pin_args[@]+"${pin_args[@]}"} \
+      --json "$json" >/dev/null; then
+      echo "$label (run $rep of $repeat): FAILED" >&2
+      failed+=("$label.$rep")
+      rc=1
+    fi
+    [ -s "$json" ] && made=$((made + 1))
+  done
+  ((made > 0)) && labels+=("$label")
 done
 
 step "result (load average now $(cut -d' ' -f1-3 /proc/loadavg))"
-field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\)[,}].*/\1/p" "$1" | head -1; }
+# field LABEL NAME: NAME's median over LABEL's runs (its one value when REPEAT=1).
+field() {
+  local f
+  for f in "$out/daemon-$1".[0-9]*.json; do
+    [ -s "$f" ] && sed -n "s/.*\"$2\":\([-0-9.e+]*\)[,}].*/\1/p" "$f" | head -1
+  done | median %.6g
+}
+echo "each figure: the median of $repeat run(s)$([ "$pin" = 1 ] && echo ", fleetd on CPU ${pin_args[1]}, the agents and the driver on ${pin_args[3]}")"
 printf '%-16s %7s %7s %9s %9s | %-23s %-23s | %-19s | %7s %7s %7s %7s | %s\n' run servers \
   events "offered/s" "ingest/s" "status RPC p50/p99 ms" "fleetctl p50/p99 ms" \
   "idle RPC/CLI p99" "RSS" "peak" "CPU s" "us/ev" record
 for label in "${labels[@]}"; do
-  f="$out/daemon-$label.json"
-  ok=$(sed -n 's/.*"verify":{"ok":\(true\|false\).*/\1/p' "$f")
+  # Exactly once in every run made.
+  ok=$(cat "$out/daemon-$label".[0-9]*.json | grep -c '"verify":{"ok":false' || true)
+  [ "$ok" = 0 ] && ok=true
   printf '%-16s %7s %7s %9.0f %9.0f | %10.1f / %-10.1f %10.1f / %-10.1f | %7.1f / %-9.1f | %7s %7s %7.1f %7.1f | %s\n' \
-    "$label" "$(field "$f" servers)" "$(field "$f" events)" "$(field "$f" offered_events_per_s)" \
-    "$(field "$f" ingest_events_per_s)" "$(field "$f" status_rpc_p50_ms)" \
-    "$(field "$f" status_rpc_p99_ms)" "$(field "$f" status_cli_p50_ms)" \
-    "$(field "$f" status_cli_p99_ms)" "$(field "$f" status_rpc_idle_p99_ms)" \
-    "$(field "$f" status_cli_idle_p99_ms)" "$(mib "$(field "$f" rss_end_kib)")" \
-    "$(mib "$(field "$f" hwm_kib)")" "$(field "$f" cpu_total_s)" \
-    "$(field "$f" cpu_us_per_event)" "$([ "$ok" = true ] && echo exactly-once || echo FAILED)$(
-      b=$(field "$f" streams_broken); [ "${b:-0}" = 0 ] || echo ", $b streams broken")"
+    "$label" "$(field "$label" servers)" "$(field "$label" events)" "$(field "$label" offered_events_per_s)" \
+    "$(field "$label" ingest_events_per_s)" "$(field "$label" status_rpc_p50_ms)" \
+    "$(field "$label" status_rpc_p99_ms)" "$(field "$label" status_cli_p50_ms)" \
+    "$(field "$label" status_cli_p99_ms)" "$(field "$label" status_rpc_idle_p99_ms)" \
+    "$(field "$label" status_cli_idle_p99_ms)" "$(mib "$(field "$label" rss_end_kib)")" \
+    "$(mib "$(field "$label" hwm_kib)")" "$(field "$label" cpu_total_s)" \
+    "$(field "$label" cpu_us_per_event)" "$([ "$ok" = true ] && echo exactly-once || echo FAILED)$(
+      b=$(field "$label" streams_broken); [ "${b:-0}" = 0 ] || echo ", $b streams broken")"
 done
 
 # Targets, at the largest N with the default rate (ingest: the unpaced run when made).
-f="$out/daemon-n$largest.json"
-if [ -s "$f" ]; then
+f="n$largest"
+if ls "$out/daemon-$f".[0-9]*.json >/dev/null 2>&1; then
   holds() { awk "BEGIN {print ($1) ? \"true\" : \"false\"}"; }
   p99=$(field "$f" status_rpc_p99_ms)
   cli99=$(field "$f" status_cli_p99_ms)
   ingest=$(field "$f" ingest_events_per_s)
-  [ -s "$out/daemon-n$largest-unpaced.json" ] &&
-    ingest=$(field "$out/daemon-n$largest-unpaced.json" ingest_events_per_s)
+  ls "$out/daemon-n$largest-unpaced".[0-9]*.json >/dev/null 2>&1 &&
+    ingest=$(field "n$largest-unpaced" ingest_events_per_s)
+  offered=$(field "$f" offered_events_per_s)
+  paced=$(field "$f" ingest_events_per_s)
   hwm=$(field "$f" hwm_kib)
   echo
-  printf 'N=%s: status p99 while events flow: %.1f ms (RPC), %.1f ms (fleetctl)' "$largest" \
-    "$p99" "$cli99"
-  echo "   target <= 200 ms: $(met "$(holds "$p99 <= 200 && $cli99 <= 200")")"
-  echo "N=$largest: ingest $(printf '%.0f' "$ingest") events/s   target >= 20000:" \
+  echo "N=$largest: status RPC p99 while events flow: $(printf '%.1f' "$p99") ms   target <= 100 ms:" \
+    "$(met "$(holds "$p99 <= 100")")"
+  echo "N=$largest: fleetctl status -o json p99 while they flow: $(printf '%.1f' "$cli99") ms" \
+    "  target <= 200 ms: $(met "$(holds "$cli99 <= 200")")"
+  echo "N=$largest: ingested $(printf '%.0f' "$paced") of $(printf '%.0f' "$offered") events/s" \
+    "offered   target >= 99%: $(met "$(holds "$paced >= 0.99 * $offered")")"
+  echo "N=$largest: ingest capacity $(printf '%.0f' "$ingest") events/s   target >= 20000:" \
     "$(met "$(holds "$ingest >= 20000")")"
   echo "N=$largest: peak RSS $(mib "$hwm") MiB   target <= 300 MiB:" \
     "$(met "$(holds "$hwm <= 300 * 1024")")"
