@@ -632,18 +632,31 @@ TEST_F(AgentTest, EarlierAttemptsLogsAreKeptWithBoundedRetention) {
   EXPECT_EQ(h.agent().LogPath(0, 1), "");
 }
 
+// The agent's gRPC service on a loopback port (the limits fleet-agent sets), and a stub to it
+// with gRPC's default limits (as an older daemon has).
+struct ServedAgent {
+  explicit ServedAgent(Agent* agent) : service(agent) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    SetMessageLimits(&builder);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    stub = fleet::v1::Agent::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+  ~ServedAgent() { server->Shutdown(); }
+  AgentService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<fleet::v1::Agent::Stub> stub;
+};
+
 TEST_F(AgentTest, TheEventStreamResumesOverGrpcWithoutGapOrDuplicate) {
   AgentHarness h;
   h.agent().Start();
-  AgentService service(&h.agent());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  auto stub = fleet::v1::Agent::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  ServedAgent served(&h.agent());
+  ASSERT_NE(served.port, 0);
+  auto& stub = served.stub;
 
   const auto spec = h.ChildSpec(0, {"lines", "2"});
   ASSERT_TRUE(h.Launch(spec, "a").ok());
@@ -690,7 +703,6 @@ TEST_F(AgentTest, TheEventStreamResumesOverGrpcWithoutGapOrDuplicate) {
   EXPECT_EQ(foreign[0].resync().previous_incarnation(), "another");
   EXPECT_EQ(foreign[0].incarnation(), incarnation);
   EXPECT_EQ(foreign[0].sequence(), h.agent().last_sequence());
-  server->Shutdown();
 }
 
 // EventBatches: the same stream, what the agent holds past a position in one message (a backlog
@@ -705,15 +717,9 @@ TEST_F(AgentTest, EventBatchesSendsTheBacklogInOneMessageThenWhatComes) {
   const uint64_t backlog = h.agent().last_sequence();
   ASSERT_GE(backlog, 4u);
   h.agent().Start();
-  AgentService service(&h.agent());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  auto stub = fleet::v1::Agent::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  ServedAgent served(&h.agent());
+  ASSERT_NE(served.port, 0);
+  auto& stub = served.stub;
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
@@ -735,20 +741,14 @@ TEST_F(AgentTest, EventBatchesSendsTheBacklogInOneMessageThenWhatComes) {
   EXPECT_EQ(batch.events(0).sequence(), backlog + 1);
   EXPECT_EQ(batch.events(0).attempt_id(), "b");
   context.TryCancel();
-  server->Shutdown();
 }
 
 TEST_F(AgentTest, LogsGivesTheTailThenFollowsOverGrpc) {
   AgentHarness h;
   h.agent().Start();
-  AgentService service(&h.agent());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  auto stub = fleet::v1::Agent::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  ServedAgent served(&h.agent());
+  ASSERT_NE(served.port, 0);
+  auto& stub = served.stub;
   const auto spec = h.ChildSpec(0, {"lines", "5"});
   ASSERT_TRUE(h.Launch(spec, "a").ok());
   ASSERT_TRUE(h.RunUntil([&](auto&) {
@@ -779,7 +779,6 @@ TEST_F(AgentTest, LogsGivesTheTailThenFollowsOverGrpc) {
   auto none = stub->Logs(&missing_context, missing);
   EXPECT_FALSE(none->Read(&chunk));
   EXPECT_EQ(none->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
-  server->Shutdown();
 }
 
 TEST_F(AgentTest, ARecordedPidNowOwnedByAnotherProcessIsNeverSignalled) {
@@ -1080,17 +1079,9 @@ TEST_F(AgentTest, AStatusOfEightServersWithTheLongestEvidenceCrossesADefaultGrpc
     return failed == 8;
   }));
   h.agent().Start();
-  AgentService service(&h.agent());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  SetMessageLimits(&builder);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  // A client with gRPC's default limits (4 MiB received), as an older daemon has.
-  auto stub = fleet::v1::Agent::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  ServedAgent served(&h.agent());
+  ASSERT_NE(served.port, 0);
+  auto& stub = served.stub;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   fleet::v1::StatusResponse status;
@@ -1131,7 +1122,6 @@ TEST_F(AgentTest, AStatusOfEightServersWithTheLongestEvidenceCrossesADefaultGrpc
   RecordProperty("largest_event_bytes", static_cast<int>(largest));
   events_context.TryCancel();
   reader->Finish().IgnoreError();
-  server->Shutdown();
 }
 
 TEST_F(AgentTest, ProbeAndApplyChangeAndReadTheSimulatedWorld) {

@@ -270,6 +270,20 @@ class DaemonTest : public ::testing::Test {
     std::atomic<int> calls_{0};
   };
 
+  // Every commit that adds an attempt row fails at COMMIT, as one does when the disk is full and
+  // the WAL cannot grow: a deferred constraint, planted through `outside` (another connection),
+  // that such a commit breaks. SQLite rolls the whole transaction back. Dropping the trigger
+  // fault_on_attempt ends it.
+  static void PlantAttemptCommitFault(FleetStore& outside) {
+    ASSERT_TRUE(outside.db()
+                    .Exec("CREATE TABLE fault_parent (id INTEGER PRIMARY KEY);"
+                          "CREATE TABLE fault (parent INTEGER REFERENCES fault_parent(id) "
+                          "DEFERRABLE INITIALLY DEFERRED);"
+                          "CREATE TRIGGER fault_on_attempt AFTER INSERT ON attempts BEGIN "
+                          "INSERT INTO fault (parent) VALUES (1); END;")
+                    .ok());
+  }
+
   fleet::testing::TempDir dir_;
   DaemonOptions options_ = Options();
   // Another client than the forwarding one (a real gRPC client, say).
@@ -1076,19 +1090,10 @@ void NotifyOnce(absl::Notification& n) {
 TEST_F(DaemonTest, NoLaunchLeavesUntilTheCommitHoldingItsAttemptRowSucceeds) {
   agent_.snapshot.set_incarnation("inc-1");
   Deploy(TwoGpuConfig());
-  // Every commit that adds an attempt row fails at COMMIT, as one does when the disk is full and
-  // the WAL cannot grow: a deferred constraint, planted by an outside connection, that such a
-  // commit breaks. SQLite rolls the whole transaction back.
+  // Every commit that adds an attempt row fails at COMMIT (a full disk).
   auto outside = FleetStore::Open(dir_.Join("fleet.db"));
   ASSERT_TRUE(outside.ok()) << outside.status();
-  ASSERT_TRUE((*outside)
-                  ->db()
-                  .Exec("CREATE TABLE fault_parent (id INTEGER PRIMARY KEY);"
-                        "CREATE TABLE fault (parent INTEGER REFERENCES fault_parent(id) "
-                        "DEFERRABLE INITIALLY DEFERRED);"
-                        "CREATE TRIGGER fault_on_attempt AFTER INSERT ON attempts BEGIN "
-                        "INSERT INTO fault (parent) VALUES (1); END;")
-                  .ok());
+  PlantAttemptCommitFault(**outside);
   for (int turn = 0; turn < 3; ++turn) {
     daemon_->Step();
     clock_.Advance(absl::Seconds(20));
@@ -1129,15 +1134,7 @@ TEST_F(DaemonTest, ARecordThatCannotBeWrittenIsLoggedOnceAndItsRecoveryOnce) {
   Deploy(TwoGpuConfig());
   auto outside = FleetStore::Open(dir_.Join("fleet.db"));
   ASSERT_TRUE(outside.ok()) << outside.status();
-  // Every commit that adds an attempt row fails at COMMIT (as in the test above).
-  ASSERT_TRUE((*outside)
-                  ->db()
-                  .Exec("CREATE TABLE fault_parent (id INTEGER PRIMARY KEY);"
-                        "CREATE TABLE fault (parent INTEGER REFERENCES fault_parent(id) "
-                        "DEFERRABLE INITIALLY DEFERRED);"
-                        "CREATE TRIGGER fault_on_attempt AFTER INSERT ON attempts BEGIN "
-                        "INSERT INTO fault (parent) VALUES (1); END;")
-                  .ok());
+  PlantAttemptCommitFault(**outside);
   for (int turn = 0; turn < 6; ++turn) {
     daemon_->Step();
     clock_.Advance(absl::Seconds(1));
