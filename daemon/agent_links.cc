@@ -124,7 +124,7 @@ void Daemon::WriteUnsaved(absl::Time now) {
   Unsaved u;
   mu_.Lock();
   std::swap(u, unsaved_);
-  if (u.events.empty() && u.rows.empty() && u.lost.empty() && u.gaps.empty()) {
+  if (u.events.empty() && u.rows.empty() && u.closed.empty() && u.gaps.empty()) {
     mu_.Unlock();
     return;
   }
@@ -144,14 +144,14 @@ void Daemon::WriteUnsaved(absl::Time now) {
   store_mu_.Lock();
   mu_.Unlock();
   std::set<std::string> failed;  // containers whose batch was not stored
-  std::vector<AttemptRecord> lost_failed;
+  std::vector<AttemptRecord> closed_failed;
   std::vector<Unsaved::Gap> gaps_failed;
   {
     FleetStore::Batch write(store_.get());
-    for (const AttemptRecord& a : u.lost) {
+    for (const AttemptRecord& a : u.closed) {
       if (absl::Status st = store_->PutAttempt(a); !st.ok()) {
         RecordFailed(st, {.server = a.server, .attempt = a.id});
-        lost_failed.push_back(a);
+        closed_failed.push_back(a);
       }
     }
     for (const Unsaved::Gap& g : u.gaps) {
@@ -170,15 +170,15 @@ void Daemon::WriteUnsaved(absl::Time now) {
     if (absl::Status st = write.Commit(); !st.ok()) {
       RecordFailed(st, {});
       for (const auto& [container, w] : writes) failed.insert(container);
-      lost_failed = u.lost;
+      closed_failed = u.closed;
       gaps_failed = u.gaps;
-    } else if (failed.empty() && lost_failed.empty() && gaps_failed.empty()) {
+    } else if (failed.empty() && closed_failed.empty() && gaps_failed.empty()) {
       RecordWritten();
     }
   }
   store_mu_.Unlock();
   size_t held = 0;
-  if (!failed.empty() || !lost_failed.empty() || !gaps_failed.empty()) {
+  if (!failed.empty() || !closed_failed.empty() || !gaps_failed.empty()) {
     absl::MutexLock lock(&mu_);
     for (const std::string& container : failed) {
       std::vector<fleet::v1::AgentEvent>& later = unsaved_.events[container];
@@ -195,8 +195,8 @@ void Daemon::WriteUnsaved(absl::Time now) {
       }
       unsaved_.rows[container].merge(rows->second);
     }
-    lost_failed.insert(lost_failed.end(), unsaved_.lost.begin(), unsaved_.lost.end());
-    unsaved_.lost = std::move(lost_failed);
+    closed_failed.insert(closed_failed.end(), unsaved_.closed.begin(), unsaved_.closed.end());
+    unsaved_.closed = std::move(closed_failed);
     gaps_failed.insert(gaps_failed.end(), unsaved_.gaps.begin(), unsaved_.gaps.end());
     unsaved_.gaps = std::move(gaps_failed);
     for (const auto& [container, list] : unsaved_.events) held += list.size();
@@ -390,7 +390,7 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
       touched->insert(name);
       // The lost attempt's row is closed with the turn's writes; the next attempt gets the next
       // number (its row is there already).
-      unsaved_.lost.push_back(s.attempt);
+      unsaved_.closed.push_back(s.attempt);
       s.attempt = AttemptRecord();
     }
   }

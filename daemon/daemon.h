@@ -369,7 +369,9 @@ class Daemon : public EventSink, public PlanRecorder {
   struct Unsaved {
     std::map<std::string, std::vector<fleet::v1::AgentEvent>> events;  // by container
     std::map<std::string, std::set<std::string>> rows;  // container -> servers changed
-    std::vector<AttemptRecord> lost;                    // attempts the agents no longer knew
+    // Attempts no longer current, as they ended (lost: the agent no longer knew them; or
+    // replaced by the next attempt): written until a commit holds them.
+    std::vector<AttemptRecord> closed;
     struct Gap {
       std::string container;
       AgentCursor from, to;

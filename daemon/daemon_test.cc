@@ -1154,6 +1154,43 @@ TEST_F(DaemonTest, ARecordThatCannotBeWrittenIsLoggedOnceAndItsRecoveryOnce) {
   EXPECT_THAT(text, HasSubstr("record: written again, after "));
 }
 
+// Finding 16 of docs/reliability.md: fleet.db's disk full while a server failed and was started
+// again. Its failure was in no commit yet when the next attempt took its place, and the rows
+// written from then on carried only the new attempt: the failed one stayed `pending` for good.
+TEST_F(DaemonTest, AnAttemptReplacedWhileTheRecordFailsIsStoredAsItEnded) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  const auto first = agent_.launches[0];
+  agent_.Say(Phase(first, "LOADING"));
+  daemon_->Step();  // stored: attempt 1 running
+  // The disk fills: every commit that writes an attempt row fails at COMMIT.
+  auto outside = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  PlantAttemptCommitFault(**outside);
+  ASSERT_TRUE((*outside)
+                  ->db()
+                  .Exec("CREATE TRIGGER fault_on_attempt_update AFTER UPDATE ON attempts BEGIN "
+                        "INSERT INTO fault (parent) VALUES (1); END;")
+                  .ok());
+  agent_.Say(Diagnosis(first, "runtime_watchdog"));
+  agent_.Say(Phase(first, "FAILED"));
+  daemon_->Step();
+  clock_.Advance(absl::Seconds(13));  // past the backoff: attempt 2 is made (and not stored)
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u) << "no launch leaves without its attempt row";
+  ASSERT_TRUE((*outside)->db().Exec("DROP TRIGGER fault_on_attempt").ok());
+  ASSERT_TRUE((*outside)->db().Exec("DROP TRIGGER fault_on_attempt_update").ok());
+  daemon_->Step();
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 3u);
+  EXPECT_EQ(agent_.launches[2].attempt_number(), 2);
+  auto attempt = (*outside)->Attempt("local/200/gpu0", 1);
+  ASSERT_TRUE(attempt.ok() && attempt->has_value());
+  EXPECT_EQ((*attempt)->outcome, "failed");
+  EXPECT_EQ((*attempt)->diagnosis_class, "runtime_watchdog");
+}
+
 TEST_F(DaemonTest, EventsWhoseWriteFailsAreKeptAndStoredOnceWhenTheRecordIsBack) {
   options_.queue_limit = 4;
   Open();

@@ -60,6 +60,10 @@ std::vector<AgentCall> Daemon::Reconcile(absl::Time now, std::set<std::string>* 
           RecordFailed(a.status(), {.server = name}, " (the attempt is made again next turn)");
           return;
         }
+        // The attempt it replaces is written once more with the turn's writes (until it is):
+        // its last change (its failure, say) may be in no commit yet when the record fails, and
+        // the rows written from now on carry the new one (finding 16).
+        if (!s.attempt.id.empty()) unsaved_.closed.push_back(s.attempt);
         s.attempt = *std::move(a);
         r.attempt_id = s.attempt.id;
         r.attempt_number = s.attempt.number;
