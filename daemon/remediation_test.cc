@@ -782,6 +782,15 @@ TEST_F(RemediationTest, AnInterruptedFixALaterProbeShowsInEffectIsAppliedAndTheS
   EXPECT_NE(Rows()["local/200/gpu0"].state(), "GAVE_UP");
 }
 
+// The PTX fix's pip install cut short: CUDA 13.2 in (nvcc, ptxas), cupti still 13.0.
+fleet::v1::ToolchainSnapshot HalfwayPtxFix() {
+  fleet::v1::ToolchainSnapshot halfway = pt::FixedSnapshot();
+  std::map<std::string, std::string> packages = pt::Set132();
+  packages["nvidia-cuda-cupti"] = pt::kSet130.at("nvidia-cuda-cupti");
+  pt::SetPackages(&halfway, packages);
+  return halfway;
+}
+
 // The fault matrix's kill9-agent row: the agent was killed in the middle of the PTX fix's pip
 // install (nvcc and ptxas 13.2 in, the rest of the set not), and the probe that judged the plan
 // failed: interrupted. The next diagnosis' probe no longer shows the PTX cause, so the planner
@@ -792,10 +801,7 @@ TEST_F(RemediationTest, AFixCutShortHalfwayIsRunAgainWhenThePlannerNoLongerSeesI
   Turns();
   ASSERT_EQ(agent_.launches.size(), 1u);
   agent_.toolchain = Cuda130();
-  fleet::v1::ToolchainSnapshot halfway = pt::FixedSnapshot();
-  std::map<std::string, std::string> packages = pt::Set132();
-  packages["nvidia-cuda-cupti"] = pt::kSet130.at("nvidia-cuda-cupti");
-  pt::SetPackages(&halfway, packages);
+  const fleet::v1::ToolchainSnapshot halfway = HalfwayPtxFix();
   agent_.after.push_back(halfway);
   agent_.after.push_back(pt::FixedSnapshot());
   agent_.apply_errors.push_back(absl::UnavailableError("agent Apply: Socket closed"));
@@ -824,10 +830,7 @@ TEST_F(RemediationTest, AFixRunAgainAndCutShortThreeTimesCountsAsFailed) {
   Turns();
   ASSERT_EQ(agent_.launches.size(), 1u);
   agent_.toolchain = Cuda130();
-  fleet::v1::ToolchainSnapshot halfway = pt::FixedSnapshot();
-  std::map<std::string, std::string> packages = pt::Set132();
-  packages["nvidia-cuda-cupti"] = pt::kSet130.at("nvidia-cuda-cupti");
-  pt::SetPackages(&halfway, packages);
+  const fleet::v1::ToolchainSnapshot halfway = HalfwayPtxFix();
   for (int i = 0; i < 5; ++i) {
     agent_.after.push_back(halfway);
     agent_.apply_errors.push_back(absl::UnavailableError("agent Apply: Socket closed"));
