@@ -136,6 +136,15 @@ absl::Status Daemon::Recover() {
       if (!all.ok()) return all.status();
       for (const AttemptRecord& past : *all) {
         if (past.trigger == "initial" || past.trigger == "deploy") s.budget_base = past.number - 1;
+        // An earlier attempt the record still has open: its end was waiting for a commit
+        // (finding 16) when fleetd stopped. The server has moved on; it is closed as lost.
+        if (past.number < s.record.attempt_number &&
+            (past.outcome == "pending" || past.outcome == "running")) {
+          AttemptRecord closed = past;
+          closed.outcome = "lost";
+          closed.ended_at = clock_->Now();
+          unsaved_.closed.push_back(std::move(closed));
+        }
       }
     }
     // Times from an earlier run are in its clock's frame: after a step of the wall clock between

@@ -1191,6 +1191,45 @@ TEST_F(DaemonTest, AnAttemptReplacedWhileTheRecordFailsIsStoredAsItEnded) {
   EXPECT_EQ((*attempt)->diagnosis_class, "runtime_watchdog");
 }
 
+// Finding 16 with a crash: fleetd stopped while the replaced attempt's end still waited for a
+// commit. The next fleetd closes it (lost) rather than leave it open for good.
+TEST_F(DaemonTest, AReplacedAttemptStillOpenAfterACrashIsClosedAsLost) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  const auto first = agent_.launches[0];
+  agent_.Say(Phase(first, "LOADING"));
+  daemon_->Step();  // stored: attempt 1 running
+  // Every commit that changes gpu0's attempt 1 fails at COMMIT; the others go through.
+  auto outside = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  PlantAttemptCommitFault(**outside);
+  ASSERT_TRUE((*outside)->db().Exec("DROP TRIGGER fault_on_attempt").ok());
+  ASSERT_TRUE((*outside)
+                  ->db()
+                  .Exec("CREATE TRIGGER fault_on_first AFTER UPDATE ON attempts "
+                        "WHEN OLD.id LIKE 'local/200/gpu0#1-%' BEGIN "
+                        "INSERT INTO fault (parent) VALUES (1); END;")
+                  .ok());
+  agent_.Say(Diagnosis(first, "runtime_watchdog"));
+  agent_.Say(Phase(first, "FAILED"));
+  daemon_->Step();
+  clock_.Advance(absl::Seconds(13));
+  daemon_->Step();
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 3u);  // attempt 2 recorded and launched
+  daemon_.reset();                        // fleetd stops: attempt 1's end never stored
+  ASSERT_TRUE((*outside)->db().Exec("DROP TRIGGER fault_on_first").ok());
+  Open();
+  daemon_->Step();
+  auto attempt = (*outside)->Attempt("local/200/gpu0", 1);
+  ASSERT_TRUE(attempt.ok() && attempt->has_value());
+  EXPECT_EQ((*attempt)->outcome, "lost");
+  auto current = (*outside)->Attempt("local/200/gpu0", 2);
+  ASSERT_TRUE(current.ok() && current->has_value());
+  EXPECT_NE((*current)->outcome, "lost");
+}
+
 TEST_F(DaemonTest, EventsWhoseWriteFailsAreKeptAndStoredOnceWhenTheRecordIsBack) {
   options_.queue_limit = 4;
   Open();
