@@ -31,8 +31,10 @@
 #include "common/base/proto_time.h"
 #include "common/base/version.h"
 #include "common/diagnosis/classifier.h"
+#include "common/diagnosis/diagnosis_class.h"
 #include "common/diagnosis/diagnosis_proto.h"
 #include "common/log/log.h"
+#include "common/state/states.h"
 
 namespace fleet::agent {
 namespace {
@@ -198,7 +200,7 @@ bool Agent::AdoptUnrecordedLaunch(const fleet::v1::LaunchIntent& intent) {
     record.set_pid(p.pid);
     record.set_start_ticks(p.start_ticks);
     *record.mutable_started_at() = ToProtoTime(now);
-    record.set_state(kStarting);
+    record.set_state(std::string(StateName(fleet::v1::SERVER_STATE_STARTING)));
     auto run =
         std::make_unique<ServerRun>(this, spec, intent.attempt_id(), intent.attempt_number());
     run->Adopted(record, *std::move(pidfd), now);
@@ -211,7 +213,7 @@ bool Agent::AdoptUnrecordedLaunch(const fleet::v1::LaunchIntent& intent) {
     *e.mutable_at() = ToProtoTime(now);
     *e.mutable_server() = spec.server();
     e.set_attempt_id(intent.attempt_id());
-    e.mutable_phase()->set_state(kStarting);
+    SetServerState(fleet::v1::SERVER_STATE_STARTING, e.mutable_phase());
     Emit(std::move(e));
     run->StartFollowing(/*replay=*/true).IgnoreError();
     run->AnnounceAdopted();
@@ -469,7 +471,7 @@ absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::Lau
   *e.mutable_at() = ToProtoTime(deps_.clock->Now());
   *e.mutable_server() = effective.server();
   e.set_attempt_id(request.attempt_id());
-  e.mutable_phase()->set_state(kStarting);
+  SetServerState(fleet::v1::SERVER_STATE_STARTING, e.mutable_phase());
   Emit(std::move(e));
   absl::Status follow = raw->StartFollowing(/*replay=*/false);
   if (!follow.ok()) {
@@ -535,7 +537,7 @@ void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
       failure.toolchain_fix = false;
       if (verdict == GpuGuard::Verdict::kGaveUp) {
         // Launching now would end in CUDA out of memory beside whoever holds the GPU.
-        failure.diagnosis_class = "cuda_out_of_memory";
+        failure.diagnosis_class = diagnosis::classes::kCudaOutOfMemory;
         failure.summary =
             absl::StrCat("not launched: gpu ", request.gpu, " still busy after ",
                          absl::FormatDuration(deps_.gpu_guard->options().max_wait), ": ", summary);

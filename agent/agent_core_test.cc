@@ -27,6 +27,8 @@
 #include "agent/agent_store.h"
 #include "agent/http_readiness_prober.h"
 #include "agent/proc.h"
+#include "agent/server_run.h"
+#include "common/state/states.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -130,7 +132,11 @@ class AgentHarness {
 
   static bool HasPhase(const std::vector<AgentEvent>& events, const std::string& state) {
     for (const AgentEvent& e : events) {
-      if (e.has_phase() && e.phase().state() == state) return true;
+      if (e.has_phase() && e.phase().state() == state) {
+        // The typed state travels beside its spelling (proto/states.proto).
+        EXPECT_EQ(StateName(e.phase().server_state()), state);
+        return true;
+      }
     }
     return false;
   }
@@ -1404,6 +1410,14 @@ TEST(ReadinessLine, ParsesTheHelpersLines) {
 
   for (const char* bad : {"", "ready", "ready two", "maybe 200", "not-ready -1 x", "READY 200"}) {
     EXPECT_FALSE(ParseReadinessLine(bad).ok()) << bad;
+  }
+}
+
+TEST(StateOfPhase, EachClassifierPhaseIsTheStateOfTheSameSpelling) {
+  for (diagnosis::Phase p :
+       {diagnosis::Phase::kStarting, diagnosis::Phase::kLoading, diagnosis::Phase::kJitCompiling,
+        diagnosis::Phase::kCapturingGraphs, diagnosis::Phase::kReady}) {
+    EXPECT_EQ(StateName(StateOfPhase(p)), diagnosis::PhaseName(p));
   }
 }
 

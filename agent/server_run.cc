@@ -14,10 +14,29 @@
 #include "agent/proc.h"
 #include "common/base/proto_time.h"
 #include "common/base/secret_names.h"
+#include "common/base/string_view.h"
+#include "common/diagnosis/diagnosis_class.h"
 #include "common/diagnosis/diagnosis_proto.h"
 #include "common/log/log.h"
+#include "common/state/states.h"
 
 namespace fleet::agent {
+
+fleet::v1::ServerState StateOfPhase(diagnosis::Phase phase) {
+  switch (phase) {
+    case diagnosis::Phase::kStarting:
+      return fleet::v1::SERVER_STATE_STARTING;
+    case diagnosis::Phase::kLoading:
+      return fleet::v1::SERVER_STATE_LOADING;
+    case diagnosis::Phase::kJitCompiling:
+      return fleet::v1::SERVER_STATE_JIT_COMPILING;
+    case diagnosis::Phase::kCapturingGraphs:
+      return fleet::v1::SERVER_STATE_CAPTURING_GRAPHS;
+    case diagnosis::Phase::kReady:
+      return fleet::v1::SERVER_STATE_READY;
+  }
+  return fleet::v1::SERVER_STATE_UNSPECIFIED;
+}
 namespace {
 
 using fleet::v1::AgentEvent;
@@ -69,12 +88,12 @@ void Agent::ServerRun::OnPhaseChanged(diagnosis::Phase phase, std::string_view d
     return;
   }
   if (ready_ || exited_) return;
-  state_ = std::string(diagnosis::PhaseName(phase));
+  state_ = StateOfPhase(phase);
   phase_detail_ = std::string(detail);
   if (replaying_) return;
   AgentEvent e = NewEvent();
   auto* p = e.mutable_phase();
-  p->set_state(state_);
+  SetServerState(state_, p);
   p->set_detail(phase_detail_);
   p->set_log_line(line);
   agent_->Emit(std::move(e));
@@ -127,7 +146,7 @@ void Agent::ServerRun::Launched(ServerProcess process, absl::Time now) {
   last_progress_at_ = now;
   next_probe_at_ = now + ReadinessInterval();
   next_sample_at_ = now;
-  state_ = kStarting;
+  state_ = fleet::v1::SERVER_STATE_STARTING;
   agent_->WatchFd(pidfd_.get(), Watch::kExit, gpu());
 }
 
@@ -145,7 +164,9 @@ void Agent::ServerRun::Adopted(const fleet::v1::ServerRecord& record, UniqueFd p
   next_sample_at_ = now;
   ready_ = record.ready();
   stop_requested_ = record.stop_requested();
-  state_ = ready_ ? kReady : (stop_requested_ ? kStopping : kStarting);
+  state_ = ready_            ? fleet::v1::SERVER_STATE_READY
+           : stop_requested_ ? fleet::v1::SERVER_STATE_STOPPING
+                             : fleet::v1::SERVER_STATE_STARTING;
   agent_->WatchFd(pidfd_.get(), Watch::kExit, gpu());
 }
 
@@ -153,7 +174,8 @@ void Agent::ServerRun::Restored(const fleet::v1::ServerRecord& record) {
   pid_ = record.pid();
   start_ticks_ = record.start_ticks();
   started_at_ = FromProtoTime(record.started_at());
-  state_ = record.state();
+  // The agent's own record keeps the spelling (agent_state.proto).
+  state_ = ParseServerState(record.state()).value_or(fleet::v1::SERVER_STATE_UNSPECIFIED);
   ready_ = record.ready();
   exited_ = true;
   finished_ = true;
@@ -204,7 +226,7 @@ void Agent::ServerRun::Exited(absl::Time now, bool status_known) {
   PollLog();
   diagnosis::Diagnosis d = finished_ ? diagnosis::Diagnosis() : classifier_->Finish();
   finished_ = true;
-  if (d.diagnosis_class == "none" && !stop_requested_) {
+  if (d.diagnosis_class == diagnosis::classes::kNone && !stop_requested_) {
     // The process died and the log names no cause: say what is known.
     d.diagnosis_class = "unknown";
     d.fix = diagnosis::FixKind::kReport;
@@ -217,7 +239,7 @@ void Agent::ServerRun::Exited(absl::Time now, bool status_known) {
                     : absl::StrCat("the server was killed by signal ", exit_.signal(),
                                    "; its log names no cause");
   }
-  state_ = stop_requested_ ? kStopped : kFailed;
+  state_ = stop_requested_ ? fleet::v1::SERVER_STATE_STOPPED : fleet::v1::SERVER_STATE_FAILED;
   if (follower_) agent_->UnwatchFd(follower_->fd());
   // The pidfd stays open (unwatched: it stays readable) until the group is gone: the leader is
   // signalled through it.
@@ -235,7 +257,7 @@ void Agent::ServerRun::Exited(absl::Time now, bool status_known) {
                             final_diagnosis_->root_cause_line() == d.root_cause_line;
   if (!stop_requested_ && !already_sent) EmitDiagnosis(d, /*final=*/true);
   AgentEvent phase = NewEvent();
-  phase.mutable_phase()->set_state(state_);
+  SetServerState(state_, phase.mutable_phase());
   agent_->Emit(std::move(phase));
 }
 
@@ -249,23 +271,23 @@ void Agent::ServerRun::RequestStop(absl::Time now, absl::Duration grace) {
   stop_requested_ = true;
   stop_deadline_ = now + grace;
   KillGroup(SIGTERM);
-  state_ = kStopping;
+  state_ = fleet::v1::SERVER_STATE_STOPPING;
   AgentEvent e = NewEvent();
-  e.mutable_phase()->set_state(state_);
+  SetServerState(state_, e.mutable_phase());
   agent_->Emit(std::move(e));
 }
 
 void Agent::ServerRun::Ready(const ReadinessResult& result, absl::Time now) {
   agent_->mu_.AssertHeld();
   ready_ = true;
-  state_ = kReady;
+  state_ = fleet::v1::SERVER_STATE_READY;
   phase_detail_.clear();
   AgentEvent e = NewEvent();
   e.mutable_ready()->set_http_status(result.http_status);
   *e.mutable_ready()->mutable_time_to_ready() = ToProtoDuration(now - started_at_);
   agent_->Emit(std::move(e));
   AgentEvent phase = NewEvent();
-  phase.mutable_phase()->set_state(state_);
+  SetServerState(state_, phase.mutable_phase());
   agent_->Emit(std::move(phase));
 }
 
@@ -346,9 +368,10 @@ absl::Time Agent::ServerRun::Tick(absl::Time now) {
     if (now - last_progress_at_ >= stall) {
       stall_reported_ = true;
       EmitStalled(
-          "startup_stalled",
+          diagnosis::classes::kStartupStalled,
           absl::StrCat("no new log line, build step or CPU time for ",
-                       absl::FormatDuration(now - last_progress_at_), " in ", state_,
+                       absl::FormatDuration(now - last_progress_at_), " in ",
+                       AsAbsl(StateName(state_)),
                        phase_detail_.empty() ? "" : absl::StrCat(" (", phase_detail_, ")")));
     } else {
       next = std::min(next, last_progress_at_ + stall);
@@ -359,10 +382,10 @@ absl::Time Agent::ServerRun::Tick(absl::Time now) {
   if (!deadline_reported_) {
     if (now - started_at_ >= deadline) {
       deadline_reported_ = true;
-      EmitStalled(
-          "startup_deadline_exceeded",
-          absl::StrCat("still not ready after ", absl::FormatDuration(now - started_at_),
-                       " (startup deadline ", absl::FormatDuration(deadline), "), in ", state_));
+      EmitStalled(diagnosis::classes::kStartupDeadlineExceeded,
+                  absl::StrCat("still not ready after ", absl::FormatDuration(now - started_at_),
+                               " (startup deadline ", absl::FormatDuration(deadline), "), in ",
+                               AsAbsl(StateName(state_))));
     } else {
       next = std::min(next, started_at_ + deadline);
     }
@@ -384,7 +407,7 @@ fleet::v1::ServerRecord Agent::ServerRun::Record() const {
   r.set_pid(pid_);
   r.set_start_ticks(start_ticks_);
   *r.mutable_started_at() = ToProtoTime(started_at_);
-  r.set_state(state_);
+  r.set_state(std::string(StateName(state_)));
   r.set_stop_requested(stop_requested_);
   r.set_ready(ready_);
   if (exited_) *r.mutable_exit() = exit_;
@@ -397,7 +420,7 @@ fleet::v1::ServerStatus Agent::ServerRun::Status() const {
   *s.mutable_server() = spec_.server();
   s.set_attempt_id(attempt_id_);
   s.set_attempt_number(attempt_number_);
-  s.set_state(state_);
+  SetServerState(state_, &s);
   s.set_phase_detail(phase_detail_);
   s.set_progress_step(progress_step_);
   s.set_progress_total(progress_total_);
@@ -407,7 +430,7 @@ fleet::v1::ServerStatus Agent::ServerRun::Status() const {
     *s.mutable_diagnosis() = *final_diagnosis_;
   } else if (!finished_) {
     const diagnosis::Diagnosis d = classifier_->Snapshot();
-    if (d.diagnosis_class != "none") {
+    if (d.diagnosis_class != diagnosis::classes::kNone) {
       diagnosis::ToProto(d, s.mutable_diagnosis());
       RedactDiagnosis(env_, s.mutable_diagnosis());
     }
@@ -419,7 +442,7 @@ fleet::v1::ServerStatus Agent::ServerRun::Status() const {
 void Agent::ServerRun::WaitForGpu(absl::Time now, std::string detail) {
   waiting_for_gpu_ = true;
   started_at_ = now;
-  state_ = kStarting;
+  state_ = fleet::v1::SERVER_STATE_STARTING;
   phase_detail_ = std::move(detail);
 }
 
@@ -428,7 +451,7 @@ void Agent::ServerRun::GpuBusy(const std::string& detail) {
   if (detail == phase_detail_) return;
   phase_detail_ = detail;
   AgentEvent e = NewEvent();
-  e.mutable_phase()->set_state(state_);
+  SetServerState(state_, e.mutable_phase());
   e.mutable_phase()->set_detail(phase_detail_);
   agent_->Emit(std::move(e));
 }
@@ -440,22 +463,22 @@ void Agent::ServerRun::NotLaunched(absl::Time now, const diagnosis::Diagnosis& f
   exit_.Clear();
   *exit_.mutable_at() = ToProtoTime(now);
   phase_detail_.clear();
-  if (failure.diagnosis_class == "none") {
+  if (failure.diagnosis_class == diagnosis::classes::kNone) {
     stop_requested_ = true;
-    state_ = kStopped;
+    state_ = fleet::v1::SERVER_STATE_STOPPED;
   } else {
-    state_ = kFailed;
+    state_ = fleet::v1::SERVER_STATE_FAILED;
     EmitDiagnosis(failure, /*final=*/true);
   }
   AgentEvent e = NewEvent();
-  e.mutable_phase()->set_state(state_);
+  SetServerState(state_, e.mutable_phase());
   agent_->Emit(std::move(e));
 }
 
 void Agent::ServerRun::AnnounceAdopted() {
   agent_->mu_.AssertHeld();
   AgentEvent e = NewEvent();
-  e.mutable_phase()->set_state(state_);
+  SetServerState(state_, e.mutable_phase());
   e.mutable_phase()->set_detail(phase_detail_);
   agent_->Emit(std::move(e));
   const diagnosis::Diagnosis d = classifier_->Snapshot();

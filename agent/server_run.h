@@ -29,16 +29,12 @@
 #include "common/diagnosis/classifier.h"
 #include "common/diagnosis/diagnosis.h"
 #include "proto/agent.pb.h"
+#include "proto/states.pb.h"
 
 namespace fleet::agent {
 
-// The states a run reports (ServerStatus.state, the phase events); the classifier's phases
-// (diagnosis::PhaseName) come between STARTING and READY.
-inline constexpr char kStarting[] = "STARTING";
-inline constexpr char kReady[] = "READY";
-inline constexpr char kFailed[] = "FAILED";
-inline constexpr char kStopping[] = "STOPPING";
-inline constexpr char kStopped[] = "STOPPED";
+// The state a classifier's phase reports (LOADING, JIT_COMPILING, ... between STARTING and READY).
+fleet::v1::ServerState StateOfPhase(diagnosis::Phase phase);
 
 // The server's name, host/ctid/gpuN (the kMarkServer value), the agent's own identity where
 // the spec names none. Two containers' agents may see each other's processes (a simulated
@@ -156,7 +152,7 @@ class Agent::ServerRun : public diagnosis::ClassifierListener, public LogFollowe
   bool probe_in_flight_ = false;
   bool stall_reported_ = false;
   bool deadline_reported_ = false;
-  std::string state_ = kStarting;
+  fleet::v1::ServerState state_ = fleet::v1::SERVER_STATE_STARTING;
   std::string phase_detail_;
   int64_t progress_step_ = 0;
   int64_t progress_total_ = 0;

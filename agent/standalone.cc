@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/string_view.h"
+#include "common/state/states.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/time_util.h"
@@ -89,7 +91,7 @@ std::string StandaloneRunner::Describe(const fleet::v1::AgentEvent& e) const {
       " gpu", e.server().gpu(), " #", e.sequence(), " ");
   switch (e.kind_case()) {
     case fleet::v1::AgentEvent::kPhase:
-      absl::StrAppend(&line, e.phase().state(),
+      absl::StrAppend(&line, AsAbsl(StateName(ServerStateOf(e.phase()))),
                       e.phase().detail().empty() ? "" : absl::StrCat(" ", e.phase().detail()));
       break;
     case fleet::v1::AgentEvent::kProgress:
@@ -132,8 +134,9 @@ void StandaloneRunner::Handle(const fleet::v1::AgentEvent& e, absl::Time now) {
   const int64_t backoff_ns = TimeUtil::DurationToNanoseconds(config_.backoff());
   const absl::Duration backoff = backoff_ns > 0 ? absl::Nanoseconds(backoff_ns) : absl::Seconds(5);
   if (e.has_phase()) {
-    s.state = e.phase().state();
-    const bool failed = s.state == "FAILED" || (s.state == "STOPPED" && s.stopping_for_relaunch);
+    s.state = ServerStateOf(e.phase());
+    const bool failed = s.state == fleet::v1::SERVER_STATE_FAILED ||
+                        (s.state == fleet::v1::SERVER_STATE_STOPPED && s.stopping_for_relaunch);
     if (failed) {
       if (s.attempts >= max_attempts) {
         s.gave_up = true;
@@ -173,7 +176,7 @@ int StandaloneRunner::Run(bool until_ready) {
     for (auto& [gpu, s] : servers_) {
       if (s.relaunch_at <= now) Launch(s);
       next = std::min(next, s.relaunch_at);
-      all_ready &= s.state == "READY";
+      all_ready &= s.state == fleet::v1::SERVER_STATE_READY;
       any_gave_up |= s.gave_up;
     }
     if (until_ready && (all_ready || any_gave_up)) return all_ready ? 0 : 1;

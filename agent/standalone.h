@@ -16,6 +16,7 @@
 #include "agent/agent.h"
 #include "common/base/clock.h"
 #include "proto/agent.pb.h"
+#include "proto/states.pb.h"
 
 namespace fleet::agent {
 
@@ -34,7 +35,7 @@ class StandaloneRunner : public EventSubscriber {
     fleet::v1::ServerSpec spec;
     int64_t attempts = 0;
     std::string attempt_id;
-    std::string state;
+    fleet::v1::ServerState state = fleet::v1::SERVER_STATE_UNSPECIFIED;
     bool stopping_for_relaunch = false;
     bool gave_up = false;
     absl::Time relaunch_at = absl::InfiniteFuture();

@@ -11,6 +11,7 @@
 #include "cli/status_format.h"
 #include "cli/text_table.h"
 #include "common/base/flag_set.h"
+#include "common/state/states.h"
 
 namespace fleet::cli {
 namespace {
@@ -29,6 +30,18 @@ std::optional<absl::Duration> Duration(const v1::Attempt& a, absl::Time now) {
   if (!start) return std::nullopt;
   std::optional<absl::Time> end = FromProtoTime(a.ended_at());
   return end.value_or(now) - *start;
+}
+
+// Ready green, failed red, the others uncoloured.
+std::string_view OutcomeColor(const v1::Attempt& a) {
+  switch (AttemptOutcomeOf(a)) {
+    case v1::ATTEMPT_OUTCOME_READY:
+      return StateColor(v1::SERVER_STATE_READY);
+    case v1::ATTEMPT_OUTCOME_FAILED:
+      return StateColor(v1::SERVER_STATE_FAILED);
+    default:
+      return "";
+  }
 }
 
 // fleetd sends an empty ProcessExit for an attempt that has not ended (it always sets the field):
@@ -55,7 +68,7 @@ Json AttemptJson(const v1::Attempt& a) {
   json["id"] = a.id();
   json["server"] = a.server();
   json["number"] = a.number();
-  json["outcome"] = a.outcome();
+  json["outcome"] = AttemptOutcomeText(a);
   json["diagnosis_class"] = a.diagnosis_class();
   json["summary"] = a.summary();
   json["trigger"] = a.trigger();
@@ -134,15 +147,12 @@ int RunAttempts(const std::vector<std::string>& args, const CommandContext& ctx)
   for (const v1::Attempt& a : response->attempts()) {
     std::optional<absl::Time> start = FromProtoTime(a.started_at());
     std::optional<absl::Duration> duration = Duration(a, now);
-    table.AddRow(
-        {a.server(), absl::StrCat(a.number()),
-         TextTable::Cell(OrDash(a.outcome()), a.outcome() == "ready"    ? StateColor("READY")
-                                              : a.outcome() == "failed" ? StateColor("FAILED")
-                                                                        : ""),
-         OrDash(a.diagnosis_class()),
-         start ? absl::FormatTime("%Y-%m-%d %H:%M:%S", *start, ctx.time_zone) : "-",
-         duration ? FormatAge(*duration) : "-", FormatExit(a), OrDash(a.trigger()),
-         OrDash(a.summary())});
+    table.AddRow({a.server(), absl::StrCat(a.number()),
+                  TextTable::Cell(OrDash(std::string(AttemptOutcomeText(a))), OutcomeColor(a)),
+                  OrDash(a.diagnosis_class()),
+                  start ? absl::FormatTime("%Y-%m-%d %H:%M:%S", *start, ctx.time_zone) : "-",
+                  duration ? FormatAge(*duration) : "-", FormatExit(a), OrDash(a.trigger()),
+                  OrDash(a.summary())});
   }
   out << table.Render(ctx.color());
   out.flush();

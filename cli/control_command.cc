@@ -8,6 +8,7 @@
 #include "cli/status_format.h"
 #include "cli/text_table.h"
 #include "common/base/flag_set.h"
+#include "common/state/states.h"
 
 namespace fleet::cli {
 namespace {
@@ -68,8 +69,10 @@ int RunControl(Verb verb, const std::vector<std::string>& args, const CommandCon
   } else {
     TextTable table({"SERVER", "STATE", "ATTEMPT"});
     for (const v1::ServerRow& row : response->servers()) {
-      table.AddRow({row.server(), TextTable::Cell(row.state(), StateColor(row.state())),
-                    row.attempt_number() > 0 ? absl::StrCat(row.attempt_number()) : "-"});
+      table.AddRow(
+          {row.server(),
+           TextTable::Cell(std::string(ServerStateText(row)), StateColor(ServerStateOf(row))),
+           row.attempt_number() > 0 ? absl::StrCat(row.attempt_number()) : "-"});
     }
     out << table.Render(ctx.color());
   }

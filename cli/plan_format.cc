@@ -13,6 +13,7 @@
 #include "common/base/secret_names.h"
 #include "common/base/string_view.h"
 #include "common/config/secret_redaction.h"
+#include "common/state/states.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace fleet::cli {
@@ -212,7 +213,7 @@ std::string FormatPlan(const v1::Plan& given) {
   if (!plan.outcome_reason().empty()) {
     absl::StrAppend(&out, "outcome: ", plan.outcome_reason(), "\n");
   }
-  if (plan.status() == "proposed" && !plan.id().empty()) {
+  if (PlanStatusOf(plan) == v1::PLAN_STATUS_PROPOSED && !plan.id().empty()) {
     absl::StrAppend(&out, "run: fleetctl apply ", plan.id(), "\n");
   }
   return out;
@@ -234,7 +235,8 @@ std::string FormatApplyResults(const v1::Plan& given, bool color) {
     }
     table.AddRow(
         {label,
-         TextTable::Cell(r->ok() ? "ok" : "failed", StateColor(r->ok() ? "READY" : "FAILED")),
+         TextTable::Cell(r->ok() ? "ok" : "failed",
+                         StateColor(r->ok() ? v1::SERVER_STATE_READY : v1::SERVER_STATE_FAILED)),
          FormatTook(r->took()), DescribeAction(action), r->message().empty() ? "-" : r->message()});
     if (!r->ok() && !r->output_tail().empty()) failed.push_back({label, r});
   };
@@ -264,7 +266,7 @@ Json RemediationJson(const v1::Plan& given) {
   json["server"] = plan.server();
   json["trigger"] = plan.trigger();
   json["diagnosis_class"] = plan.diagnosis_class();
-  json["status"] = plan.status();
+  json["status"] = PlanStatusText(plan);
   json["summary"] = plan.summary();
   json["report_only"] = plan.report_only();
   json["causes"] = StringArray(plan.causes());

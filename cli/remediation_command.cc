@@ -14,6 +14,7 @@
 #include "cli/text_table.h"
 #include "common/base/flag_set.h"
 #include "common/config/server_name.h"
+#include "common/state/states.h"
 
 namespace fleet::cli {
 namespace {
@@ -22,11 +23,19 @@ std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
 // The colour of a remediation's status: applied green, failed and rolled back red, proposed and
 // applying yellow (as a server that is REMEDIATING).
-std::string_view StatusColor(const std::string& status) {
-  if (status == "applied") return StateColor("READY");
-  if (status == "failed" || status == "rolled_back") return StateColor("FAILED");
-  if (status == "proposed" || status == "applying") return StateColor("REMEDIATING");
-  return "";
+std::string_view StatusColor(v1::PlanStatus status) {
+  switch (status) {
+    case v1::PLAN_STATUS_APPLIED:
+      return StateColor(v1::SERVER_STATE_READY);
+    case v1::PLAN_STATUS_FAILED:
+    case v1::PLAN_STATUS_ROLLED_BACK:
+      return StateColor(v1::SERVER_STATE_FAILED);
+    case v1::PLAN_STATUS_PROPOSED:
+    case v1::PLAN_STATUS_APPLYING:
+      return StateColor(v1::SERVER_STATE_REMEDIATING);
+    default:
+      return "";
+  }
 }
 
 // `remediations [SERVER|CONTAINER]`: the number of parts tells the form, then the config's rule
@@ -133,10 +142,10 @@ int RunApply(const std::vector<std::string>& args, const CommandContext& ctx) {
     PrintJson(plan, out);
   } else {
     out << FormatApplyResults(plan, ctx.color());
-    if (plan.status() == "applied") out << "plan " << plan.id() << " applied\n";
+    if (PlanStatusOf(plan) == v1::PLAN_STATUS_APPLIED) out << "plan " << plan.id() << " applied\n";
   }
   out.flush();
-  if (plan.status() == "applied") return kExitOk;
+  if (PlanStatusOf(plan) == v1::PLAN_STATUS_APPLIED) return kExitOk;
   *ctx.err << "fleetctl apply: plan " << plan.id() << " "
            << (plan.status().empty() ? "ended with no status from fleetd" : plan.status())
            << (plan.outcome_reason().empty() ? "" : ": ") << plan.outcome_reason() << "\n";
@@ -205,7 +214,8 @@ int RunRemediations(const std::vector<std::string>& args, const CommandContext& 
     if (wide) row.push_back(OrDash(p.server()));
     row.push_back(OrDash(p.trigger()));
     row.push_back(OrDash(p.diagnosis_class()));
-    row.push_back(TextTable::Cell(OrDash(p.status()), StatusColor(p.status())));
+    row.push_back(
+        TextTable::Cell(OrDash(std::string(PlanStatusText(p))), StatusColor(PlanStatusOf(p))));
     row.push_back(absl::StrCat(p.actions_size()));
     row.push_back(created ? absl::FormatTime("%Y-%m-%d %H:%M:%S", *created, ctx.time_zone) : "-");
     row.push_back(OrDash(p.summary().empty() ? p.report_only() : p.summary()));

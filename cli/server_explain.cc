@@ -5,8 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "cli/command_errors.h"
 #include "cli/fleet_client.h"
+#include "common/base/string_view.h"
 #include "common/diagnosis/diagnosis_format.h"
 #include "common/diagnosis/diagnosis_proto.h"
+#include "common/state/states.h"
 
 namespace fleet::cli {
 
@@ -28,9 +30,10 @@ int RunServerExplain(const ServerExplainRequest& request, const CommandContext& 
   const std::string label = number > 0 ? absl::StrCat(request.server, "#", number) : request.server;
   if (!response->has_diagnosis() || response->diagnosis().diagnosis_class().empty()) {
     *ctx.err << "fleetctl explain: " << label << " has no stored diagnosis"
-             << (response->attempt().outcome().empty()
+             << (AttemptOutcomeText(response->attempt()).empty()
                      ? ""
-                     : absl::StrCat(" (attempt ", response->attempt().outcome(), ")"))
+                     : absl::StrCat(" (attempt ", AsAbsl(AttemptOutcomeText(response->attempt())),
+                                    ")"))
              << "\n";
     return kExitError;
   }

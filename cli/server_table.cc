@@ -1,6 +1,7 @@
 #include "cli/server_table.h"
 
 #include "cli/status_format.h"
+#include "common/state/states.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace fleet::cli {
@@ -44,10 +45,11 @@ ServerTable::Readiness ServerTable::Evaluate() const {
   bool all_ready = true;
   bool any_ready = false;
   for (const auto& row : rows_) {
-    if (row->state() == "GAVE_UP") return Readiness::kGaveUp;
-    if (row->state() == "READY") {
+    const v1::ServerState state = ServerStateOf(*row);
+    if (state == v1::SERVER_STATE_GAVE_UP) return Readiness::kGaveUp;
+    if (state == v1::SERVER_STATE_READY) {
       any_ready = true;
-    } else if (row->state() != "STOPPED") {
+    } else if (state != v1::SERVER_STATE_STOPPED) {
       all_ready = false;
     }
   }
@@ -58,7 +60,7 @@ ServerTable::Readiness ServerTable::Evaluate() const {
 std::vector<const v1::ServerRow*> ServerTable::GaveUp() const {
   std::vector<const v1::ServerRow*> out;
   for (const auto& row : rows_) {
-    if (row->state() == "GAVE_UP") out.push_back(row.get());
+    if (ServerStateOf(*row) == v1::SERVER_STATE_GAVE_UP) out.push_back(row.get());
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/text_table.h"
 #include "common/base/string_view.h"
+#include "common/state/states.h"
 
 namespace fleet::cli {
 namespace {
@@ -20,9 +21,11 @@ constexpr std::string_view kDim = "\x1b[2m";
 constexpr int kBarWidth = 10;
 
 // The states in the order a start goes through them (docs/design.md "Per-server state machine").
-constexpr std::string_view kStateOrder[] = {
-    "PENDING", "STARTING",    "LOADING",    "JIT_COMPILING", "CAPTURING_GRAPHS", "READY",
-    "FAILED",  "REMEDIATING", "RESTARTING", "GAVE_UP",       "STOPPED"};
+constexpr v1::ServerState kStateOrder[] = {
+    v1::SERVER_STATE_PENDING,       v1::SERVER_STATE_STARTING,         v1::SERVER_STATE_LOADING,
+    v1::SERVER_STATE_JIT_COMPILING, v1::SERVER_STATE_CAPTURING_GRAPHS, v1::SERVER_STATE_READY,
+    v1::SERVER_STATE_FAILED,        v1::SERVER_STATE_REMEDIATING,      v1::SERVER_STATE_RESTARTING,
+    v1::SERVER_STATE_GAVE_UP,       v1::SERVER_STATE_STOPPED};
 
 std::string OrDash(std::string_view s) { return s.empty() ? "-" : std::string(s); }
 
@@ -32,7 +35,8 @@ std::string Age(const google::protobuf::Timestamp& since, absl::Time now) {
 }
 
 std::string StateText(const v1::ServerRow& row) {
-  return row.degraded() ? absl::StrCat(row.state(), " (degraded)") : row.state();
+  const std::string_view state = ServerStateText(row);
+  return row.degraded() ? absl::StrCat(AsAbsl(state), " (degraded)") : std::string(state);
 }
 
 // A logfmt value: bare when it is a single plain word, else quoted with \" and \\ escaped.
@@ -77,20 +81,25 @@ std::string FormatRfc3339(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", t, absl::UTCTimeZone());
 }
 
-std::string_view StateColor(std::string_view state) {
-  if (state == "READY") return kGreen;
-  if (state == "FAILED" || state == "GAVE_UP") return kRed;
-  if (state == "REMEDIATING" || state == "RESTARTING") return kYellow;
-  if (state == "STARTING" || state == "LOADING" || state == "JIT_COMPILING" ||
-      state == "CAPTURING_GRAPHS") {
-    return kCyan;
+std::string_view StateColor(v1::ServerState state) {
+  switch (state) {
+    case v1::SERVER_STATE_READY:
+      return kGreen;
+    case v1::SERVER_STATE_FAILED:
+    case v1::SERVER_STATE_GAVE_UP:
+      return kRed;
+    case v1::SERVER_STATE_REMEDIATING:
+    case v1::SERVER_STATE_RESTARTING:
+      return kYellow;
+    case v1::SERVER_STATE_STOPPED:
+      return kDim;
+    default:
+      return IsStartPhase(state) ? kCyan : "";
   }
-  if (state == "STOPPED") return kDim;
-  return "";
 }
 
 std::string ProgressCell(const v1::ServerRow& row) {
-  if (row.state() != "JIT_COMPILING" || row.progress_total() <= 0) return "";
+  if (ServerStateOf(row) != v1::SERVER_STATE_JIT_COMPILING || row.progress_total() <= 0) return "";
   const int64_t total = row.progress_total();
   const int64_t step = std::clamp<int64_t>(row.progress_step(), 0, total);
   const int filled = static_cast<int>(step * kBarWidth / total);
@@ -110,7 +119,7 @@ std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, Tab
   for (const v1::ServerRow* row : rows) {
     std::vector<TextTable::Cell> cells = {
         row->server(),
-        TextTable::Cell(StateText(*row), StateColor(row->state())),
+        TextTable::Cell(StateText(*row), StateColor(ServerStateOf(*row))),
         OrDash(row->phase_detail()),
         OrDash(ProgressCell(*row)),
         row->attempt_number() > 0 ? Age(row->attempt_started_at(), now) : "-",
@@ -130,10 +139,10 @@ std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, Tab
 
 std::string FormatStateCounts(const std::vector<const v1::ServerRow*>& rows) {
   std::map<std::string, int> counts;
-  for (const v1::ServerRow* row : rows) ++counts[row->state()];
+  for (const v1::ServerRow* row : rows) ++counts[std::string(ServerStateText(*row))];
   std::vector<std::string> parts;
-  for (std::string_view state : kStateOrder) {
-    auto it = counts.find(std::string(state));
+  for (v1::ServerState state : kStateOrder) {
+    auto it = counts.find(std::string(StateName(state)));
     if (it == counts.end()) continue;
     parts.push_back(absl::StrCat(it->second, " ", it->first));
     counts.erase(it);
@@ -146,12 +155,12 @@ std::string FormatStateCounts(const std::vector<const v1::ServerRow*>& rows) {
 
 std::string FormatChangeLine(absl::Time at, const v1::ServerRow& row) {
   std::string line = absl::StrCat(FormatRfc3339(absl::FromUnixSeconds(absl::ToUnixSeconds(at))),
-                                  " ", row.server(), " ", OrDash(row.state()));
+                                  " ", row.server(), " ", OrDash(ServerStateText(row)));
   auto field = [&line](std::string_view key, std::string_view value) {
     if (!value.empty()) absl::StrAppend(&line, " ", AsAbsl(key), "=", LogfmtValue(value));
   };
   field("phase", row.phase_detail());
-  if (row.state() == "JIT_COMPILING" && row.progress_total() > 0) {
+  if (ServerStateOf(row) == v1::SERVER_STATE_JIT_COMPILING && row.progress_total() > 0) {
     field("progress", absl::StrCat(row.progress_step(), "/", row.progress_total()));
   }
   if (row.attempt_number() > 0) field("attempt", absl::StrCat(row.attempt_number()));
@@ -174,7 +183,7 @@ Json TimeJson(const google::protobuf::Timestamp& t) {
 Json ServerRowJson(const v1::ServerRow& row) {
   Json json = Json::object();
   json["server"] = row.server();
-  json["state"] = row.state();
+  json["state"] = ServerStateText(row);
   json["phase_detail"] = row.phase_detail();
   json["progress_step"] = row.progress_step();
   json["progress_total"] = row.progress_total();

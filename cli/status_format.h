@@ -12,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "common/base/json_text.h"
+#include "common/state/states.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "proto/fleet.pb.h"
 
@@ -28,7 +29,7 @@ std::string FormatRfc3339(absl::Time t);
 
 // The SGR colour of a state on a terminal ("" for none): READY green, FAILED and GAVE_UP red,
 // REMEDIATING and RESTARTING yellow, the start phases cyan, STOPPED dim.
-std::string_view StateColor(std::string_view state);
+std::string_view StateColor(v1::ServerState state);
 
 // "[#####.....] 12/40" while JIT_COMPILING with a known ninja step count, else "".
 std::string ProgressCell(const v1::ServerRow& row);

@@ -9,6 +9,7 @@
 #include "common/config/fleet_config.h"
 #include "common/config/server_name.h"
 #include "common/log/log.h"
+#include "common/state/states.h"
 #include "daemon/daemon.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -245,15 +246,15 @@ void Daemon::ApplyEvent(const std::string& container, const fleet::v1::AgentEven
     if (a.launched_at == absl::InfinitePast()) a.launched_at = now;
     s->attempt_unsaved = true;
   }
+  // The phase's state in its stable spelling (an agent of the release before sends only that).
+  const std::string state = e.has_phase() ? std::string(StateName(ServerStateOf(e.phase()))) : "";
   // Only progress and the phases in between leave the attempt as it was.
   if (e.kind_case() != fleet::v1::AgentEvent::kProgress &&
-      (!e.has_phase() || e.phase().state() == "FAILED" || e.phase().state() == "STOPPED" ||
-       e.phase().state() == "READY")) {
+      (!e.has_phase() || state == "FAILED" || state == "STOPPED" || state == "READY")) {
     s->attempt_unsaved = true;
   }
   switch (e.kind_case()) {
     case fleet::v1::AgentEvent::kPhase: {
-      const std::string& state = e.phase().state();
       s->record.phase_detail = e.phase().detail();
       if (state == "FAILED") {
         a.outcome = "failed";
@@ -349,6 +350,7 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
     const fleet::v1::ServerStatus* st = it == by_gpu.end() ? nullptr : it->second;
     if (st != nullptr && st->attempt_id() == s.attempt.id) {
       // The agent knows our attempt: take its view.
+      const std::string state(StateName(ServerStateOf(*st)));
       if (s.attempt.outcome == "pending") {
         s.attempt.outcome = "running";
         s.attempt.launched_at = now;
@@ -364,18 +366,17 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
         s.record.last_summary = st->diagnosis().summary();
       }
       if (st->has_exit()) s.attempt.exit = st->exit();
-      if (st->state() == "FAILED") {
+      if (state == "FAILED") {
         s.attempt.outcome = "failed";
         s.attempt.ended_at = now;
         s.record.reason = s.attempt.summary;
-      } else if (st->state() == "STOPPED") {
+      } else if (state == "STOPPED") {
         if (s.attempt.outcome != "failed") s.attempt.outcome = "stopped";
         s.attempt.ended_at = now;
-      } else if (st->state() == "READY") {
+      } else if (state == "READY") {
         s.attempt.outcome = "ready";
       }
-      SetState(s, st->state() == "STOPPED" && s.restart_requested ? "RESTARTING" : st->state(),
-               now);
+      SetState(s, state == "STOPPED" && s.restart_requested ? "RESTARTING" : state, now);
       s.attempt_unsaved = true;
       touched->insert(name);
     } else if (s.attempt.outcome == "running" || s.attempt.outcome == "ready" ||

@@ -8,6 +8,8 @@
 #include "common/config/desired_server.h"
 #include "common/config/fleet_config.h"
 #include "common/config/server_name.h"
+#include "common/diagnosis/diagnosis_class.h"
+#include "common/state/states.h"
 #include "daemon/daemon.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -15,6 +17,31 @@
 namespace fleet::daemon {
 
 using google::protobuf::util::MessageDifferencer;
+
+namespace {
+
+// An attempt as the wire shows it (ListAttempts, Explain).
+void FillAttempt(const AttemptRecord& a, fleet::v1::Attempt* out) {
+  out->set_id(a.id);
+  out->set_server(a.server);
+  out->set_number(a.number);
+  *out->mutable_started_at() = ToProtoTime(a.created_at);
+  *out->mutable_ended_at() = ToProtoTime(a.ended_at);
+  if (std::optional<fleet::v1::AttemptOutcome> o = ParseAttemptOutcome(a.outcome)) {
+    SetAttemptOutcome(*o, out);
+  } else {
+    out->set_outcome(a.outcome);
+  }
+  *out->mutable_exit() = a.exit;
+  out->set_diagnosis_class(a.diagnosis_class);
+  out->set_summary(a.summary);
+  out->set_trigger(a.trigger);
+  if (a.time_to_ready_ms >= 0) {
+    *out->mutable_time_to_ready() = ToProtoDuration(absl::Milliseconds(a.time_to_ready_ms));
+  }
+}
+
+}  // namespace
 
 // --- Queries --------------------------------------------------------------------------------
 
@@ -29,7 +56,11 @@ fleet::v1::ServerRow Daemon::Row(const Server& s) const {
 void Daemon::FillRow(const Server& s, fleet::v1::ServerRow* row) const {
   const ServerRecord& r = s.record;
   row->set_server(r.name);
-  row->set_state(r.state);
+  if (std::optional<fleet::v1::ServerState> state = ParseServerState(r.state)) {
+    SetServerState(*state, row);
+  } else {
+    row->set_state(r.state);
+  }
   row->set_phase_detail(r.phase_detail);
   row->set_progress_step(r.progress_step);
   row->set_progress_total(r.progress_total);
@@ -114,20 +145,7 @@ absl::StatusOr<fleet::v1::ListAttemptsResponse> Daemon::ListAttempts(
   }
   fleet::v1::ListAttemptsResponse response;
   for (const AttemptRecord& a : *attempts) {
-    auto* out = response.add_attempts();
-    out->set_id(a.id);
-    out->set_server(a.server);
-    out->set_number(a.number);
-    *out->mutable_started_at() = ToProtoTime(a.created_at);
-    *out->mutable_ended_at() = ToProtoTime(a.ended_at);
-    out->set_outcome(a.outcome);
-    *out->mutable_exit() = a.exit;
-    out->set_diagnosis_class(a.diagnosis_class);
-    out->set_summary(a.summary);
-    out->set_trigger(a.trigger);
-    if (a.time_to_ready_ms >= 0) {
-      *out->mutable_time_to_ready() = ToProtoDuration(absl::Milliseconds(a.time_to_ready_ms));
-    }
+    FillAttempt(a, response.add_attempts());
   }
   return response;
 }
@@ -156,20 +174,10 @@ absl::StatusOr<fleet::v1::ExplainResponse> Daemon::Explain(
   const Server& s = servers_[request.server()];
   const AttemptRecord& attempt = (*a)->id == s.attempt.id ? s.attempt : **a;
   fleet::v1::ExplainResponse response;
-  auto* out = response.mutable_attempt();
-  out->set_id(attempt.id);
-  out->set_server(attempt.server);
-  out->set_number(attempt.number);
-  *out->mutable_started_at() = ToProtoTime(attempt.created_at);
-  *out->mutable_ended_at() = ToProtoTime(attempt.ended_at);
-  out->set_outcome(attempt.outcome);
-  *out->mutable_exit() = attempt.exit;
-  out->set_diagnosis_class(attempt.diagnosis_class);
-  out->set_summary(attempt.summary);
-  out->set_trigger(attempt.trigger);
+  FillAttempt(attempt, response.mutable_attempt());
   *response.mutable_diagnosis() = attempt.diagnosis;
   if (response.diagnosis().diagnosis_class().empty()) {
-    response.mutable_diagnosis()->set_diagnosis_class("none");
+    response.mutable_diagnosis()->set_diagnosis_class(diagnosis::classes::kNone);
     response.mutable_diagnosis()->set_summary("no failure was diagnosed for this attempt");
   }
   return response;

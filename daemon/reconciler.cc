@@ -7,7 +7,9 @@
 #include "common/config/desired_server.h"
 #include "common/config/fleet_config.h"
 #include "common/config/server_name.h"
+#include "common/diagnosis/diagnosis_class.h"
 #include "common/log/log.h"
+#include "common/state/states.h"
 #include "daemon/daemon.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -131,7 +133,7 @@ std::vector<AgentCall> Daemon::Reconcile(absl::Time now, std::set<std::string>* 
       if (s.AttemptsThisDeploy() < max_attempts && Remediate(s, now, jobs, changed)) {
         // A change may fix it: planned (once for the container), then restarted at once.
         persist.insert(name);
-      } else if (!RetryMayHelp(s.attempt.diagnosis_class)) {
+      } else if (!diagnosis::RetryMayHelp(s.attempt.diagnosis_class)) {
         r.reason =
             absl::StrCat(s.attempt.diagnosis_class, ": ", s.attempt.summary,
                          " (a restart would meet the same failure",
@@ -201,7 +203,8 @@ void Daemon::StopDone(const std::string& server, const absl::StatusOr<fleet::v1:
     Server& s = servers_[server];
     if (!r.ok()) {
       s.stop_sent = false;  // try again next turn
-    } else if (r->status().state() == "STOPPING" && Alive(s.record.state)) {
+    } else if (ServerStateOf(r->status()) == fleet::v1::SERVER_STATE_STOPPING &&
+               Alive(s.record.state)) {
       // The answer comes on a gRPC thread: the stream's STOPPED may have been applied already,
       // and must not be overwritten (the server would stay STOPPING for good).
       SetState(s, "STOPPING", clock_->Now());

@@ -13,6 +13,7 @@
 #include "common/base/string_view.h"
 #include "common/diagnosis/diagnosis_class.h"
 #include "common/log/log.h"
+#include "common/state/states.h"
 #include "daemon/daemon.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/time_util.h"
@@ -55,9 +56,10 @@ absl::Status Daemon::LoadFixes() {
     Fixes& f = fixes_[p.container()];
     // A plan left "applying" when fleetd stopped is resolved (by a probe) before anything else of
     // its container is planned or launched; until then a preflight it was is not done.
-    if (p.status() == "applying") {
+    if (PlanStatusOf(p) == fleet::v1::PLAN_STATUS_APPLYING) {
       f.unresolved.push_back(p.id());
-    } else if (p.trigger() == "preflight" && p.status() != "interrupted") {
+    } else if (p.trigger() == "preflight" &&
+               PlanStatusOf(p) != fleet::v1::PLAN_STATUS_INTERRUPTED) {
       f.preflight_done = true;
     }
     f.history.push_back(std::move(p));
@@ -75,7 +77,7 @@ absl::Status Daemon::LoadFixes() {
       const std::string& server = name;  // clang 14 captures no structured binding
       const bool proposed =
           std::any_of(f.history.begin(), f.history.end(), [&](const fleet::v1::Plan& p) {
-            return p.status() == "proposed" && p.server() == server;
+            return PlanStatusOf(p) == fleet::v1::PLAN_STATUS_PROPOSED && p.server() == server;
           });
       if (proposed) {
         s.waiting = "approval";
@@ -91,7 +93,7 @@ void Daemon::WithFixes(const std::string& container, fleet::v1::ServerSpec* spec
   auto f = fixes_.find(container);
   if (f == fixes_.end()) return;
   for (const fleet::v1::Plan& p : f->second.history) {
-    if (p.status() == "applied") ApplyActionsToSpec(p.actions(), spec);
+    if (PlanStatusOf(p) == fleet::v1::PLAN_STATUS_APPLIED) ApplyActionsToSpec(p.actions(), spec);
   }
 }
 
@@ -365,8 +367,8 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
     // Fixes that did not hold: their cause came back.
     for (const std::string& id : done.failed_remediations) {
       for (fleet::v1::Plan& p : f.history) {
-        if (p.id() != id || p.status() != "applied") continue;
-        p.set_status("failed");
+        if (p.id() != id || PlanStatusOf(p) != fleet::v1::PLAN_STATUS_APPLIED) continue;
+        SetPlanStatus(fleet::v1::PLAN_STATUS_FAILED, &p);
         p.set_outcome_reason(absl::StrCat(job.diagnosis.diagnosis_class(),
                                           " came back after it (attempt ", job.attempt_id, ")"));
         store_->UpdateRemediation(p).IgnoreError();
@@ -388,7 +390,8 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
           .info("{} remediation {} of {}, interrupted when fleetd stopped: {}",
                 log::LogFields{.server = job.manual.server()}, job.manual.id(), job.container,
                 done.plan ? done.plan->status() : "?");
-      if (done.plan && done.plan->status() == "applied" && done.plan->trigger() == "preflight") {
+      if (done.plan && PlanStatusOf(*done.plan) == fleet::v1::PLAN_STATUS_APPLIED &&
+          done.plan->trigger() == "preflight") {
         f.preflight_done = true;
       }
     }
@@ -402,8 +405,8 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
       // An applied preflight that uncovered the next layer of problems gets another round, with
       // its fix in the spec (a few at most: each round must apply something new).
       f.preflight_done =
-          !(done.plan && done.plan->status() == "applied" && !done.plan->outcome_reason().empty() &&
-            ++f.preflight_rounds < kMaxPreflightRounds);
+          !(done.plan && PlanStatusOf(*done.plan) == fleet::v1::PLAN_STATUS_APPLIED &&
+            !done.plan->outcome_reason().empty() && ++f.preflight_rounds < kMaxPreflightRounds);
     }
     const fleet::v1::Plan* plan = nullptr;
     if (done.plan) {
@@ -418,8 +421,8 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
         plan = &f.history.back();
       }
     }
-    const bool applied = plan != nullptr && plan->status() == "applied";
-    const bool proposed = plan != nullptr && plan->status() == "proposed";
+    const bool applied = plan != nullptr && PlanStatusOf(*plan) == fleet::v1::PLAN_STATUS_APPLIED;
+    const bool proposed = plan != nullptr && PlanStatusOf(*plan) == fleet::v1::PLAN_STATUS_PROPOSED;
     if (applied) {
       if (plan->affects_jit_build()) {
         f.jit_warm = false;
@@ -525,13 +528,14 @@ absl::StatusOr<fleet::v1::PlanResponse> Daemon::Plan(const fleet::v1::PlanReques
     const std::string container = ContainerOf(s.record);
     fleet::v1::PlanResponse response;
     for (auto p = fixes_[container].history.rbegin(); p != fixes_[container].history.rend(); ++p) {
-      if (p->status() == "proposed") {
+      if (PlanStatusOf(*p) == fleet::v1::PLAN_STATUS_PROPOSED) {
         *response.mutable_plan() = *p;
         return response;
       }
     }
     const bool failed = !s.attempt.id.empty() && s.attempt.outcome == "failed" &&
-                        !s.attempt.diagnosis_class.empty() && s.attempt.diagnosis_class != "none";
+                        !s.attempt.diagnosis_class.empty() &&
+                        s.attempt.diagnosis_class != diagnosis::classes::kNone;
     job = MakeJob(failed ? FixJob::kDiagnosis : FixJob::kPreflight, s);
   }
   std::unique_ptr<AgentClient> client = factory_(job.container, job.host, job.config);
@@ -568,7 +572,7 @@ absl::StatusOr<fleet::v1::ApplyPlanResponse> Daemon::ApplyPlan(
       }
     }
     if (found == nullptr) return absl::NotFoundError(absl::StrCat("no plan ", request.plan_id()));
-    if (found->status() != "proposed") {
+    if (PlanStatusOf(*found) != fleet::v1::PLAN_STATUS_PROPOSED) {
       return absl::FailedPreconditionError(absl::StrCat("plan ", request.plan_id(), " is ",
                                                         found->status(),
                                                         ": only a proposed plan is applied"));

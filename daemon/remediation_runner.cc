@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/proto_time.h"
 #include "common/base/string_view.h"
+#include "common/state/states.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -32,9 +33,10 @@ PastRemediation Past(const fleet::v1::Plan& p) {
   for (const fleet::v1::PlannedAction& a : p.actions()) r.actions.push_back(a.action());
   // A plan still "applying" runs now (or is resolved, at a start, before anything is planned):
   // counted failed so that it is not proposed twice at once.
-  r.outcome = p.status() == "rolled_back" ? RemediationOutcome::kRolledBack
-              : p.status() == "applied"   ? RemediationOutcome::kApplied
-                                          : RemediationOutcome::kFailed;
+  r.outcome = PlanStatusOf(p) == fleet::v1::PLAN_STATUS_ROLLED_BACK
+                  ? RemediationOutcome::kRolledBack
+              : PlanStatusOf(p) == fleet::v1::PLAN_STATUS_APPLIED ? RemediationOutcome::kApplied
+                                                                  : RemediationOutcome::kFailed;
   r.trigger_facts.assign(p.trigger_facts().begin(), p.trigger_facts().end());
   r.trigger_class = p.diagnosis_class();
   return r;
@@ -47,12 +49,15 @@ std::vector<PastRemediation> HistoryOf(const std::vector<fleet::v1::Plan>& plans
   // it runs it would otherwise be asked for ever).
   std::map<std::string, int> interruptions;
   for (const fleet::v1::Plan& p : plans) {
-    if (p.status() == "interrupted") ++interruptions[p.fingerprint()];
+    if (PlanStatusOf(p) == fleet::v1::PLAN_STATUS_INTERRUPTED) ++interruptions[p.fingerprint()];
   }
   std::vector<PastRemediation> out;
   for (const fleet::v1::Plan& p : plans) {
-    if (p.status() == "proposed" || p.status() == "superseded") continue;
-    if (p.status() == "interrupted" && interruptions[p.fingerprint()] < kMaxInterruptions) {
+    if (PlanStatusOf(p) == fleet::v1::PLAN_STATUS_PROPOSED ||
+        PlanStatusOf(p) == fleet::v1::PLAN_STATUS_SUPERSEDED)
+      continue;
+    if (PlanStatusOf(p) == fleet::v1::PLAN_STATUS_INTERRUPTED &&
+        interruptions[p.fingerprint()] < kMaxInterruptions) {
       continue;
     }
     out.push_back(Past(p));
@@ -79,7 +84,7 @@ fleet::v1::Plan PlanRecordOf(const PlannerDecision& decision, const std::string&
   *plan.mutable_before() = before;
   if (!decision.plan) {
     if (decision.report) plan.set_report_only(decision.report->reason);
-    plan.set_status("report");
+    SetPlanStatus(fleet::v1::PLAN_STATUS_REPORT, &plan);
     return plan;
   }
   const RemediationPlan& rp = *decision.plan;
@@ -100,7 +105,7 @@ fleet::v1::Plan PlanRecordOf(const PlannerDecision& decision, const std::string&
   for (const auto& [k, v] : rp.env_changes) (*plan.mutable_env_changes())[k] = v;
   plan.set_attempt_id(attempt_id);
   *plan.mutable_trigger_facts() = diagnosis.facts();
-  plan.set_status("proposed");
+  SetPlanStatus(fleet::v1::PLAN_STATUS_PROPOSED, &plan);
   return plan;
 }
 
@@ -176,10 +181,10 @@ void ResolveByProbe(AgentClient& client, const fleet::v1::ServerSpec& spec, cons
           : std::vector<std::string>{absl::StrCat("the probe failed: ", seen.status().message())};
   if (seen.ok()) *plan->mutable_after() = *seen;
   if (missing.empty()) {
-    plan->set_status("applied");
+    SetPlanStatus(fleet::v1::PLAN_STATUS_APPLIED, plan);
     plan->set_outcome_reason(absl::StrCat(what, "; ", when, " the probe showed it in effect"));
   } else {
-    plan->set_status("interrupted");
+    SetPlanStatus(fleet::v1::PLAN_STATUS_INTERRUPTED, plan);
     plan->set_outcome_reason(
         absl::StrCat(what, "; ", when, " the probe did not show it in effect (",
                      absl::StrJoin(missing, ", "), "): it may be planned again"));
@@ -298,7 +303,7 @@ FixDone RemediationRunner::Run(FixJob job) {
   if (job.kind == FixJob::kManual) {
     fleet::v1::Plan plan = job.manual;
     const fleet::v1::ToolchainSnapshot before = plan.before();
-    plan.set_status("applying");
+    SetPlanStatus(fleet::v1::PLAN_STATUS_APPLYING, &plan);
     if (absl::Status s = recorder_->Record(&plan, false); !s.ok()) {
       done.error = std::string(s.message());
     } else {
@@ -320,7 +325,7 @@ FixDone RemediationRunner::Run(FixJob job) {
   // A new plan: recorded, then proposed (policy ask) or run now.
   auto proposed_or_run = [&](fleet::v1::Plan plan) {
     const bool ask = job.policy.remediation() == fleet::v1::Policy::ASK;
-    plan.set_status(ask ? "proposed" : "applying");
+    SetPlanStatus(ask ? fleet::v1::PLAN_STATUS_PROPOSED : fleet::v1::PLAN_STATUS_APPLYING, &plan);
     if (absl::Status st = recorder_->Record(&plan, true); !st.ok()) {
       done.error = absl::StrCat("record: ", st.message());
     } else {
@@ -339,13 +344,14 @@ FixDone RemediationRunner::Run(FixJob job) {
     // again as a new plan of the same fix: its actions are idempotent, and the planner, which no
     // longer sees the failure's cause, would give the server up with "nothing to change".
     for (auto p = job.history.rbegin(); p != job.history.rend(); ++p) {
-      if (p->status() != "interrupted" || p->diagnosis_class() != job.diagnosis.diagnosis_class()) {
+      if (PlanStatusOf(*p) != fleet::v1::PLAN_STATUS_INTERRUPTED ||
+          p->diagnosis_class() != job.diagnosis.diagnosis_class()) {
         continue;
       }
       const Effect effect = InEffect(*p, snapshot);
       if (effect.missing.empty() && effect.unseen.empty()) {
         fleet::v1::Plan plan = *p;
-        plan.set_status("applied");
+        SetPlanStatus(fleet::v1::PLAN_STATUS_APPLIED, &plan);
         plan.set_outcome_reason(
             absl::StrCat(p->outcome_reason(), "; a later probe showed it in effect"));
         *plan.mutable_after() = snapshot;
@@ -353,7 +359,8 @@ FixDone RemediationRunner::Run(FixJob job) {
       }
       const int64_t interrupted =
           std::count_if(job.history.begin(), job.history.end(), [&](const fleet::v1::Plan& q) {
-            return q.status() == "interrupted" && q.fingerprint() == p->fingerprint();
+            return PlanStatusOf(q) == fleet::v1::PLAN_STATUS_INTERRUPTED &&
+                   q.fingerprint() == p->fingerprint();
           });
       if (interrupted >= kMaxInterruptions) break;
       fleet::v1::Plan plan = *p;
@@ -394,7 +401,7 @@ void RemediationRunner::Execute(AgentClient& client, const FixJob& job,
     return;
   }
   if (!applied.ok()) {
-    plan->set_status("failed");
+    SetPlanStatus(fleet::v1::PLAN_STATUS_FAILED, plan);
     plan->set_outcome_reason(
         absl::StrCat("the agent did not apply it: ", applied.status().message()));
     recorder_->Record(plan, false).IgnoreError();
@@ -405,7 +412,7 @@ void RemediationRunner::Execute(AgentClient& client, const FixJob& job,
   *plan->mutable_after() = applied->after();
   for (const fleet::v1::ActionResult& r : applied->results()) {
     if (!r.ok()) {
-      plan->set_status("failed");
+      SetPlanStatus(fleet::v1::PLAN_STATUS_FAILED, plan);
       plan->set_outcome_reason(
           absl::StrCat(AsAbsl(ActionKind(r.action())), " failed: ", r.message()));
       recorder_->Record(plan, false).IgnoreError();
@@ -413,7 +420,7 @@ void RemediationRunner::Execute(AgentClient& client, const FixJob& job,
     }
   }
   if (applied->results_size() < plan->actions_size()) {
-    plan->set_status("failed");
+    SetPlanStatus(fleet::v1::PLAN_STATUS_FAILED, plan);
     plan->set_outcome_reason("the agent ran only part of it");
     recorder_->Record(plan, false).IgnoreError();
     return;
@@ -449,7 +456,7 @@ void RemediationRunner::Execute(AgentClient& client, const FixJob& job,
       plan->actions().begin(), plan->actions().end(),
       [](const auto& a) { return a.action().has_set_env() || a.action().has_prepend_path(); });
   if (worse.empty() || env_only) {
-    plan->set_status("applied");
+    SetPlanStatus(fleet::v1::PLAN_STATUS_APPLIED, plan);
     if (!worse.empty()) {
       plan->set_outcome_reason(
           absl::StrCat("the toolchain it points at shows next: ", absl::StrJoin(worse, ", ")));
@@ -461,7 +468,7 @@ void RemediationRunner::Execute(AgentClient& client, const FixJob& job,
       absl::StrCat("made things worse: after it the probe shows ", absl::StrJoin(worse, ", "),
                    ", which it did not show before");
   if (!plan->save_package_set() || plan->saved_package_set().empty()) {
-    plan->set_status("failed");
+    SetPlanStatus(fleet::v1::PLAN_STATUS_FAILED, plan);
     plan->set_outcome_reason(absl::StrCat(why, " (no package set saved: nothing to roll back)"));
     recorder_->Record(plan, false).IgnoreError();
     return;
@@ -499,7 +506,7 @@ void RemediationRunner::Execute(AgentClient& client, const FixJob& job,
     }
     *plan->mutable_after() = undone->after();
   }
-  plan->set_status("rolled_back");
+  SetPlanStatus(fleet::v1::PLAN_STATUS_ROLLED_BACK, plan);
   plan->set_outcome_reason(absl::StrCat(
       why, "; rolled back to the package set saved before it",
       ok ? ""

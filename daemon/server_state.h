@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/diagnosis/diagnosis_class.h"
 #include "daemon/store/fleet_store.h"
 #include "proto/config.pb.h"
 
@@ -24,7 +25,9 @@ inline bool Alive(const std::string& state) {
 }
 
 // A diagnosis class as a row shows it: "" for "none".
-inline std::string ShortClass(const std::string& c) { return c == "none" ? "" : c; }
+inline std::string ShortClass(const std::string& c) {
+  return c == diagnosis::classes::kNone ? "" : c;
+}
 
 // What ingest writes of a server row (FleetStore::IngestBatch updates its state columns; the row
 // exists, with its spec and policy, since before the attempt): copied under the lock for every

@@ -45,6 +45,7 @@
 #include "absl/time/time.h"
 #include "agent/event_stream.h"
 #include "common/base/flag_set.h"
+#include "common/state/states.h"
 #include "google/protobuf/util/time_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/agent.grpc.pb.h"
@@ -74,12 +75,12 @@ int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 // ops of `steps` progress events each, the last op possibly shorter.
 void ScriptEvent(int64_t index, int64_t total, int64_t steps, AgentEvent* e, absl::Duration age) {
   if (index == 0) {
-    e->mutable_phase()->set_state("STARTING");
+    SetServerState(fleet::v1::SERVER_STATE_STARTING, e->mutable_phase());
   } else if (index == 1) {
-    e->mutable_phase()->set_state("LOADING");
+    SetServerState(fleet::v1::SERVER_STATE_LOADING, e->mutable_phase());
     e->mutable_phase()->set_log_line(3);
   } else if (index == total - 3) {
-    e->mutable_phase()->set_state("CAPTURING_GRAPHS");
+    SetServerState(fleet::v1::SERVER_STATE_CAPTURING_GRAPHS, e->mutable_phase());
     e->mutable_phase()->set_detail("cuda graph bs [1, 2, 4, 8, 16, 32]");
     e->mutable_phase()->set_log_line(100 + index);
   } else if (index == total - 2) {
@@ -87,7 +88,7 @@ void ScriptEvent(int64_t index, int64_t total, int64_t steps, AgentEvent* e, abs
     *e->mutable_ready()->mutable_time_to_ready() =
         TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(age));
   } else if (index == total - 1) {
-    e->mutable_phase()->set_state("READY");
+    SetServerState(fleet::v1::SERVER_STATE_READY, e->mutable_phase());
   } else {
     // The JIT part: blocks of 1 + steps events from index 2 up to total - 4.
     const int64_t jit = index - 2;
@@ -96,7 +97,7 @@ void ScriptEvent(int64_t index, int64_t total, int64_t steps, AgentEvent* e, abs
     const int64_t jit_events = total - 5;
     const int64_t op_steps = std::min(steps, jit_events - op * (steps + 1) - 1);
     if (within == 0) {
-      e->mutable_phase()->set_state("JIT_COMPILING");
+      SetServerState(fleet::v1::SERVER_STATE_JIT_COMPILING, e->mutable_phase());
       e->mutable_phase()->set_detail(kOps[op % (sizeof(kOps) / sizeof(kOps[0]))]);
       e->mutable_phase()->set_log_line(10 + index);
     } else {
@@ -244,7 +245,7 @@ class SimAgent final : public fleet::v1::Agent::CallbackService, public fleet::a
   struct Server {
     std::string attempt_id;
     int64_t attempt_number = 0;
-    std::string state = "PENDING";
+    fleet::v1::ServerState state = fleet::v1::SERVER_STATE_PENDING;
     std::string detail;
     int64_t step = 0;
     int64_t total = 0;
@@ -291,7 +292,7 @@ void SimAgent::Emit(AgentEvent e) {
   *e.mutable_at() = TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(now));
   if (e.has_phase()) {
     Server& s = servers_[e.server().gpu()];
-    s.state = e.phase().state();
+    s.state = ServerStateOf(e.phase());
     s.detail = e.phase().detail();
   } else if (e.has_progress()) {
     Server& s = servers_[e.server().gpu()];
@@ -310,7 +311,7 @@ fleet::v1::ServerStatus SimAgent::StatusOf(int32_t gpu, const Server& s) const {
   st.mutable_server()->set_gpu(gpu);
   st.set_attempt_id(s.attempt_id);
   st.set_attempt_number(s.attempt_number);
-  st.set_state(s.state);
+  SetServerState(s.state, &st);
   st.set_phase_detail(s.detail);
   st.set_progress_step(s.step);
   st.set_progress_total(s.total);
@@ -334,7 +335,8 @@ grpc::ServerUnaryReactor* SimAgent::Launch(grpc::CallbackServerContext* c,
       response->set_already_running(true);
     } else {
       const bool alive =
-          s.state != "PENDING" && s.state != "READY" && s.state != "STOPPED" && s.state != "FAILED";
+          s.state != fleet::v1::SERVER_STATE_PENDING && s.state != fleet::v1::SERVER_STATE_READY &&
+          s.state != fleet::v1::SERVER_STATE_STOPPED && s.state != fleet::v1::SERVER_STATE_FAILED;
       if (alive && !s.attempt_id.empty()) {
         return Answer(c, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                       absl::StrCat("gpu ", gpu, " runs attempt ", s.attempt_id)));
@@ -373,13 +375,13 @@ grpc::ServerUnaryReactor* SimAgent::Stop(grpc::CallbackServerContext* c,
     if (it == servers_.end()) {
       return Answer(c, grpc::Status(grpc::StatusCode::NOT_FOUND, "stop: no such server"));
     }
-    if (it->second.state != "STOPPED") {
+    if (it->second.state != fleet::v1::SERVER_STATE_STOPPED) {
       AgentEvent e;
       e.mutable_server()->set_host(host_);
       e.mutable_server()->set_container(ctid_);
       e.mutable_server()->set_gpu(gpu);
       e.set_attempt_id(it->second.attempt_id);
-      e.mutable_phase()->set_state("STOPPED");
+      SetServerState(fleet::v1::SERVER_STATE_STOPPED, e.mutable_phase());
       Emit(std::move(e));
       it->second.next = sim_->events_per_server();  // the generator drops it
     }

@@ -521,7 +521,7 @@ void Classifier::OnProgress(int index, std::string_view raw) {
       if (it->phase == Phase::kJitCompiling) detail = it->detail;
     }
     phases_.push_back({Phase::kJitCompiling, detail, line_no_, EvidenceBuilder::ClipLine(raw), true,
-                       "jit_build_failed", Facts()});
+                       classes::kJitBuildFailed, Facts()});
     ready_ = false;
   } else {
     phases_.back().text = EvidenceBuilder::ClipLine(raw);
@@ -606,7 +606,7 @@ Diagnosis Classifier::Decide(bool finished) const {
   } else if (finished && options_.offline && !phases_.empty() &&
              phases_.back().phase == Phase::kJitCompiling) {
     const PhaseEntry& p = phases_.back();
-    const DiagnosisClassInfo* info = FindDiagnosisClass("startup_stalled");
+    const DiagnosisClassInfo* info = FindDiagnosisClass(classes::kStartupStalled);
     d.diagnosis_class = info->name;
     d.fix = info->fix;
     d.summary = p.detail.empty()

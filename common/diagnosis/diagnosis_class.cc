@@ -4,43 +4,50 @@ namespace fleet::diagnosis {
 namespace {
 
 constexpr DiagnosisClassInfo kClasses[] = {
-    {"missing_shared_library", FixKind::kToolchain, 4,
+    {classes::kMissingSharedLibrary, FixKind::kToolchain, Retry::kNo, 4,
      "a CUDA library cannot be loaded: the pip CUDA libraries are not on the loader path"},
-    {"nvcc_not_found", FixKind::kToolchain, 4,
+    {classes::kNvccNotFound, FixKind::kToolchain, Retry::kNo, 4,
      "no CUDA compiler was found (nvcc missing, or CUDA_HOME unset or malformed)"},
-    {"ninja_not_found", FixKind::kToolchain, 4,
+    {classes::kNinjaNotFound, FixKind::kToolchain, Retry::kNo, 4,
      "the JIT build tool ninja is not on the server's PATH"},
-    {"cuda_header_mismatch", FixKind::kToolchain, 4,
+    {classes::kCudaHeaderMismatch, FixKind::kToolchain, Retry::kNo, 4,
      "the CUDA compiler and the CUDA headers on the include path are different releases"},
-    {"ptx_version_unsupported", FixKind::kToolchain, 4, "ptxas is older than the PTX it was given"},
-    {"link_error", FixKind::kToolchain, 4, "a JIT link step failed"},
-    {"nvcc_too_old", FixKind::kToolchain, 4, "nvcc rejects an option the build needs"},
-    {"unsupported_gpu_arch", FixKind::kReport, 4,
+    {classes::kPtxVersionUnsupported, FixKind::kToolchain, Retry::kNo, 4,
+     "ptxas is older than the PTX it was given"},
+    {classes::kLinkError, FixKind::kToolchain, Retry::kNo, 4, "a JIT link step failed"},
+    {classes::kNvccTooOld, FixKind::kToolchain, Retry::kNo, 4,
+     "nvcc rejects an option the build needs"},
+    {classes::kUnsupportedGpuArch, FixKind::kReport, Retry::kNo, 4,
      "the toolchain or the installed wheels do not know this GPU's architecture"},
-    {"jit_oom_killed", FixKind::kEnv, 4,
+    {classes::kJitOomKilled, FixKind::kEnv, Retry::kNo, 4,
      "a JIT compile step was killed, most likely out of host memory"},
-    {"jit_build_failed", FixKind::kReport, 4, "a JIT compile step failed"},
-    {"stale_jit_cache", FixKind::kJitCache, 4, "a JIT cache artefact is half-built or stale"},
-    {"attention_backend_unsupported", FixKind::kLaunchFlags, 4,
+    {classes::kJitBuildFailed, FixKind::kReport, Retry::kNo, 4, "a JIT compile step failed"},
+    {classes::kStaleJitCache, FixKind::kJitCache, Retry::kNo, 4,
+     "a JIT cache artefact is half-built or stale"},
+    {classes::kAttentionBackendUnsupported, FixKind::kLaunchFlags, Retry::kNo, 4,
      "the chosen attention backend does not support this GPU"},
-    {"cuda_graph_capture_failed", FixKind::kLaunchFlags, 4, "CUDA graph capture failed"},
-    {"gpu_driver_unavailable", FixKind::kReport, 4,
+    {classes::kCudaGraphCaptureFailed, FixKind::kLaunchFlags, Retry::kNo, 4,
+     "CUDA graph capture failed"},
+    {classes::kGpuDriverUnavailable, FixKind::kReport, Retry::kNo, 4,
      "the GPU driver is missing or too old for this CUDA runtime: the host must fix it"},
-    {"abi_mismatch", FixKind::kReport, 4,
+    {classes::kAbiMismatch, FixKind::kReport, Retry::kNo, 4,
      "a prebuilt extension does not match the installed torch (undefined symbol)"},
-    {"cuda_out_of_memory", FixKind::kReport, 4, "the GPU ran out of memory"},
-    {"port_in_use", FixKind::kReport, 4, "the server's port is already in use"},
-    {"model_not_found", FixKind::kReport, 4, "the model weights or path were not found"},
-    {"nccl_error", FixKind::kReport, 4, "distributed communication (NCCL) failed"},
-    {"runtime_watchdog", FixKind::kRestart, 4, "the server's watchdog fired"},
-    {"startup_stalled", FixKind::kSupervisor, 0,
+    {classes::kCudaOutOfMemory, FixKind::kReport, Retry::kYes, 4, "the GPU ran out of memory"},
+    {classes::kPortInUse, FixKind::kReport, Retry::kYes, 4, "the server's port is already in use"},
+    {classes::kModelNotFound, FixKind::kReport, Retry::kNo, 4,
+     "the model weights or path were not found"},
+    {classes::kNcclError, FixKind::kReport, Retry::kYes, 4,
+     "distributed communication (NCCL) failed"},
+    {classes::kRuntimeWatchdog, FixKind::kRestart, Retry::kYes, 4, "the server's watchdog fired"},
+    {classes::kStartupStalled, FixKind::kSupervisor, Retry::kYes, 0,
      "the start made no progress: the log ends inside an unfinished JIT compile"},
-    {"startup_deadline_exceeded", FixKind::kSupervisor, 0,
+    {classes::kStartupDeadlineExceeded, FixKind::kSupervisor, Retry::kYes, 0,
      "the server was still not ready at the startup deadline"},
-    {"child_process_failed", FixKind::kReport, 2,
+    {classes::kChildProcessFailed, FixKind::kReport, Retry::kYes, 2,
      "a child process of the server failed and no cause was found nearby"},
-    {"unknown", FixKind::kReport, 1, "the log shows a failure that no signature recognises"},
-    {"none", FixKind::kNone, 0, "the log shows no failure"},
+    {classes::kUnknown, FixKind::kReport, Retry::kYes, 1,
+     "the log shows a failure that no signature recognises"},
+    {classes::kNone, FixKind::kNone, Retry::kNo, 0, "the log shows no failure"},
 };
 
 }  // namespace
@@ -52,6 +59,12 @@ const DiagnosisClassInfo* FindDiagnosisClass(std::string_view name) {
     if (c.name == name) return &c;
   }
   return nullptr;
+}
+
+bool RetryMayHelp(std::string_view name) {
+  if (name.empty() || name == classes::kNone) return true;
+  const DiagnosisClassInfo* info = FindDiagnosisClass(name);
+  return info != nullptr && info->retry == Retry::kYes;
 }
 
 std::string_view FixKindName(FixKind kind) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/string_view.h"
+#include "common/diagnosis/diagnosis_class.h"
 #include "daemon/planner/plan_actions.h"
 
 namespace fleet::daemon {
@@ -17,19 +18,8 @@ namespace {
 using fleet::v1::Action;
 using fleet::v1::ServerSpec;
 
-// The classes the planner acts on (docs/design.md's table; the strings are a contract).
-constexpr char kMissingLibrary[] = "missing_shared_library";
-constexpr char kNvccNotFound[] = "nvcc_not_found";
-constexpr char kNinjaNotFound[] = "ninja_not_found";
-constexpr char kHeaderMismatch[] = "cuda_header_mismatch";
-constexpr char kPtxUnsupported[] = "ptx_version_unsupported";
-constexpr char kLinkError[] = "link_error";
-constexpr char kNvccTooOld[] = "nvcc_too_old";
-constexpr char kUnsupportedArch[] = "unsupported_gpu_arch";
-constexpr char kJitOom[] = "jit_oom_killed";
-constexpr char kStaleJitCache[] = "stale_jit_cache";
-constexpr char kAttentionBackend[] = "attention_backend_unsupported";
-constexpr char kGraphCapture[] = "cuda_graph_capture_failed";
+// The classes the planner acts on, by the table's names (common/diagnosis/diagnosis_class.h).
+namespace classes = fleet::diagnosis::classes;
 
 std::string EnvOf(const ServerSpec& spec, const std::string& name) {
   auto it = spec.env().find(name);
@@ -97,9 +87,10 @@ void PlanBuilder::Run() {
   PlanLoaderPath();
   PlanNinja();
   PlanLinkLayout();
-  if (cls_ == kJitOom) PlanMaxJobs();
-  if (cls_ == kStaleJitCache) PlanClearJitCache();
-  if (cls_ == kAttentionBackend || cls_ == kGraphCapture) PlanFallback();
+  if (cls_ == classes::kJitOomKilled) PlanMaxJobs();
+  if (cls_ == classes::kStaleJitCache) PlanClearJitCache();
+  if (cls_ == classes::kAttentionBackendUnsupported || cls_ == classes::kCudaGraphCaptureFailed)
+    PlanFallback();
   std::stable_sort(actions_.begin(), actions_.end(),
                    [](const PlannedAction& a, const PlannedAction& b) {
                      return KindRank(a.action) < KindRank(b.action);
@@ -235,19 +226,21 @@ PlanBuilder::ToolkitNeeds PlanBuilder::CheckToolkit() {
   if (!isa && ptxas) isa = table_.PtxIsaOf(*ptxas);
 
   if (!nvcc_found) {
-    violate(kNvccNotFound, snap_.cuda_home().find(':') != std::string::npos
-                               ? absl::StrCat("CUDA_HOME=", snap_.cuda_home(),
-                                              " is a list, not a toolkit: nvcc is not found")
-                               : "nvcc must be found by the server (CUDA_HOME or PATH): none is");
+    violate(classes::kNvccNotFound,
+            snap_.cuda_home().find(':') != std::string::npos
+                ? absl::StrCat("CUDA_HOME=", snap_.cuda_home(),
+                               " is a list, not a toolkit: nvcc is not found")
+                : "nvcc must be found by the server (CUDA_HOME or PATH): none is");
   }
   if (nvcc && headers && *nvcc != *headers) {
-    violate(kHeaderMismatch,
+    violate(classes::kCudaHeaderMismatch,
             absl::StrCat("nvcc ", nvcc->ToString(), " must match the headers' CUDART_VERSION ",
                          headers->ToString(), " (CCCL's compiler/header check)"));
   }
   if (nvvm && ptxas && *nvvm > *ptxas) {
-    violate(kPtxUnsupported, absl::StrCat("nvvm ", nvvm->ToString(), " emits PTX that ptxas ",
-                                          ptxas->ToString(), " rejects"));
+    violate(classes::kPtxVersionUnsupported,
+            absl::StrCat("nvvm ", nvvm->ToString(), " emits PTX that ptxas ", ptxas->ToString(),
+                         " rejects"));
   }
   if (ptx_wanted_) {
     if (std::optional<CudaVersion> need = table_.MinReleaseForPtx(*ptx_wanted_)) {
@@ -260,7 +253,7 @@ PlanBuilder::ToolkitNeeds PlanBuilder::CheckToolkit() {
                                   " accepts ", newest.ptx_isa.ToString(), ")");
     }
     if (nvcc_found && isa && *isa < *ptx_wanted_) {
-      violate(kPtxUnsupported,
+      violate(classes::kPtxVersionUnsupported,
               absl::StrCat("ptxas ", snap_.ptxas().version(), " accepts PTX ", isa->ToString(),
                            ", PTX ", ptx_wanted_->ToString(), " is wanted"));
     }
@@ -274,32 +267,33 @@ PlanBuilder::ToolkitNeeds PlanBuilder::CheckToolkit() {
     for (const auto& [piece, version] : pieces_) {
       if (version) seen.push_back(absl::StrCat(piece, " ", version->ToString()));
     }
-    violate(kHeaderMismatch,
+    violate(classes::kCudaHeaderMismatch,
             absl::StrCat("toolkit pieces must be of one release: ", absl::StrJoin(seen, ", ")));
   }
   // Pieces the JIT needs from the pip root, when that root is (or becomes) the toolkit.
   if (active_is_pip || !nvcc_found) {
     for (const char* piece : {"crt", "nvvm", "runtime"}) {
       if (!pieces_.count(piece))
-        violate(kNvccNotFound, absl::StrCat("the pip toolkit lacks ", piece));
+        violate(classes::kNvccNotFound, absl::StrCat("the pip toolkit lacks ", piece));
     }
     if (!pieces_.count("nvrtc") && !snap_.libnvrtc_loadable()) {
-      violate(kMissingLibrary, "libnvrtc must be loadable: no nvrtc package is installed");
+      violate(classes::kMissingSharedLibrary,
+              "libnvrtc must be loadable: no nvrtc package is installed");
     }
   }
-  if (cls_ == kNvccTooOld && nvcc) {
+  if (cls_ == classes::kNvccTooOld && nvcc) {
     n.Raise(*nvcc, true,
             absl::StrCat("nvcc ", nvcc->ToString(), " rejects an option the build needs"));
-    violate(kNvccTooOld, absl::StrCat("nvcc must be newer than ", nvcc->ToString()));
+    violate(classes::kNvccTooOld, absl::StrCat("nvcc must be newer than ", nvcc->ToString()));
   }
-  if (cls_ == kUnsupportedArch) {
+  if (cls_ == classes::kUnsupportedGpuArch) {
     if (std::optional<CudaVersion> required =
             ParseCudaVersion(FactValue(diagnosis_->facts(), "cuda_required"))) {
       n.Raise(*required, false, absl::StrCat("the build says CUDA >= ", required->ToString()));
     } else if (nvcc) {
       n.Raise(*nvcc, true, absl::StrCat("nvcc ", nvcc->ToString(), " does not know this GPU"));
     }
-    violate(kUnsupportedArch, "nvcc must know the GPU's architecture");
+    violate(classes::kUnsupportedGpuArch, "nvcc must know the GPU's architecture");
   }
   for (const fleet::v1::Gpu& gpu : snap_.gpus()) {
     std::optional<CudaVersion> cc = ParseCudaVersion(gpu.compute_capability());
@@ -308,8 +302,9 @@ PlanBuilder::ToolkitNeeds PlanBuilder::CheckToolkit() {
     n.Raise(*need, false,
             absl::StrCat("GPUs of SM ", cc->major, ".x need CUDA >= ", need->ToString()));
     if (nvcc && *nvcc < *need) {
-      violate(kUnsupportedArch, absl::StrCat("SM ", cc->major, ".x needs CUDA >= ",
-                                             need->ToString(), ", nvcc is ", nvcc->ToString()));
+      violate(classes::kUnsupportedGpuArch,
+              absl::StrCat("SM ", cc->major, ".x needs CUDA >= ", need->ToString(), ", nvcc is ",
+                           nvcc->ToString()));
     }
   }
   return n;
@@ -351,7 +346,7 @@ void PlanBuilder::PlanToolkit() {
     const std::string bin = Dirname(snap_.nvcc().path());
     if (!snap_.nvcc().path().empty() && !OnList(EnvOf(after_, "PATH"), bin)) {
       constraints_.push_back(absl::StrCat("nvcc's directory ", bin, " must be on PATH"));
-      Commit({kNvccNotFound,
+      Commit({classes::kNvccNotFound,
               {{PrependPathAction("PATH", bin),
                 "nvcc on the server's PATH (builds call it by name)"}}});
     }
@@ -361,7 +356,8 @@ void PlanBuilder::PlanToolkit() {
   auto leave_all = [&](const std::string& why) {
     for (const std::string& cause : causes) Leave(cause, why);
   };
-  if (causes.size() == 1 && causes.front() == kNvccNotFound && UseToolkitElsewhere()) return;
+  if (causes.size() == 1 && causes.front() == classes::kNvccNotFound && UseToolkitElsewhere())
+    return;
   std::string why_none = n.no_release;
   const std::vector<CudaVersion> fits =
       why_none.empty() ? ReleasesThatFit(n, &why_none) : std::vector<CudaVersion>{};
@@ -421,7 +417,7 @@ bool PlanBuilder::UseToolkitElsewhere() {
       std::optional<CudaVersion> isa = table_.PtxIsaOf(*v);
       if (!isa || *isa < *ptx_wanted_) continue;
     }
-    Fix fix{kNvccNotFound, {}};
+    Fix fix{classes::kNvccNotFound, {}};
     if (EnvOf(after_, "CUDA_HOME") != t.path()) {
       fix.actions.push_back({SetEnvAction("CUDA_HOME", t.path()),
                              absl::StrCat("the container's CUDA ", t.version(), " toolkit at ",
@@ -446,44 +442,46 @@ bool PlanBuilder::RootIsPip() const {
 
 void PlanBuilder::PlanLoaderPath() {
   const bool broken = !snap_.libnvrtc_loadable() || !snap_.libcudart_loadable();
-  if (!broken && cls_ != kMissingLibrary) return;
-  const std::string library = diagnosis_ != nullptr && cls_ == kMissingLibrary
+  if (!broken && cls_ != classes::kMissingSharedLibrary) return;
+  const std::string library = diagnosis_ != nullptr && cls_ == classes::kMissingSharedLibrary
                                   ? FactValue(diagnosis_->facts(), "library")
                                   : "libnvrtc";
   const std::string root = Root();
   if (root.empty()) {
-    Leave(kMissingLibrary, "no CUDA toolkit root (no pip CUDA libraries either) to load from");
+    Leave(classes::kMissingSharedLibrary,
+          "no CUDA toolkit root (no pip CUDA libraries either) to load from");
     return;
   }
   const std::string dir = RootIsPip() ? root + "/lib" : root + "/lib64";
   constraints_.push_back(
       absl::StrCat(library, " must be loadable: ", dir, " on the server's LD_LIBRARY_PATH"));
   if (!OnList(EnvOf(after_, "LD_LIBRARY_PATH"), dir)) {
-    Fix fix{kMissingLibrary,
+    Fix fix{classes::kMissingSharedLibrary,
             {{PrependPathAction("LD_LIBRARY_PATH", dir),
               absl::StrCat(library, " loadable: the CUDA libraries onto the loader path")}},
             /*affects_jit_build=*/false};
     Commit(std::move(fix));
-  } else if (!Contains(causes_, std::string(kMissingLibrary))) {
-    Leave(kMissingLibrary, absl::StrCat(library, " is not loadable though ", dir,
-                                        " is on LD_LIBRARY_PATH: it is not a library the "
-                                        "planner installs"));
+  } else if (!Contains(causes_, std::string(classes::kMissingSharedLibrary))) {
+    Leave(classes::kMissingSharedLibrary,
+          absl::StrCat(library, " is not loadable though ", dir,
+                       " is on LD_LIBRARY_PATH: it is not a library the "
+                       "planner installs"));
   }
 }
 
 void PlanBuilder::PlanNinja() {
   const bool broken = snap_.ninja().path().empty() || snap_.ninja().version().empty();
-  if (!broken && cls_ != kNinjaNotFound) return;
+  if (!broken && cls_ != classes::kNinjaNotFound) return;
   if (!broken) {
-    Leave(kNinjaNotFound, absl::StrCat("the probe finds a working ninja at ", snap_.ninja().path(),
-                                       " on the server's PATH"));
+    Leave(classes::kNinjaNotFound, absl::StrCat("the probe finds a working ninja at ",
+                                                snap_.ninja().path(), " on the server's PATH"));
     return;
   }
   constraints_.push_back("ninja must be on the server's PATH (the JIT build tool)");
   if (!snap_.ninja_elsewhere().empty() && Allowed("prepend_path")) {
     // Already in the container, only not on the server's PATH: nothing to install.
     const std::string bin = Dirname(snap_.ninja_elsewhere());
-    Commit({kNinjaNotFound,
+    Commit({classes::kNinjaNotFound,
             {{PrependPathAction("PATH", bin),
               absl::StrCat("the container's ninja (", snap_.ninja_elsewhere(),
                            ") on the server's PATH")}}});
@@ -495,11 +493,12 @@ void PlanBuilder::PlanNinja() {
   if (apt && !(pip && choice_.ninja_by_pip)) {
     Action a;
     a.mutable_apt_install()->add_packages(table_.ninja_apt());
-    Commit({kNinjaNotFound, {{a, "ninja for the JIT build, system-wide (on every PATH)"}}});
+    Commit(
+        {classes::kNinjaNotFound, {{a, "ninja for the JIT build, system-wide (on every PATH)"}}});
     return;
   }
   if (pip) {
-    Fix fix{kNinjaNotFound, {{PipAction(table_.ninja_pip()), "ninja for the JIT build"}}};
+    Fix fix{classes::kNinjaNotFound, {{PipAction(table_.ninja_pip()), "ninja for the JIT build"}}};
     const std::string bin = snap_.venv() + "/bin";
     if (!OnList(EnvOf(after_, "PATH"), bin)) {
       fix.actions.push_back(
@@ -508,9 +507,10 @@ void PlanBuilder::PlanNinja() {
     Commit(std::move(fix));
     return;
   }
-  Leave(kNinjaNotFound, absl::StrCat("needs apt_install or pip_install (into a known venv); "
-                                     "policy ",
-                                     PolicyName(), " allows neither"));
+  Leave(classes::kNinjaNotFound,
+        absl::StrCat("needs apt_install or pip_install (into a known venv); "
+                     "policy ",
+                     PolicyName(), " allows neither"));
 }
 
 void PlanBuilder::PlanLinkLayout() {
@@ -519,29 +519,29 @@ void PlanBuilder::PlanLinkLayout() {
   // (a link that already exists is answered "already so" by the agent).
   const bool facts = root == snap_.cuda_root();
   // A whole toolkit this plan points at has its own layout (only a link failure says not).
-  if (!facts && !toolkit_is_pip_ && cls_ != kLinkError) return;
+  if (!facts && !toolkit_is_pip_ && cls_ != classes::kLinkError) return;
   const bool lib64 = facts && snap_.cuda_lib64_present();
   const bool cudart = facts && !snap_.libcudart_unversioned().empty();
   const bool stub = facts && !snap_.libcuda_stub().empty();
   if (lib64 && cudart && stub) {
-    if (cls_ == kLinkError) {
-      Leave(kLinkError, absl::StrCat("the link layout of ", root,
-                                     " is complete (lib64, libcudart.so, libcuda stub)"));
+    if (cls_ == classes::kLinkError) {
+      Leave(classes::kLinkError, absl::StrCat("the link layout of ", root,
+                                              " is complete (lib64, libcudart.so, libcuda stub)"));
     }
     return;
   }
   if (root.empty()) {
-    if (cls_ == kLinkError) Leave(kLinkError, "no CUDA toolkit root to lay out");
+    if (cls_ == classes::kLinkError) Leave(classes::kLinkError, "no CUDA toolkit root to lay out");
     return;
   }
   constraints_.push_back(absl::StrCat(root,
                                       " must have lib64, libcudart.so and a libcuda stub "
                                       "(flashinfer's link line)"));
   const bool pip = RootIsPip();
-  Fix fix{kLinkError, {}};
+  Fix fix{classes::kLinkError, {}};
   if (!lib64) {
     if (!pip) {
-      Leave(kLinkError, absl::StrCat(root, " has no lib64 and is not the pip layout"));
+      Leave(classes::kLinkError, absl::StrCat(root, " has no lib64 and is not the pip layout"));
       return;
     }
     fix.actions.push_back({SymlinkAction("lib", root + "/lib64"), "lib64 for -L$CUDA_HOME/lib64"});
@@ -555,7 +555,7 @@ void PlanBuilder::PlanLinkLayout() {
       major = *m;
     }
     if (major <= 0) {
-      Leave(kLinkError, "the CUDA major of libcudart is not known");
+      Leave(classes::kLinkError, "the CUDA major of libcudart is not known");
       return;
     }
     fix.actions.push_back(
@@ -567,7 +567,7 @@ void PlanBuilder::PlanLinkLayout() {
     const std::string libcuda =
         !snap_.driver_libcuda().empty() ? snap_.driver_libcuda() : options_.driver_libcuda;
     if (libcuda.empty()) {
-      Leave(kLinkError, "no libcuda stub and the driver's libcuda.so.1 is not known");
+      Leave(classes::kLinkError, "no libcuda stub and the driver's libcuda.so.1 is not known");
       return;
     }
     fix.actions.push_back({SymlinkAction(libcuda, libdir + "/stubs/libcuda.so"),
@@ -584,12 +584,13 @@ void PlanBuilder::PlanMaxJobs() {
   int jobs = 0;
   if (!now.empty() && (!absl::SimpleAtoi(now, &jobs) || jobs < 1)) jobs = 0;
   if (jobs == 1) {
-    Leave(kJitOom, "MAX_JOBS is already 1: one compile at a time still runs out of memory");
+    Leave(classes::kJitOomKilled,
+          "MAX_JOBS is already 1: one compile at a time still runs out of memory");
     return;
   }
   const int next = jobs > 1 ? jobs / 2 : options_.first_max_jobs;
   constraints_.push_back(absl::StrCat("JIT compiles must fit in host memory: MAX_JOBS=", next));
-  Commit({kJitOom,
+  Commit({classes::kJitOomKilled,
           {{SetEnvAction("MAX_JOBS", absl::StrCat(next)),
             absl::StrCat("fewer parallel JIT compiles (", now.empty() ? "unset" : now, " -> ", next,
                          "): a step was OOM-killed")}}});
@@ -603,10 +604,10 @@ void PlanBuilder::PlanClearJitCache() {
   }
   if (dirs.empty()) dirs.assign(snap_.jit_cache_dirs().begin(), snap_.jit_cache_dirs().end());
   if (dirs.empty()) {
-    Leave(kStaleJitCache, "the probe finds no JIT cache directory to clear");
+    Leave(classes::kStaleJitCache, "the probe finds no JIT cache directory to clear");
     return;
   }
-  Fix fix{kStaleJitCache, {}};
+  Fix fix{classes::kStaleJitCache, {}};
   for (const std::string& dir : dirs) {
     Action a;
     a.mutable_clear_jit_cache()->set_directory(dir);
@@ -624,7 +625,7 @@ void PlanBuilder::PlanFallback() {
   }
   const auto& argv = in_.spec.argv();
   Fix fix{cls_, {}, /*affects_jit_build=*/false};
-  if (cls_ == kGraphCapture) {
+  if (cls_ == classes::kCudaGraphCaptureFailed) {
     const std::string flag =
         in_.spec.engine() == "vllm" ? "--enforce-eager" : "--disable-cuda-graph";
     if (Contains(argv, flag)) {

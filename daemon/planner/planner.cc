@@ -1,7 +1,7 @@
 // RemediationPlanner (planner.h): the decision around the planning passes: the policy, the
 // class's fix kind, the cap per cause and the history (failed and rolled-back plans are never
 // proposed again), then PlanBuilder passes (plan_builder.h) until one gives a new plan, else a
-// report that says why. Also the transient classes and the outcome names.
+// report that says why. Also the outcome names.
 #include "daemon/planner/planner.h"
 
 #include <algorithm>
@@ -24,17 +24,6 @@ namespace {
 
 using fleet::diagnosis::FixKind;
 using fleet::v1::ServerSpec;
-
-// Negative classes after which a plain relaunch (with backoff) may still work: nothing in the
-// container is wrong, something around it was (another process's memory or port, the network).
-constexpr std::string_view kTransientClasses[] = {"cuda_out_of_memory",
-                                                  "port_in_use",
-                                                  "nccl_error",
-                                                  "runtime_watchdog",
-                                                  "startup_stalled",
-                                                  "startup_deadline_exceeded",
-                                                  "unknown",
-                                                  "child_process_failed"};
 
 PlannerDecision Reported(PlannerDecision decision, std::string reason, const std::string& cls,
                          const fleet::v1::Diagnosis* diagnosis, bool retry = false) {
@@ -131,7 +120,7 @@ PlannerDecision RemediationPlanner::Decide(const fleet::v1::Diagnosis* d,
       return Reported(
           std::move(decision),
           absl::StrCat(cls, ": ", what, " (", AsAbsl(diagnosis::FixKindDescription(fix)), ")"), cls,
-          d, fix == FixKind::kRestart || Contains(kTransientClasses, cls));
+          d, fix == FixKind::kRestart || info->retry == diagnosis::Retry::kYes);
     }
     const int cap = in.policy.max_fixes_per_cause() > 0 ? in.policy.max_fixes_per_cause()
                                                         : config::kDefaultMaxFixesPerCause;
@@ -212,11 +201,6 @@ PlannerDecision RemediationPlanner::Decide(const fleet::v1::Diagnosis* d,
     reason = "the probe shows nothing to fix";
   }
   return Reported(std::move(decision), std::move(reason), cls, d);
-}
-
-bool RetryMayHelp(std::string_view diagnosis_class) {
-  return diagnosis_class.empty() || diagnosis_class == "none" ||
-         Contains(kTransientClasses, diagnosis_class);
 }
 
 std::string_view OutcomeName(RemediationOutcome outcome) {

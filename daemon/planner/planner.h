@@ -139,11 +139,6 @@ class RemediationPlanner {
   PlannerOptions options_;
 };
 
-// Whether a plain relaunch after backoff may work for this class (transient: another process's
-// memory or port, the network, a watchdog, the supervisor's own timeouts, nothing recognised);
-// the other classes need a change (the planner's) or cannot be fixed here.
-bool RetryMayHelp(std::string_view diagnosis_class);
-
 // The policy's name of an action kind ("pip_install", ...; config.proto allowed_actions).
 std::string_view ActionKind(const fleet::v1::Action& action);
 // One line: "pip_install nvidia-cuda-nvcc==13.2.78", "prepend_path PATH /x/bin", ...

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "common/base/string_view.h"
 #include "common/log/log.h"
+#include "common/state/states.h"
 #include "daemon/store/fleet_store_schema.h"
 
 namespace fleet::daemon {
@@ -674,7 +675,7 @@ absl::StatusOr<fleet::v1::Plan> FleetStore::CreateRemediation(fleet::v1::Plan pl
       ->Bind(1, *container)
       .Bind(2, std::string_view(plan.trigger()))
       .Bind(3, std::string_view(plan.diagnosis_class()))
-      .Bind(4, std::string_view(plan.status()))
+      .Bind(4, PlanStatusName(PlanStatusOf(plan)))
       .Bind(5, std::string_view(plan.summary()))
       .Bind(6, std::string_view(TimeText(now)));
   if (absl::Status s = (*insert)->Run(); !s.ok()) return s;
@@ -716,7 +717,7 @@ absl::Status FleetStore::UpdateRemediation(const fleet::v1::Plan& plan) {
   auto st = Prepare(
       "UPDATE remediations SET status = ?2, reason = ?3, applied_at = ?4, plan = ?5 WHERE id = ?1");
   if (!st.ok()) return st.status();
-  (*st)->Bind(1, id).Bind(2, std::string_view(plan.status()));
+  (*st)->Bind(1, id).Bind(2, PlanStatusName(PlanStatusOf(plan)));
   (*st)->Bind(
       3, std::string_view(plan.outcome_reason().empty() ? plan.summary() : plan.outcome_reason()));
   if (plan.has_applied_at()) {
@@ -779,7 +780,15 @@ absl::StatusOr<fleet::v1::Plan> ReadPlan(const sqlite::Statement& st) {
     return absl::DataLossError(absl::StrCat("remediation ", st.ColumnInt(0), ": plan unreadable"));
   }
   plan.set_id(absl::StrCat(st.ColumnInt(0)));
-  plan.set_status(st.ColumnText(2));
+  // The column is the plan's status (the blob's copy may be older); a spelling this build does
+  // not know stays readable as it is.
+  const std::string status = st.ColumnText(2);
+  if (std::optional<fleet::v1::PlanStatus> known = ParsePlanStatus(status)) {
+    SetPlanStatus(*known, &plan);
+  } else {
+    plan.set_plan_status(fleet::v1::PLAN_STATUS_UNSPECIFIED);
+    plan.set_status(status);
+  }
   return plan;
 }
 
