@@ -131,7 +131,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
   // the last value wins, repeated flags append, and the parse stops at the first bad value.
   auto bind = [&](const Flag& flag, std::string cli_name) {
     const bool is_bool = flag.kind == Kind::kBool;
-    auto assign = [this, &app, &error, &flag, shown = cli_name](const CLI::results_t& results) {
+    auto assign = [&app, &error, &flag, shown = cli_name](const CLI::results_t& results) {
       // An unknown flag earlier on the command line is the first error: assign nothing more.
       if (FirstUnknownFlag(app.remaining())) return false;
       for (const std::string& value : results) {
