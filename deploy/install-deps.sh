@@ -17,6 +17,8 @@ packages=(
   # The daemon and the CLI: the fleet config is YAML (with line marks for errors); the -o json
   # outputs are written with nlohmann/json (header-only).
   libyaml-cpp-dev nlohmann-json3-dev
+  # Command-line flags of every binary: CLI11 (header-only) behind common/base/flag_set.h.
+  libcli11-dev
   # Remote fleets: the SSH tests run a real sshd on loopback (openssh-server, only its binary; see
   # policy-rc.d below), ssh-keygen makes their keys, openssl makes TLS certs, iproute2 gives `ss`.
   openssh-server openssh-client openssl iproute2

@@ -1,12 +1,52 @@
 #include "common/base/flag_set.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace fleet {
+namespace {
+
+// CLI11 reads `--name=` as `--name` (the value is then the next argument, or true for a flag) and
+// a flag's `--name={}` as true; ours has always meant the empty value and "not a boolean: '{}'".
+// An argv string cannot hold a NUL, so Parse() appends one to every argument with an '=' in it and
+// each string CLI11 hands back loses it again (Restore): a value written after '=' then passes
+// through CLI11 untouched, and a flag's bare "true" (no NUL) is told apart from `--help=true`.
+constexpr char kEmptyMark = '\0';
+
+std::string Restore(std::string s) {
+  if (!s.empty() && s.back() == kEmptyMark) s.pop_back();
+  return s;
+}
+
+// The name of an unknown flag as the old parser wrote it: `--name` without its `=value`, or the
+// dash and first letter of a one-letter flag.
+std::string ShownName(const std::string& arg) {
+  if (arg[1] == '-') return arg.substr(0, arg.find('='));
+  return arg.substr(0, 2);
+}
+
+// CLI11 leaves what it did not bind in remaining(), in command-line order, the first "--" included.
+// Before that "--", anything that starts with '-' (and is not "-" alone) is a flag we do not know;
+// CLI11 itself would keep "-5" as a positional (a negative number), the old parser did not.
+std::optional<std::string> FirstUnknownFlag(const std::vector<std::string>& remaining) {
+  for (const std::string& arg : remaining) {
+    if (arg == "--") return std::nullopt;
+    if (arg.size() >= 2 && arg[0] == '-') return ShownName(arg);
+  }
+  return std::nullopt;
+}
+
+absl::Status UnknownFlag(const std::string& shown) {
+  return absl::InvalidArgumentError(absl::StrCat("unknown flag ", shown, " (see --help)"));
+}
+
+}  // namespace
 
 FlagSet::FlagSet(std::string usage, std::string summary)
     : usage_(std::move(usage)), summary_(std::move(summary)) {}
@@ -41,20 +81,8 @@ void FlagSet::AddRepeated(std::string name, char short_name, std::vector<std::st
        ""});
 }
 
-const FlagSet::Flag* FlagSet::FindLong(std::string_view name) const {
-  for (const Flag& f : flags_) {
-    if (f.name == name) return &f;
-  }
-  return nullptr;
-}
-
-const FlagSet::Flag* FlagSet::FindShort(char c) const {
-  for (const Flag& f : flags_) {
-    if (f.short_name != '\0' && f.short_name == c) return &f;
-  }
-  return nullptr;
-}
-
+// Values are converted here, not by CLI11's lexical_cast: that one reads "010" as octal, "0x10" as
+// hex and "on"/"enable" as true, none of which our flags have ever accepted.
 absl::Status FlagSet::Assign(const Flag& flag, std::string_view shown, std::string_view value) {
   const absl::string_view v(value.data(), value.size());
   switch (flag.kind) {
@@ -92,66 +120,85 @@ absl::Status FlagSet::Assign(const Flag& flag, std::string_view shown, std::stri
 
 absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
   positional_.clear();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {
-      positional_.insert(positional_.end(), args.begin() + i + 1, args.end());
-      break;
+  // Built per call from flags_, so CLI11 stays out of the header and a FlagSet can parse again.
+  CLI::App app;
+  app.set_help_flag();  // ours below: -h/--help sets help_requested_, it does not throw.
+  app.allow_extras();   // positionals and unknown flags come back in order through remaining().
+  absl::Status error;   // the first bad value, set by a callback that then stops the parse
+
+  // Each name is its own CLI11 option so that messages name the flag as it was written (`-n` or
+  // `--count`). trigger_on_parse() runs the callback at each occurrence, in command-line order:
+  // the last value wins, repeated flags append, and the parse stops at the first bad value.
+  auto bind = [&](const Flag& flag, std::string cli_name) {
+    const bool is_bool = flag.kind == Kind::kBool;
+    auto assign = [&app, &error, &flag, shown = cli_name](const CLI::results_t& results) {
+      // An unknown flag earlier on the command line is the first error: assign nothing more.
+      if (FirstUnknownFlag(app.remaining())) return false;
+      for (const std::string& value : results) {
+        error = Assign(flag, shown, Restore(value));
+        if (!error.ok()) return false;
+      }
+      return true;
+    };
+    CLI::Option* opt = app.add_option(cli_name, std::move(assign));
+    opt->expected(is_bool ? 0 : 1);
+    opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    opt->trigger_on_parse();
+  };
+  try {
+    for (const Flag& flag : flags_) {
+      bind(flag, absl::StrCat("--", flag.name));
+      if (flag.short_name != '\0') bind(flag, std::string{'-', flag.short_name});
     }
-    if (arg == "-h" || arg == "--help") {
-      help_requested_ = true;
+    // `--help=VALUE` was never ours: it stays an unknown flag.
+    app.add_option("-h,--help",
+                   [this, &app, &error](const CLI::results_t& results) {
+                     if (FirstUnknownFlag(app.remaining())) return false;
+                     for (const std::string& value : results) {
+                       if (value != "true") {
+                         error = UnknownFlag("--help");
+                         return false;
+                       }
+                     }
+                     help_requested_ = true;
+                     return true;
+                   })
+        ->expected(0)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->trigger_on_parse();
+  } catch (const CLI::ConstructionError& e) {
+    return absl::InternalError(absl::StrCat("flag definitions: ", e.what()));
+  }
+
+  // CLI11 takes its arguments reversed.
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  for (std::string& arg : reversed) {
+    if (arg.find('=') != std::string::npos) arg.push_back(kEmptyMark);
+  }
+  try {
+    app.parse(std::move(reversed));
+  } catch (const CLI::ParseError& e) {
+    if (!error.ok()) return error;
+    if (std::optional<std::string> unknown = FirstUnknownFlag(app.remaining())) {
+      return UnknownFlag(*unknown);
+    }
+    if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr && !args.empty()) {
+      // A flag runs out of values only as the last argument: CLI11 takes any next one.
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag ", ShownName(args.back()), " needs a value"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("command line: ", e.what()));
+  }
+  if (std::optional<std::string> unknown = FirstUnknownFlag(app.remaining())) {
+    return UnknownFlag(*unknown);
+  }
+  bool after_mark = false;
+  for (std::string& arg : app.remaining()) {
+    if (arg == "--" && !after_mark) {
+      after_mark = true;
       continue;
     }
-    // "-" alone is a positional (standard input).
-    if (arg.size() < 2 || arg[0] != '-') {
-      positional_.push_back(arg);
-      continue;
-    }
-    const Flag* flag = nullptr;
-    std::string shown;
-    std::string_view inline_value;
-    bool has_inline = false;
-    if (arg[1] == '-') {
-      std::string_view body = std::string_view(arg).substr(2);
-      const size_t eq = body.find('=');
-      if (eq != std::string_view::npos) {
-        inline_value = body.substr(eq + 1);
-        has_inline = true;
-        body = body.substr(0, eq);
-      }
-      flag = FindLong(body);
-      shown = absl::StrCat("--", std::string(body));
-    } else {
-      if (arg.size() > 2) {
-        // -ojson style: value glued to a one-letter flag.
-        inline_value = std::string_view(arg).substr(2);
-        has_inline = true;
-      }
-      flag = FindShort(arg[1]);
-      shown = std::string(arg.substr(0, 2));
-    }
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", shown, " (see --help)"));
-    }
-    if (flag->kind == Kind::kBool) {
-      if (has_inline) {
-        absl::Status s = Assign(*flag, shown, inline_value);
-        if (!s.ok()) return s;
-      } else {
-        *static_cast<bool*>(flag->target) = true;
-      }
-      continue;
-    }
-    std::string_view value;
-    if (has_inline) {
-      value = inline_value;
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("flag ", shown, " needs a value"));
-    }
-    absl::Status s = Assign(*flag, shown, value);
-    if (!s.ok()) return s;
+    positional_.push_back(Restore(std::move(arg)));
   }
   return absl::OkStatus();
 }

@@ -1,9 +1,20 @@
-// FlagSet: the command-line parser shared by fleetd, fleet-agent and fleetctl.
+// FlagSet: the command-line parser shared by fleetd, fleet-agent and fleetctl, an adapter from our
+// small API to CLI11 (Debian's libcli11-dev, header-only).
 //
-// Long flags (`--name=value`, `--name value`), one-letter aliases (`-o json`, `-f`), boolean flags
-// (`--watch`, `--watch=false`), repeated flags, positional arguments, `--` to end flags, and a
-// built-in `-h/--help`. It exists because the CLI has verbs with their own flags (`fleetctl explain
-// -o json FILE`), which Abseil's process-global flags do not model.
+// Long flags (`--name=value`, `--name value`), one-letter aliases (`-o json`, `-ojson`, `-f`),
+// boolean flags (`--watch`, `--watch=false`; values true/false, yes/no, 1/0), repeated flags,
+// positional arguments, `--` to end flags, and a built-in `-h/--help` that sets help_requested()
+// (it does not exit). A flag's value is the next argument whatever it looks like (`--attempt -3`);
+// `--name=` is the empty value; a word starting with '-' before `--` is an unknown flag (also
+// `-5`). One-letter booleans cluster (`-wf` is `-w -f`), so a value cannot be glued to one.
+// Errors are InvalidArgument naming the first bad argument: "unknown flag --x (see --help)",
+// "flag --x needs a value", "flag --x: not an integer: 'y'".
+//
+// CLI11 and not Abseil's flags: the CLI has verbs with their own flags (`fleetctl explain -o json
+// FILE`), and Abseil's flags are process-global, one set per binary. CLI11 scans and matches the
+// arguments; values are converted here with Abseil (CLI11's conversions read "010" as octal and
+// "on" as true), CLI11's exceptions are caught inside Parse(), and Help() is formatted here so its
+// text stays the one docs/cli.md and the tests show.
 //
 // A FlagSet binds flags to caller-owned variables; the variables must outlive Parse(). Not
 // thread-safe; build and parse on one thread.
