@@ -1,6 +1,7 @@
 // The daemon's life and its turn: start (Recover), the loop, Step (ingest, connect, reconcile,
 // commit, send), the row writes, the subscribers. The parts: agent_links.cc (what the agents
-// say), reconciler.cc (what to do), remediation.cc (what to fix), fleet_api.cc (what users ask).
+// say), reconciler.h (what to do, decided) and apply_decisions.cc (done), remediation.cc (what to
+// fix), fleet_api.cc (what users ask).
 #include "daemon/daemon.h"
 
 #include <algorithm>
@@ -52,6 +53,7 @@ Daemon::Daemon(std::unique_ptr<FleetStore> store, AgentClientFactory factory, Cl
     : factory_(std::move(factory)),
       clock_(clock),
       options_(options),
+      reconciler_(options.backoff_reset),
       store_(std::move(store)),
       pacer_(options.calls_in_flight,
              [this](AgentCall& call, std::function<void()> finished) {

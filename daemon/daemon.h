@@ -12,13 +12,22 @@
 // Events are stored with the agent's cursor in one commit; a batch whose write fails is kept in
 // memory and written again, and while it waits the agents' streams are held (Admit).
 //
-// Step(now) is the whole reconciler turn (ingest what the agents said, reconnect what is due,
-// act on every server); Start() runs it on a thread of its own; tests call it directly with a
-// FakeClock and fake agents. The public methods serve fleet.proto and are thread-safe. No daemon
-// lock is held across an agent call (Status, Launch, Stop, Logs, Follow) or an SSH step: an agent
-// that does not answer delays its own container only. Each user of an agent client holds it (a
-// shared_ptr) for the length of its call; a client a redeploy replaced is destroyed, on a daemon
-// thread, once no call uses it.
+// Step() is the whole turn (ingest what the agents said, reconnect what is due, act on every
+// server: the Reconciler (reconciler.h) decides each server's move from the state in memory, the
+// Daemon applies the decisions: the gate, attempt rows, calls); Start() runs it on a thread of
+// its own; tests call it directly with a FakeClock and fake agents. The public methods serve
+// fleet.proto and are thread-safe. Each user of an agent client holds it (a shared_ptr) for the
+// length of its call; a client a redeploy replaced is destroyed, on a daemon thread, once no call
+// uses it.
+//
+// Lock order (docs/architecture.md, "Threads and locks"): notify_mu_ -> (a Watch stream's own
+// lock) -> mu_ -> store_mu_ -> queue_mu_. queue_mu_, CallPacer's and RemediationRunner's locks
+// are leaves; logs_mu_ is taken with no other daemon lock; an agent client's lock may be taken
+// under mu_ (Follow), and a client is destroyed with no daemon lock held. The Reconciler has no
+// lock: Reconcile calls its Step under mu_ and store_mu_. No daemon lock is held across an agent
+// call (Status, Launch, Stop and Follow are asynchronous: they only start; Logs, and the runner's
+// Probe and Apply, are made without one), an SSH step or a disk write other than the store's own:
+// an agent that does not answer delays its own container only.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +52,9 @@
 #include "daemon/agent_client.h"
 #include "daemon/call_pacer.h"
 #include "daemon/planner/planner.h"
+#include "daemon/reconciler.h"
 #include "daemon/remediation_runner.h"
+#include "daemon/server_state.h"
 #include "daemon/store/fleet_store.h"
 #include "proto/config.pb.h"
 #include "proto/fleet.pb.h"
@@ -164,29 +175,7 @@ class Daemon : public EventSink, public PlanRecorder {
   bool Admit(std::function<void()> resume) override;
 
  private:
-  struct Server {
-    ServerRecord record;
-    AttemptRecord attempt;  // the current attempt (id empty when none)
-    uint64_t version = 0;
-    bool restart_requested = false;
-    bool restart_now = false;
-    // The trigger recorded with the next attempt: "deploy" after a (re)deploy, "restart" after a
-    // restart request; empty: "initial" for a first attempt, "recovery" after a lost one.
-    std::string next_trigger;
-    bool stop_sent = false;
-    bool launch_in_flight = false;  // a Launch was sent and has not answered yet
-    bool attempt_unsaved = false;   // events changed the attempt since its row was last written
-    bool stalled = false;           // a stall report arrived: stop it, then count it as a failure
-    // What keeps it from launching: "" (nothing), "preflight" (the container's first probe),
-    // "fix" (a remediation of its container), "canary" (another GPU builds the JIT cache),
-    // "approval" (a plan waits for `fleetctl apply`).
-    std::string waiting;
-    std::string fix_class;  // the class it failed with, while waiting on a fix
-    int failures = 0;       // failed attempts since it was last READY for options_.backoff_reset
-    // Attempts made before the last deploy of it: the policy's max_attempts counts those after.
-    int64_t budget_base = 0;
-    int64_t AttemptsThisDeploy() const { return record.attempt_number - budget_base; }
-  };
+  using Server = TrackedServer;  // server_state.h
   // A container's remediation state: its toolchain is shared by its servers, so one job at a
   // time for it, and one canary after a change that affects the JIT build.
   struct Fixes {
@@ -262,10 +251,20 @@ class Daemon : public EventSink, public PlanRecorder {
   void Connected(const std::string& container, const AgentClient* client,
                  const absl::StatusOr<fleet::v1::StatusResponse>& snapshot)
       ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
-  // Decides each server's next move; the names of the servers whose rows changed go to
-  // `changed` (written by the caller).
+  // Each server's next move: the reconciler's decisions (reconciler_.Step over servers_) applied
+  // in order. The calls are returned (sent once the turn's commit holds their rows), the jobs
+  // queued in `jobs`, the names of the servers whose rows changed put in `changed` (written by
+  // the caller).
   std::vector<AgentCall> Reconcile(absl::Time now, std::set<std::string>* changed,
                                    std::vector<FixJob>* jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
+  // One decision applied: the gate asked where it says so, the attempt row made (in the turn's
+  // batch), the call queued in `calls`, the server's flags and state changed.
+  void Apply(const Decision& d, absl::Time now, std::set<std::string>* changed,
+             std::vector<FixJob>* jobs, std::vector<AgentCall>* calls)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
+  void Launch(const Decision& d, Server& s, absl::Time now, std::set<std::string>* changed,
+              std::vector<FixJob>* jobs, std::vector<AgentCall>* calls)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
   // Hands one of a turn's calls to its agent's client (CallPacer's `send`): false when it is
   // dropped (its link is gone, or a newer attempt superseded it).
@@ -323,9 +322,9 @@ class Daemon : public EventSink, public PlanRecorder {
   // preflight job may be queued.
   bool Gate(Server& s, absl::Time now, std::vector<FixJob>* jobs, std::set<std::string>* changed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A failed server whose diagnosis a change may fix: true when a job was queued, or it waits
-  // on the container's running one.
-  bool Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
+  // A failed server whose diagnosis a change may fix (the reconciler's kRemediate): a diagnosis
+  // job is queued, or it waits on the container's running one (or for its agent), REMEDIATING.
+  void Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
                  std::set<std::string>* changed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FixJob MakeJob(FixJob::Kind kind, const Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // While the container has a plan left "applying" by a fleetd that stopped: queues the job that
@@ -355,6 +354,7 @@ class Daemon : public EventSink, public PlanRecorder {
   const AgentClientFactory factory_;
   Clock* const clock_;
   const DaemonOptions options_;
+  const Reconciler reconciler_;  // pure: called under mu_, takes no lock
 
   mutable absl::Mutex mu_;
   // The record has a lock of its own, always taken after mu_ (never the other way round). A turn

@@ -1,101 +1,84 @@
-// The reconciler: each server's next move in a turn (launch, stop, back off, give up), the calls
-// sent for it and their answers, and the desired state (deploy) it works towards.
-#include <algorithm>
+// The reconciler's decisions (reconciler.h). The order of the checks is the order of priority:
+// an unwanted server is stopped whatever else holds; a stalled one is stopped before anything
+// else is done with it; a restart request comes before the state's own next move.
+#include "daemon/reconciler.h"
 
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/random/distributions.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/proto_time.h"
-#include "common/config/desired_server.h"
-#include "common/config/fleet_config.h"
-#include "common/config/server_name.h"
 #include "common/diagnosis/diagnosis_class.h"
-#include "common/log/log.h"
-#include "common/state/states.h"
-#include "daemon/daemon.h"
-#include "daemon/server_state.h"
-#include "google/protobuf/util/message_differencer.h"
+#include "daemon/planner/planner.h"
 
 namespace fleet::daemon {
 
-using google::protobuf::util::MessageDifferencer;
+int32_t MaxAttempts(const fleet::v1::Policy& policy) {
+  return policy.max_attempts() > 0 ? policy.max_attempts() : 8;
+}
 
-// --- The reconciler -------------------------------------------------------------------------
+absl::Time BackoffUntil(const fleet::v1::Policy& policy, int failures, absl::Time now,
+                        absl::BitGenRef random) {
+  const absl::Duration initial = ProtoDurationOr(policy.backoff_initial(), absl::Seconds(10));
+  const absl::Duration max = ProtoDurationOr(policy.backoff_max(), absl::Minutes(5));
+  const int n = std::min(std::max(failures, 1), 16);
+  const double jitter = absl::Uniform(random, 0.75, 1.25);
+  return now + std::min(max, initial * (1 << (n - 1))) * jitter;
+}
 
-std::vector<AgentCall> Daemon::Reconcile(absl::Time now, std::set<std::string>* changed,
-                                         std::vector<FixJob>* jobs) {
-  std::vector<AgentCall> calls;
-  std::set<std::string>& persist = *changed;
-  for (auto& entry : servers_) {
+bool MayRemediate(const fleet::v1::Diagnosis& d) {
+  using diagnosis::FixKind;
+  const diagnosis::DiagnosisClassInfo* info = diagnosis::FindDiagnosisClass(d.diagnosis_class());
+  if (info == nullptr) return false;
+  FixKind fix = info->fix;
+  if (std::optional<FixKind> k = diagnosis::ParseFixKind(d.fix_kind())) fix = *k;
+  return fix == FixKind::kToolchain || fix == FixKind::kEnv || fix == FixKind::kJitCache ||
+         fix == FixKind::kLaunchFlags;
+}
+
+bool MayRemediateClass(const std::string& cls) {
+  fleet::v1::Diagnosis d;
+  d.set_diagnosis_class(cls);
+  return MayRemediate(d);
+}
+
+std::vector<Decision> Reconciler::Step(absl::Time now,
+                                       const std::map<std::string, TrackedServer>& servers,
+                                       const std::set<std::string>& reachable_containers,
+                                       absl::BitGenRef random) const {
+  std::vector<Decision> out;
+  for (const auto& entry : servers) {
     // Named, not bound: the lambdas below capture them (clang 14 cannot capture bindings).
     const std::string& name = entry.first;
-    Server& s = entry.second;
-    ServerRecord& r = s.record;
-    const std::string container = ContainerKey(r.host, r.container);
-    auto link = links_.find(container);
-    const bool reachable = link != links_.end() && link->second->state == Link::kFollowing;
+    const TrackedServer& s = entry.second;
+    const ServerRecord& r = s.record;
+    const bool reachable = reachable_containers.count(ContainerOf(r)) > 0;
     const bool wanted = r.desired_running && !r.removed;
     const bool alive = Alive(r.state);
+    // The current attempt was made and waits for its Launch: it is sent again (same id), never
+    // replaced by a new one.
+    const bool pending = !s.attempt.id.empty() && s.attempt.outcome == "pending";
 
     auto stop = [&]() {
-      mu_.AssertHeld();  // the lambdas run within Reconcile, under its lock
       if (s.stop_sent || !reachable) return;
-      AgentCall c{AgentCall::kStop, name, container, {}, {}};
-      c.stop.mutable_server()->set_host(r.host);
-      c.stop.mutable_server()->set_container(r.container);
-      c.stop.mutable_server()->set_gpu(r.gpu);
-      calls.push_back(std::move(c));
-      s.stop_sent = true;
+      out.push_back({.kind = Decision::kStop, .server = name});
     };
-    auto launch = [&](const std::string& trigger) {
-      mu_.AssertHeld();
-      store_mu_.AssertHeld();
+    auto launch = [&](std::string trigger) {
       if (!reachable || s.launch_in_flight) return;
-      // Preflight, a remediation running, the canary: it may have to wait its turn.
-      if ((s.attempt.id.empty() || s.attempt.outcome != "pending") &&
-          !Gate(s, now, jobs, changed)) {
-        return;
-      }
-      if (s.attempt.id.empty() || s.attempt.outcome != "pending") {
-        // The attempt row exists before the agent hears of it.
-        auto a = store_->CreateAttempt(name, trigger, r.spec, now);
-        if (!a.ok()) {
-          // Tried again by the next turn: the attempt is not launched without its row.
-          RecordFailed(a.status(), {.server = name}, " (the attempt is made again next turn)");
-          return;
-        }
-        // The attempt it replaces is written once more with the turn's writes (until it is):
-        // its last change (its failure, say) may be in no commit yet when the record fails, and
-        // the rows written from now on carry the new one (finding 16).
-        if (!s.attempt.id.empty()) unsaved_.closed.push_back(s.attempt);
-        s.attempt = *std::move(a);
-        r.attempt_id = s.attempt.id;
-        r.attempt_number = s.attempt.number;
-        r.reason.clear();
-        // The row's diagnosis is the current attempt's: the last one's stays in its attempt row.
-        r.last_class.clear();
-        r.last_summary.clear();
-        s.next_trigger.clear();
-        r.progress_step = r.progress_total = 0;
-        SetState(s, "PENDING", now);
-        persist.insert(name);
-      }
-      AgentCall c{AgentCall::kLaunch, name, container, {}, {}};
-      s.launch_in_flight = true;
-      c.launch.set_attempt_id(s.attempt.id);
-      c.launch.set_attempt_number(s.attempt.number);
-      // The spec (the attempt's own) is filled in when the call is sent: thousands of queued
-      // launches hold no copies of it.
-      calls.push_back(std::move(c));
+      out.push_back({.kind = Decision::kLaunch,
+                     .server = name,
+                     .trigger = std::move(trigger),
+                     .new_attempt = !pending});
     };
 
     if (!wanted) {
       if (alive && r.state != "STOPPING") stop();
       // A server that never launched (waiting for the preflight or the canary) stops at once.
       if (!alive && r.state != "STOPPED" && r.state != "GAVE_UP" && r.state != "FAILED" &&
-          (s.attempt.id.empty() || s.attempt.outcome != "pending")) {
-        s.waiting.clear();
-        r.reason.clear();
-        SetState(s, "STOPPED", now);
-        persist.insert(name);
+          !pending) {
+        out.push_back({.kind = Decision::kStopUnlaunched, .server = name});
       }
       continue;
     }
@@ -103,20 +86,21 @@ std::vector<AgentCall> Daemon::Reconcile(absl::Time now, std::set<std::string>* 
       stop();
       continue;
     }
-    if (r.state == "READY" && s.failures > 0 && now - r.state_since >= options_.backoff_reset) {
-      s.failures = 0;
+    if (r.state == "READY" && s.failures > 0 && now - r.state_since >= backoff_reset_) {
+      out.push_back({.kind = Decision::kResetFailures, .server = name});
     }
     if (s.restart_requested) {
       if (alive) {
         stop();
         continue;
       }
-      if (reachable && !s.launch_in_flight && !Gate(s, now, jobs, changed)) continue;
-      s.restart_requested = false;
-      s.stop_sent = false;
-      s.stalled = false;
-      r.backoff_until = s.restart_now ? absl::InfinitePast() : now;
-      launch(s.next_trigger.empty() ? "restart" : s.next_trigger);
+      const bool launch_now = reachable && !s.launch_in_flight;
+      out.push_back({.kind = Decision::kRestart,
+                     .server = name,
+                     .trigger = s.next_trigger.empty() ? "restart" : s.next_trigger,
+                     .new_attempt = !pending,
+                     .launch = launch_now,
+                     .backoff_until = s.restart_now ? absl::InfinitePast() : now});
       continue;
     }
     if (r.state == "PENDING") {
@@ -127,29 +111,32 @@ std::vector<AgentCall> Daemon::Reconcile(absl::Time now, std::set<std::string>* 
     }
     if ((r.state == "FAILED" || (r.state == "STOPPED" && s.attempt.outcome == "failed")) &&
         s.waiting != "approval") {
-      s.stop_sent = false;
-      s.stalled = false;
-      const int32_t max_attempts = r.policy.max_attempts() > 0 ? r.policy.max_attempts() : 8;
-      if (s.AttemptsThisDeploy() < max_attempts && Remediate(s, now, jobs, changed)) {
+      const int32_t max_attempts = MaxAttempts(r.policy);
+      const bool budget_left = s.AttemptsThisDeploy() < max_attempts;
+      if (budget_left && r.policy.remediation() != fleet::v1::Policy::OFF &&
+          (MayRemediate(s.attempt.diagnosis) || MayRemediateClass(s.attempt.diagnosis_class))) {
         // A change may fix it: planned (once for the container), then restarted at once.
-        persist.insert(name);
+        out.push_back({.kind = Decision::kRemediate, .server = name});
       } else if (!diagnosis::RetryMayHelp(s.attempt.diagnosis_class)) {
-        r.reason =
-            absl::StrCat(s.attempt.diagnosis_class, ": ", s.attempt.summary,
-                         " (a restart would meet the same failure",
-                         r.policy.remediation() == fleet::v1::Policy::OFF
-                             ? absl::StrCat("; remediation is off in policy ", r.policy.name(), ")")
-                             : "; no change in the container fixes it)");
-        SetState(s, "GAVE_UP", now);
-        persist.insert(name);
-      } else if (s.AttemptsThisDeploy() >= max_attempts) {
-        r.reason = absl::StrCat("attempt budget spent (", max_attempts,
-                                "); last: ", s.attempt.diagnosis_class, ": ", s.attempt.summary);
-        SetState(s, "GAVE_UP", now);
-        persist.insert(name);
+        out.push_back({.kind = Decision::kGiveUp,
+                       .server = name,
+                       .reason = absl::StrCat(s.attempt.diagnosis_class, ": ", s.attempt.summary,
+                                              " (a restart would meet the same failure",
+                                              r.policy.remediation() == fleet::v1::Policy::OFF
+                                                  ? absl::StrCat("; remediation is off in policy ",
+                                                                 r.policy.name(), ")")
+                                                  : "; no change in the container fixes it)")});
+      } else if (!budget_left) {
+        out.push_back({.kind = Decision::kGiveUp,
+                       .server = name,
+                       .reason = absl::StrCat("attempt budget spent (", max_attempts, "); last: ",
+                                              s.attempt.diagnosis_class, ": ", s.attempt.summary)});
       } else {
-        Backoff(s, now);
-        persist.insert(name);
+        const int failures = std::max(s.failures, 0) + 1;
+        out.push_back({.kind = Decision::kBackoff,
+                       .server = name,
+                       .backoff_until = BackoffUntil(r.policy, failures, now, random),
+                       .failures = failures});
       }
       continue;
     }
@@ -158,261 +145,7 @@ std::vector<AgentCall> Daemon::Reconcile(absl::Time now, std::set<std::string>* 
       continue;
     }
   }
-  return calls;
-}
-
-// Held while the call is handed over: a redeploy may retire the link's client meanwhile (it is
-// destroyed, on a daemon thread, once no one holds it).
-bool Daemon::SendCall(AgentCall& c, std::function<void()> finished) {
-  std::shared_ptr<AgentClient> client;
-  {
-    absl::MutexLock lock(&mu_);
-    auto link = links_.find(c.container);
-    if (link != links_.end()) client = link->second->client;
-    if (c.kind == AgentCall::kLaunch) {
-      Server& s = servers_[c.server];
-      if (s.attempt.id != c.launch.attempt_id()) {
-        client = nullptr;  // superseded while it waited
-      } else if (client != nullptr) {
-        *c.launch.mutable_spec() = s.attempt.spec;
-      }
-      if (client == nullptr) s.launch_in_flight = false;
-    }
-  }
-  if (client == nullptr) return false;
-  if (c.kind == AgentCall::kStop) {
-    client->StopAsync(c.stop, [this, server = c.server, finished = std::move(finished)](
-                                  absl::StatusOr<fleet::v1::StopResponse> r) {
-      StopDone(server, r);
-      finished();
-    });
-  } else {
-    client->LaunchAsync(
-        c.launch, [this, server = c.server, attempt = c.launch.attempt_id(),
-                   finished = std::move(finished)](absl::StatusOr<fleet::v1::LaunchResponse> r) {
-          LaunchDone(server, attempt, r);
-          finished();
-        });
-  }
-  return true;
-}
-
-void Daemon::StopDone(const std::string& server, const absl::StatusOr<fleet::v1::StopResponse>& r) {
-  {
-    absl::MutexLock lock(&mu_);
-    Server& s = servers_[server];
-    if (!r.ok()) {
-      s.stop_sent = false;  // try again next turn
-    } else if (ServerStateOf(r->status()) == fleet::v1::SERVER_STATE_STOPPING &&
-               Alive(s.record.state)) {
-      // The answer comes on a gRPC thread: the stream's STOPPED may have been applied already,
-      // and must not be overwritten (the server would stay STOPPING for good).
-      SetState(s, "STOPPING", clock_->Now());
-    }
-  }
-  Wake();
-}
-
-void Daemon::LaunchDone(const std::string& server, const std::string& attempt_id,
-                        const absl::StatusOr<fleet::v1::LaunchResponse>& r) {
-  {
-    const absl::Time now = clock_->Now();
-    absl::MutexLock lock(&mu_);
-    Server& s = servers_[server];
-    if (s.attempt.id != attempt_id) return;
-    s.launch_in_flight = false;
-    if (r.ok()) {
-      if (s.attempt.outcome == "pending") s.attempt.outcome = "running";
-      if (s.attempt.launched_at == absl::InfinitePast()) s.attempt.launched_at = now;
-      if (s.record.state == "PENDING") SetState(s, "STARTING", now);
-      s.stop_sent = false;
-    } else if (absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status()) ||
-               absl::IsCancelled(r.status())) {
-      // The agent is away (or fleetd is stopping): the attempt stays pending and is launched
-      // (same id) when it is back.
-      return;
-    } else {
-      // The agent refused it (a spec it cannot run, a GPU busy with another attempt).
-      s.attempt.outcome = "failed";
-      s.attempt.ended_at = now;
-      s.attempt.diagnosis_class = "unknown";
-      s.attempt.summary = absl::StrCat("launch refused: ", r.status().message());
-      s.record.last_class = "unknown";
-      s.record.last_summary = s.attempt.summary;
-      s.record.reason = s.attempt.summary;
-      SetState(s, "GAVE_UP", now);
-    }
-    // Written by the loop with the others of its turn: one commit for thousands of answers.
-    dirty_.insert(server);
-  }
-  Wake();
-}
-
-// --- Desired state --------------------------------------------------------------------------
-
-absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
-                                 const std::set<std::string>& only,
-                                 std::vector<fleet::v1::Change>* changes, bool dry_run) {
-  auto desired = config::ExpandServers(config);
-  if (!desired.ok()) return desired.status();
-  // `--only` names servers of this config, or ones it removes; any other name is a mistake,
-  // refused before anything changes (nothing applied, no config version saved).
-  for (const std::string& name : only) {
-    const bool in_config =
-        std::any_of(desired->begin(), desired->end(),
-                    [&](const config::DesiredServer& d) { return d.name == name; });
-    auto known = servers_.find(name);
-    if (!in_config && (known == servers_.end() || known->second.record.removed)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "deploy --only: no server ", name, " in the config or the fleet: nothing deployed"));
-    }
-  }
-  const absl::Time now = clock_->Now();
-  std::set<std::string> seen;
-  std::set<std::string> persist;
-  auto selected = [&](const std::string& name) { return only.empty() || only.count(name) > 0; };
-  for (config::DesiredServer& d : *desired) {
-    seen.insert(d.name);
-    if (!selected(d.name)) continue;
-    // The fixes of the container's applied remediations stay in the spec across deploys.
-    WithFixes(ContainerKey(d.spec.server().host(), d.spec.server().container()), &d.spec);
-    fleet::v1::Change change;
-    change.set_server(d.name);
-    auto it = servers_.find(d.name);
-    if (it == servers_.end() || it->second.record.removed) {
-      change.set_kind("add");
-      change.set_detail(absl::StrCat("gpu ", d.spec.server().gpu(), ", port ", d.spec.port()));
-    } else if (!MessageDifferencer::Equals(it->second.record.spec, d.spec) ||
-               !MessageDifferencer::Equals(it->second.record.policy, d.policy)) {
-      change.set_kind("update");
-      change.set_detail("spec or policy changed: the server restarts with it");
-    } else {
-      change.set_kind(it->second.record.state == "GAVE_UP" ? "retry" : "unchanged");
-      if (change.kind() == "retry") change.set_detail("it gave up: a new deploy tries again");
-    }
-    changes->push_back(change);
-    if (dry_run || change.kind() == "unchanged") continue;
-    Server& s = servers_[d.name];
-    const bool is_new = change.kind() == "add";
-    s.record.name = d.name;
-    s.record.host = d.spec.server().host();
-    s.record.container = d.spec.server().container();
-    s.record.gpu = d.spec.server().gpu();
-    s.record.spec = d.spec;
-    s.record.policy = d.policy;
-    s.record.desired_running = true;
-    s.record.removed = false;
-    s.next_trigger = is_new ? "initial" : "deploy";
-    s.budget_base = s.record.attempt_number;  // a deploy gives it the policy's whole budget
-    if (is_new || s.record.state == "GAVE_UP" || s.record.state == "STOPPED") {
-      s.restart_requested = false;
-      SetState(s, "PENDING", now);
-      s.attempt = s.attempt.outcome == "pending" ? s.attempt : AttemptRecord();
-    } else {
-      s.restart_requested = true;  // a changed spec: stop, then start with the new one
-      s.restart_now = true;
-    }
-    Touch(s);
-    persist.insert(d.name);
-  }
-  for (auto& [name, s] : servers_) {
-    if (seen.count(name) || s.record.removed || !selected(name)) continue;
-    fleet::v1::Change change;
-    change.set_server(name);
-    change.set_kind("remove");
-    change.set_detail("no longer in the config: stopped");
-    changes->push_back(change);
-    if (dry_run) continue;
-    s.record.removed = true;
-    Touch(s);
-    persist.insert(name);
-  }
-  if (dry_run) return absl::OkStatus();
-  // Links: one per container of the config.
-  for (const fleet::v1::Host& h : config.hosts()) {
-    const fleet::v1::Host bare = WithoutContainers(h);
-    for (const fleet::v1::Container& c : h.containers()) {
-      const std::string key = ContainerKey(h.name(), c.ctid());
-      auto& link = links_[key];
-      if (link && MessageDifferencer::Equals(link->config, c) &&
-          MessageDifferencer::Equals(link->host, bare)) {
-        continue;
-      }
-      // The old client is destroyed after the lock is released (its calls' answers take it).
-      if (link && link->client) retired_.push_back(std::move(link->client));
-      auto fresh = std::make_unique<Link>();
-      fresh->container = key;
-      fresh->host = bare;
-      fresh->config = c;
-      if (link) {
-        // Where the old link read to: its events are stored, or wait in unsaved_ for a write
-        // (with this cursor), so the stored one may be behind.
-        fresh->cursor = link->cursor;
-      } else if (auto cursor = store_->Cursor(key); cursor.ok()) {
-        fresh->cursor = *cursor;
-      }
-      link = std::move(fresh);
-    }
-  }
-  Persist(persist);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<fleet::v1::DeployResponse> Daemon::Deploy(const fleet::v1::DeployRequest& request) {
-  fleet::v1::DeployResponse response;
-  {
-    absl::MutexLock lock(&mu_);
-    absl::MutexLock store_lock(&store_mu_);
-    std::set<std::string> only(request.only().begin(), request.only().end());
-    for (const std::string& name : only) {
-      if (!config::ParseServerName(name).ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("deploy --only: '", name, "' is not host/ctid/gpuN"));
-      }
-    }
-    // The config: its YAML text when given (parsed here too: a client is not trusted to have
-    // checked it), else the message, else the one stored (a plain `fleetctl deploy` applies it
-    // again).
-    fleet::v1::FleetConfig config;
-    std::string source = request.source();
-    std::string yaml = request.yaml();
-    if (!request.yaml().empty()) {
-      auto parsed = config::ParseFleetConfig(request.yaml(),
-                                             source.empty() ? std::string("<deploy>") : source);
-      if (!parsed.ok()) return parsed.status();
-      config = *std::move(parsed);
-    } else if (request.has_config()) {
-      config = request.config();
-      config::ApplyConfigDefaults(&config);
-      if (absl::Status s = config::ValidateFleetConfig(config); !s.ok()) return s;
-    } else {
-      auto stored = store_->LatestConfig();
-      if (!stored.ok()) return stored.status();
-      if (!stored->has_value()) {
-        return absl::FailedPreconditionError("fleetd holds no config yet: deploy one with -f FILE");
-      }
-      config = **stored;
-      source = "(the stored config)";
-    }
-    std::vector<fleet::v1::Change> changes;
-    FleetStore::Batch write(store_.get());  // the servers and the config: one commit
-    if (absl::Status s = ApplyConfig(config, only, &changes, request.dry_run()); !s.ok()) {
-      return s;
-    }
-    for (auto& c : changes) *response.add_changes() = std::move(c);
-    if (!request.dry_run()) {
-      auto version = store_->SaveConfig(config, source, yaml, clock_->Now());
-      if (!version.ok()) return version.status();
-      response.set_config_version(*version);
-    }
-  }
-  ReleaseRetired();
-  {
-    absl::MutexLock lock(&queue_mu_);
-    wake_ = true;
-  }
-  NotifySubscribers();
-  return response;
+  return out;
 }
 
 }  // namespace fleet::daemon

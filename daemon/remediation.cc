@@ -11,10 +11,10 @@
 #include "absl/strings/str_join.h"
 #include "common/base/proto_time.h"
 #include "common/base/string_view.h"
-#include "common/diagnosis/diagnosis_class.h"
 #include "common/log/log.h"
 #include "common/state/states.h"
 #include "daemon/daemon.h"
+#include "daemon/reconciler.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -28,24 +28,6 @@ constexpr int kMaxPreflightRounds = 3;
 constexpr int kDefaultPreflightAttempts = 5;
 constexpr char kPreflightWaiting[] =
     "preflight: the container's toolchain is probed before the first launch";
-
-// Whether a change in the container may fix this failure (the planner's fix kinds); the other
-// classes are retried with backoff or given up, never planned for.
-bool MayRemediate(const fleet::v1::Diagnosis& d) {
-  using diagnosis::FixKind;
-  const diagnosis::DiagnosisClassInfo* info = diagnosis::FindDiagnosisClass(d.diagnosis_class());
-  if (info == nullptr) return false;
-  FixKind fix = info->fix;
-  if (std::optional<FixKind> k = diagnosis::ParseFixKind(d.fix_kind())) fix = *k;
-  return fix == FixKind::kToolchain || fix == FixKind::kEnv || fix == FixKind::kJitCache ||
-         fix == FixKind::kLaunchFlags;
-}
-
-bool MayRemediateClass(const std::string& cls) {
-  fleet::v1::Diagnosis d;
-  d.set_diagnosis_class(cls);
-  return MayRemediate(d);
-}
 
 }  // namespace
 
@@ -108,20 +90,15 @@ void Daemon::Wait(Server& s, const std::string& why, const std::string& reason,
 
 void Daemon::Backoff(Server& s, absl::Time now) {
   ServerRecord& r = s.record;
-  const int32_t max_attempts = r.policy.max_attempts() > 0 ? r.policy.max_attempts() : 8;
+  const int32_t max_attempts = MaxAttempts(r.policy);
   if (s.AttemptsThisDeploy() >= max_attempts) {
     r.reason = absl::StrCat("attempt budget spent (", max_attempts,
                             "); last: ", s.attempt.diagnosis_class, ": ", s.attempt.summary);
     SetState(s, "GAVE_UP", now);
     return;
   }
-  const absl::Duration initial = ProtoDurationOr(r.policy.backoff_initial(), absl::Seconds(10));
-  const absl::Duration max = ProtoDurationOr(r.policy.backoff_max(), absl::Minutes(5));
   s.failures = std::max(s.failures, 0) + 1;
-  const int n = std::min(s.failures, 16);
-  // +-25%: servers that failed together do not all come back in the same instant.
-  const double jitter = absl::Uniform(bitgen_, 0.75, 1.25);
-  r.backoff_until = now + std::min(max, initial * (1 << (n - 1))) * jitter;
+  r.backoff_until = BackoffUntil(r.policy, s.failures, now, bitgen_);
   SetState(s, "RESTARTING", now);
 }
 
@@ -234,18 +211,14 @@ bool Daemon::Gate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
   return true;
 }
 
-bool Daemon::Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
+void Daemon::Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
                        std::set<std::string>* changed) {
-  if (s.record.policy.remediation() == fleet::v1::Policy::OFF) return false;
-  if (!MayRemediate(s.attempt.diagnosis) && !MayRemediateClass(s.attempt.diagnosis_class)) {
-    return false;
-  }
   const std::string container = ContainerOf(s.record);
   Fixes& f = fixes_[container];
   s.fix_class = s.attempt.diagnosis_class;
   if (Resolve(s, "fix", now, jobs, changed)) {
     if (s.record.state != "REMEDIATING") SetState(s, "REMEDIATING", now);
-    return true;
+    return;
   }
   if (f.busy) {
     Wait(s, "fix",
@@ -253,17 +226,16 @@ bool Daemon::Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
                       f.busy_class.empty() ? "" : " for " + f.busy_class, " runs"),
          changed);
     if (s.record.state != "REMEDIATING") SetState(s, "REMEDIATING", now);
-    return true;
+    return;
   }
   auto link = links_.find(container);
   const bool reachable = link != links_.end() && link->second->state == Link::kFollowing;
-  if (!reachable || now < f.retry_at) return true;  // stays FAILED until the agent can be asked
+  if (!reachable || now < f.retry_at) return;  // stays FAILED until the agent can be asked
   jobs->push_back(MakeJob(FixJob::kDiagnosis, s));
   f.busy = true;
   f.busy_class = s.fix_class;
   Wait(s, "fix", absl::StrCat("remediating: ", s.fix_class), changed);
   SetState(s, "REMEDIATING", now);
-  return true;
 }
 
 // --- Jobs (no daemon lock held) ------------------------------------------------------------
