@@ -214,12 +214,12 @@ Daemon::Server* Daemon::FindServer(const fleet::v1::ServerRef& ref) {
   return it == servers_.end() ? nullptr : &it->second;
 }
 
-void Daemon::SetState(Server& s, const std::string& state, absl::Time now) {
+void Daemon::SetState(Server& s, v1::ServerState state, absl::Time now) {
   if (s.record.state != state) {
     s.record.state = state;
     s.record.state_since = now;
     // What an operator must act on (fix the cause, then `fleetctl restart`); the reason is set.
-    if (state == "GAVE_UP") {
+    if (state == v1::SERVER_STATE_GAVE_UP) {
       log::Get(log::Component::kDaemon)
           .error("{} GAVE_UP: {}", log::LogFields{.server = s.record.name, .attempt = s.attempt.id},
                  s.record.reason);
@@ -241,47 +241,49 @@ void Daemon::ApplyEvent(const std::string& container, const fleet::v1::AgentEven
   if (e.attempt_id() != s->attempt.id) return;
   touched->insert(s->record.name);
   AttemptRecord& a = s->attempt;
-  if (a.outcome == "pending") {
-    a.outcome = "running";
+  if (a.outcome == v1::ATTEMPT_OUTCOME_PENDING) {
+    a.outcome = v1::ATTEMPT_OUTCOME_RUNNING;
     if (a.launched_at == absl::InfinitePast()) a.launched_at = now;
     s->attempt_unsaved = true;
   }
   // The phase's state in its stable spelling (an agent of the release before sends only that).
-  const std::string state = e.has_phase() ? std::string(StateName(ServerStateOf(e.phase()))) : "";
+  const v1::ServerState state =
+      e.has_phase() ? ServerStateOf(e.phase()) : v1::SERVER_STATE_UNSPECIFIED;
   // Only progress and the phases in between leave the attempt as it was.
   if (e.kind_case() != fleet::v1::AgentEvent::kProgress &&
-      (!e.has_phase() || state == "FAILED" || state == "STOPPED" || state == "READY")) {
+      (!e.has_phase() || state == v1::SERVER_STATE_FAILED || state == v1::SERVER_STATE_STOPPED ||
+       state == v1::SERVER_STATE_READY)) {
     s->attempt_unsaved = true;
   }
   switch (e.kind_case()) {
     case fleet::v1::AgentEvent::kPhase: {
       s->record.phase_detail = e.phase().detail();
-      if (state == "FAILED") {
-        a.outcome = "failed";
+      if (state == v1::SERVER_STATE_FAILED) {
+        a.outcome = v1::ATTEMPT_OUTCOME_FAILED;
         a.ended_at = now;
         s->record.reason = a.summary.empty() ? "the server failed" : a.summary;
-      } else if (state == "STOPPED") {
+      } else if (state == v1::SERVER_STATE_STOPPED) {
         if (s->stalled) {
           // Stopped because it stalled: a failure with the stall's diagnosis.
-          a.outcome = "failed";
-          SetState(*s, "FAILED", now);
+          a.outcome = v1::ATTEMPT_OUTCOME_FAILED;
+          SetState(*s, v1::SERVER_STATE_FAILED, now);
           a.ended_at = now;
           s->record.reason = a.summary;
           break;
         }
-        if (a.outcome != "failed") a.outcome = "stopped";
+        if (a.outcome != v1::ATTEMPT_OUTCOME_FAILED) a.outcome = v1::ATTEMPT_OUTCOME_STOPPED;
         a.ended_at = now;
         if (s->restart_requested) {
           // Stopped to be started again: never shown STOPPED (`status --until-ready` would take
           // a fleet whose every server restarts for one stopped for good).
-          SetState(*s, "RESTARTING", now);
+          SetState(*s, v1::SERVER_STATE_RESTARTING, now);
           break;
         }
-      } else if (state == "READY") {
-        a.outcome = "ready";
+      } else if (state == v1::SERVER_STATE_READY) {
+        a.outcome = v1::ATTEMPT_OUTCOME_READY;
         s->record.progress_step = s->record.progress_total = 0;
       }
-      if (state == "READY") {
+      if (state == v1::SERVER_STATE_READY) {
         // Past the JIT phase (SGLang JIT-compiles during graph capture, so READY is the first
         // state that is surely past it): the container's JIT cache is warm, the canary is done.
         fixes_[container].jit_warm = true;
@@ -350,9 +352,9 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
     const fleet::v1::ServerStatus* st = it == by_gpu.end() ? nullptr : it->second;
     if (st != nullptr && st->attempt_id() == s.attempt.id) {
       // The agent knows our attempt: take its view.
-      const std::string state(StateName(ServerStateOf(*st)));
-      if (s.attempt.outcome == "pending") {
-        s.attempt.outcome = "running";
+      const v1::ServerState state = ServerStateOf(*st);
+      if (s.attempt.outcome == v1::ATTEMPT_OUTCOME_PENDING) {
+        s.attempt.outcome = v1::ATTEMPT_OUTCOME_RUNNING;
         s.attempt.launched_at = now;
       }
       s.record.phase_detail = st->phase_detail();
@@ -366,27 +368,34 @@ void Daemon::ApplySnapshot(Link& link, const fleet::v1::StatusResponse& snapshot
         s.record.last_summary = st->diagnosis().summary();
       }
       if (st->has_exit()) s.attempt.exit = st->exit();
-      if (state == "FAILED") {
-        s.attempt.outcome = "failed";
+      if (state == v1::SERVER_STATE_FAILED) {
+        s.attempt.outcome = v1::ATTEMPT_OUTCOME_FAILED;
         s.attempt.ended_at = now;
         s.record.reason = s.attempt.summary;
-      } else if (state == "STOPPED") {
-        if (s.attempt.outcome != "failed") s.attempt.outcome = "stopped";
+      } else if (state == v1::SERVER_STATE_STOPPED) {
+        if (s.attempt.outcome != v1::ATTEMPT_OUTCOME_FAILED)
+          s.attempt.outcome = v1::ATTEMPT_OUTCOME_STOPPED;
         s.attempt.ended_at = now;
-      } else if (state == "READY") {
-        s.attempt.outcome = "ready";
+      } else if (state == v1::SERVER_STATE_READY) {
+        s.attempt.outcome = v1::ATTEMPT_OUTCOME_READY;
       }
-      SetState(s, state == "STOPPED" && s.restart_requested ? "RESTARTING" : state, now);
+      SetState(s,
+               state == v1::SERVER_STATE_STOPPED && s.restart_requested
+                   ? v1::SERVER_STATE_RESTARTING
+                   : state,
+               now);
       s.attempt_unsaved = true;
       touched->insert(name);
-    } else if (s.attempt.outcome == "running" || s.attempt.outcome == "ready" ||
-               (forgot && s.attempt.outcome == "pending" && !s.launch_in_flight)) {
+    } else if (s.attempt.outcome == v1::ATTEMPT_OUTCOME_RUNNING ||
+               s.attempt.outcome == v1::ATTEMPT_OUTCOME_READY ||
+               (forgot && s.attempt.outcome == v1::ATTEMPT_OUTCOME_PENDING &&
+                !s.launch_in_flight)) {
       // We had it running, the agent does not know it (state lost): the attempt is lost, and a
       // new one will be made.
-      s.attempt.outcome = "lost";
+      s.attempt.outcome = v1::ATTEMPT_OUTCOME_LOST;
       s.attempt.ended_at = now;
       s.record.reason = "the agent lost this attempt (its state was reset)";
-      SetState(s, "PENDING", now);
+      SetState(s, v1::SERVER_STATE_PENDING, now);
       s.record.attempt_id.clear();
       touched->insert(name);
       // The lost attempt's row is closed with the turn's writes; the next attempt gets the next

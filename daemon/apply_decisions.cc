@@ -50,7 +50,7 @@ void Daemon::Apply(const Decision& d, absl::Time now, std::set<std::string>* cha
     case Decision::kStopUnlaunched:
       s.waiting.clear();
       r.reason.clear();
-      SetState(s, "STOPPED", now);
+      SetState(s, v1::SERVER_STATE_STOPPED, now);
       changed->insert(d.server);
       return;
     case Decision::kResetFailures:
@@ -76,11 +76,11 @@ void Daemon::Apply(const Decision& d, absl::Time now, std::set<std::string>* cha
         Remediate(s, now, jobs, changed);
       } else if (d.kind == Decision::kGiveUp) {
         r.reason = d.reason;
-        SetState(s, "GAVE_UP", now);
+        SetState(s, v1::SERVER_STATE_GAVE_UP, now);
       } else {
         s.failures = d.failures;
         r.backoff_until = d.backoff_until;
-        SetState(s, "RESTARTING", now);
+        SetState(s, v1::SERVER_STATE_RESTARTING, now);
       }
       changed->insert(d.server);
       return;
@@ -113,7 +113,7 @@ void Daemon::Launch(const Decision& d, Server& s, absl::Time now, std::set<std::
     r.last_summary.clear();
     s.next_trigger.clear();
     r.progress_step = r.progress_total = 0;
-    SetState(s, "PENDING", now);
+    SetState(s, v1::SERVER_STATE_PENDING, now);
     changed->insert(d.server);
   }
   AgentCall c{AgentCall::kLaunch, d.server, ContainerOf(r), {}, {}};
@@ -171,7 +171,7 @@ void Daemon::StopDone(const std::string& server, const absl::StatusOr<fleet::v1:
                Alive(s.record.state)) {
       // The answer comes on a gRPC thread: the stream's STOPPED may have been applied already,
       // and must not be overwritten (the server would stay STOPPING for good).
-      SetState(s, "STOPPING", clock_->Now());
+      SetState(s, v1::SERVER_STATE_STOPPING, clock_->Now());
     }
   }
   Wake();
@@ -186,9 +186,10 @@ void Daemon::LaunchDone(const std::string& server, const std::string& attempt_id
     if (s.attempt.id != attempt_id) return;
     s.launch_in_flight = false;
     if (r.ok()) {
-      if (s.attempt.outcome == "pending") s.attempt.outcome = "running";
+      if (s.attempt.outcome == v1::ATTEMPT_OUTCOME_PENDING)
+        s.attempt.outcome = v1::ATTEMPT_OUTCOME_RUNNING;
       if (s.attempt.launched_at == absl::InfinitePast()) s.attempt.launched_at = now;
-      if (s.record.state == "PENDING") SetState(s, "STARTING", now);
+      if (s.record.state == v1::SERVER_STATE_PENDING) SetState(s, v1::SERVER_STATE_STARTING, now);
       s.stop_sent = false;
     } else if (absl::IsUnavailable(r.status()) || absl::IsDeadlineExceeded(r.status()) ||
                absl::IsCancelled(r.status())) {
@@ -197,14 +198,14 @@ void Daemon::LaunchDone(const std::string& server, const std::string& attempt_id
       return;
     } else {
       // The agent refused it (a spec it cannot run, a GPU busy with another attempt).
-      s.attempt.outcome = "failed";
+      s.attempt.outcome = v1::ATTEMPT_OUTCOME_FAILED;
       s.attempt.ended_at = now;
       s.attempt.diagnosis_class = "unknown";
       s.attempt.summary = absl::StrCat("launch refused: ", r.status().message());
       s.record.last_class = "unknown";
       s.record.last_summary = s.attempt.summary;
       s.record.reason = s.attempt.summary;
-      SetState(s, "GAVE_UP", now);
+      SetState(s, v1::SERVER_STATE_GAVE_UP, now);
     }
     // Written by the loop with the others of its turn: one commit for thousands of answers.
     dirty_.insert(server);
@@ -251,7 +252,7 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
       change.set_kind("update");
       change.set_detail("spec or policy changed: the server restarts with it");
     } else {
-      change.set_kind(it->second.record.state == "GAVE_UP" ? "retry" : "unchanged");
+      change.set_kind(it->second.record.state == v1::SERVER_STATE_GAVE_UP ? "retry" : "unchanged");
       if (change.kind() == "retry") change.set_detail("it gave up: a new deploy tries again");
     }
     changes->push_back(change);
@@ -268,10 +269,11 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
     s.record.removed = false;
     s.next_trigger = is_new ? "initial" : "deploy";
     s.budget_base = s.record.attempt_number;  // a deploy gives it the policy's whole budget
-    if (is_new || s.record.state == "GAVE_UP" || s.record.state == "STOPPED") {
+    if (is_new || s.record.state == v1::SERVER_STATE_GAVE_UP ||
+        s.record.state == v1::SERVER_STATE_STOPPED) {
       s.restart_requested = false;
-      SetState(s, "PENDING", now);
-      s.attempt = s.attempt.outcome == "pending" ? s.attempt : AttemptRecord();
+      SetState(s, v1::SERVER_STATE_PENDING, now);
+      s.attempt = s.attempt.outcome == v1::ATTEMPT_OUTCOME_PENDING ? s.attempt : AttemptRecord();
     } else {
       s.restart_requested = true;  // a changed spec: stop, then start with the new one
       s.restart_now = true;

@@ -141,9 +141,10 @@ absl::Status Daemon::Recover() {
         // An earlier attempt the record still has open: its end was waiting for a commit
         // (finding 16) when fleetd stopped. The server has moved on; it is closed as lost.
         if (past.number < s.record.attempt_number &&
-            (past.outcome == "pending" || past.outcome == "running")) {
+            (past.outcome == v1::ATTEMPT_OUTCOME_PENDING ||
+             past.outcome == v1::ATTEMPT_OUTCOME_RUNNING)) {
           AttemptRecord closed = past;
-          closed.outcome = "lost";
+          closed.outcome = v1::ATTEMPT_OUTCOME_LOST;
           closed.ended_at = clock_->Now();
           unsaved_.closed.push_back(std::move(closed));
         }

@@ -274,7 +274,7 @@ class Daemon : public EventSink, public PlanRecorder {
   void StopDone(const std::string& server, const absl::StatusOr<fleet::v1::StopResponse>& r)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Wake() ABSL_LOCKS_EXCLUDED(queue_mu_);
-  void SetState(Server& s, const std::string& state, absl::Time now)
+  void SetState(Server& s, v1::ServerState state, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the servers' rows and attempts in one commit; on failure they are left in dirty_ for

@@ -1187,7 +1187,7 @@ TEST_F(DaemonTest, AnAttemptReplacedWhileTheRecordFailsIsStoredAsItEnded) {
   EXPECT_EQ(agent_.launches[2].attempt_number(), 2);
   auto attempt = (*outside)->Attempt("local/200/gpu0", 1);
   ASSERT_TRUE(attempt.ok() && attempt->has_value());
-  EXPECT_EQ((*attempt)->outcome, "failed");
+  EXPECT_EQ((*attempt)->outcome, v1::ATTEMPT_OUTCOME_FAILED);
   EXPECT_EQ((*attempt)->diagnosis_class, "runtime_watchdog");
 }
 
@@ -1224,10 +1224,10 @@ TEST_F(DaemonTest, AReplacedAttemptStillOpenAfterACrashIsClosedAsLost) {
   daemon_->Step();
   auto attempt = (*outside)->Attempt("local/200/gpu0", 1);
   ASSERT_TRUE(attempt.ok() && attempt->has_value());
-  EXPECT_EQ((*attempt)->outcome, "lost");
+  EXPECT_EQ((*attempt)->outcome, v1::ATTEMPT_OUTCOME_LOST);
   auto current = (*outside)->Attempt("local/200/gpu0", 2);
   ASSERT_TRUE(current.ok() && current->has_value());
-  EXPECT_NE((*current)->outcome, "lost");
+  EXPECT_NE((*current)->outcome, v1::ATTEMPT_OUTCOME_LOST);
 }
 
 TEST_F(DaemonTest, EventsWhoseWriteFailsAreKeptAndStoredOnceWhenTheRecordIsBack) {
@@ -1272,7 +1272,7 @@ TEST_F(DaemonTest, EventsWhoseWriteFailsAreKeptAndStoredOnceWhenTheRecordIsBack)
   EXPECT_EQ(cursor->sequence, agent_.sequence);
   auto attempt = (*outside)->Attempt("local/200/gpu0", 1);
   ASSERT_TRUE(attempt.ok() && attempt->has_value());
-  EXPECT_EQ((*attempt)->outcome, "ready");
+  EXPECT_EQ((*attempt)->outcome, v1::ATTEMPT_OUTCOME_READY);
 }
 
 TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheCursorOfEventsNotYetStored) {

@@ -27,11 +27,7 @@ void FillAttempt(const AttemptRecord& a, fleet::v1::Attempt* out) {
   out->set_number(a.number);
   *out->mutable_started_at() = ToProtoTime(a.created_at);
   *out->mutable_ended_at() = ToProtoTime(a.ended_at);
-  if (std::optional<fleet::v1::AttemptOutcome> o = ParseAttemptOutcome(a.outcome)) {
-    SetAttemptOutcome(*o, out);
-  } else {
-    out->set_outcome(a.outcome);
-  }
+  SetAttemptOutcome(a.outcome, out);
   *out->mutable_exit() = a.exit;
   out->set_diagnosis_class(a.diagnosis_class);
   out->set_summary(a.summary);
@@ -56,11 +52,7 @@ fleet::v1::ServerRow Daemon::Row(const Server& s) const {
 void Daemon::FillRow(const Server& s, fleet::v1::ServerRow* row) const {
   const ServerRecord& r = s.record;
   row->set_server(r.name);
-  if (std::optional<fleet::v1::ServerState> state = ParseServerState(r.state)) {
-    SetServerState(*state, row);
-  } else {
-    row->set_state(r.state);
-  }
+  SetServerState(r.state, row);
   row->set_phase_detail(r.phase_detail);
   row->set_progress_step(r.progress_step);
   row->set_progress_total(r.progress_total);

@@ -59,7 +59,7 @@ std::vector<Decision> Reconciler::Step(absl::Time now,
     const bool alive = Alive(r.state);
     // The current attempt was made and waits for its Launch: it is sent again (same id), never
     // replaced by a new one.
-    const bool pending = !s.attempt.id.empty() && s.attempt.outcome == "pending";
+    const bool pending = !s.attempt.id.empty() && s.attempt.outcome == v1::ATTEMPT_OUTCOME_PENDING;
 
     auto stop = [&]() {
       if (s.stop_sent || !reachable) return;
@@ -74,19 +74,20 @@ std::vector<Decision> Reconciler::Step(absl::Time now,
     };
 
     if (!wanted) {
-      if (alive && r.state != "STOPPING") stop();
+      if (alive && r.state != v1::SERVER_STATE_STOPPING) stop();
       // A server that never launched (waiting for the preflight or the canary) stops at once.
-      if (!alive && r.state != "STOPPED" && r.state != "GAVE_UP" && r.state != "FAILED" &&
-          !pending) {
+      if (!alive && r.state != v1::SERVER_STATE_STOPPED && r.state != v1::SERVER_STATE_GAVE_UP &&
+          r.state != v1::SERVER_STATE_FAILED && !pending) {
         out.push_back({.kind = Decision::kStopUnlaunched, .server = name});
       }
       continue;
     }
-    if (s.stalled && alive && r.state != "STOPPING") {
+    if (s.stalled && alive && r.state != v1::SERVER_STATE_STOPPING) {
       stop();
       continue;
     }
-    if (r.state == "READY" && s.failures > 0 && now - r.state_since >= backoff_reset_) {
+    if (r.state == v1::SERVER_STATE_READY && s.failures > 0 &&
+        now - r.state_since >= backoff_reset_) {
       out.push_back({.kind = Decision::kResetFailures, .server = name});
     }
     if (s.restart_requested) {
@@ -103,13 +104,14 @@ std::vector<Decision> Reconciler::Step(absl::Time now,
                      .backoff_until = s.restart_now ? absl::InfinitePast() : now});
       continue;
     }
-    if (r.state == "PENDING") {
+    if (r.state == v1::SERVER_STATE_PENDING) {
       launch(!s.next_trigger.empty() ? s.next_trigger
              : r.attempt_number == 0 ? "initial"
                                      : "recovery");
       continue;
     }
-    if ((r.state == "FAILED" || (r.state == "STOPPED" && s.attempt.outcome == "failed")) &&
+    if ((r.state == v1::SERVER_STATE_FAILED || (r.state == v1::SERVER_STATE_STOPPED &&
+                                                s.attempt.outcome == v1::ATTEMPT_OUTCOME_FAILED)) &&
         s.waiting != "approval") {
       const int32_t max_attempts = MaxAttempts(r.policy);
       const bool budget_left = s.AttemptsThisDeploy() < max_attempts;
@@ -140,7 +142,7 @@ std::vector<Decision> Reconciler::Step(absl::Time now,
       }
       continue;
     }
-    if (r.state == "RESTARTING" && now >= r.backoff_until) {
+    if (r.state == v1::SERVER_STATE_RESTARTING && now >= r.backoff_until) {
       launch(s.next_trigger.empty() ? "restart" : s.next_trigger);
       continue;
     }

@@ -23,7 +23,7 @@ constexpr char kContainer[] = "h/100";
 const absl::Time kNow = absl::FromUnixSeconds(1700000000);
 
 // A wanted server of container h/100 in `state` since an hour ago, with no attempt yet.
-TrackedServer MakeServer(const std::string& state) {
+TrackedServer MakeServer(v1::ServerState state) {
   TrackedServer s;
   s.record.name = kServer;
   s.record.host = "h";
@@ -38,12 +38,12 @@ TrackedServer MakeServer(const std::string& state) {
 
 // A server whose attempt `number` failed with `cls`.
 TrackedServer Failed(const std::string& cls, int64_t number) {
-  TrackedServer s = MakeServer("FAILED");
+  TrackedServer s = MakeServer(v1::SERVER_STATE_FAILED);
   s.record.attempt_number = number;
   s.record.attempt_id = absl::StrCat(kServer, "#", number, "-ab");
   s.attempt.id = s.record.attempt_id;
   s.attempt.number = number;
-  s.attempt.outcome = "failed";
+  s.attempt.outcome = v1::ATTEMPT_OUTCOME_FAILED;
   s.attempt.diagnosis_class = cls;
   s.attempt.summary = "it failed";
   return s;
@@ -62,7 +62,7 @@ class ReconcilerTest : public ::testing::Test {
 };
 
 TEST_F(ReconcilerTest, LaunchesAWantedServerAsItsFirstAttempt) {
-  const std::vector<Decision> d = Step(MakeServer("PENDING"));
+  const std::vector<Decision> d = Step(MakeServer(v1::SERVER_STATE_PENDING));
   ASSERT_THAT(d, SizeIs(1));
   EXPECT_EQ(d[0].kind, Decision::kLaunch);
   EXPECT_EQ(d[0].server, kServer);
@@ -71,10 +71,10 @@ TEST_F(ReconcilerTest, LaunchesAWantedServerAsItsFirstAttempt) {
 }
 
 TEST_F(ReconcilerTest, SendsAPendingAttemptAgainInsteadOfMakingANewOne) {
-  TrackedServer s = MakeServer("PENDING");
+  TrackedServer s = MakeServer(v1::SERVER_STATE_PENDING);
   s.record.attempt_number = 3;
   s.attempt.id = "h/100/gpu0#3-ab";
-  s.attempt.outcome = "pending";
+  s.attempt.outcome = v1::ATTEMPT_OUTCOME_PENDING;
   const std::vector<Decision> d = Step(s);
   ASSERT_THAT(d, SizeIs(1));
   EXPECT_EQ(d[0].kind, Decision::kLaunch);
@@ -83,18 +83,18 @@ TEST_F(ReconcilerTest, SendsAPendingAttemptAgainInsteadOfMakingANewOne) {
 }
 
 TEST_F(ReconcilerTest, LaunchesNothingToAnUnreachableContainer) {
-  EXPECT_THAT(Step(MakeServer("PENDING"), kNow, /*reachable=*/{}), IsEmpty());
-  EXPECT_THAT(Step(MakeServer("PENDING"), kNow, /*reachable=*/{"h/101"}), IsEmpty());
+  EXPECT_THAT(Step(MakeServer(v1::SERVER_STATE_PENDING), kNow, /*reachable=*/{}), IsEmpty());
+  EXPECT_THAT(Step(MakeServer(v1::SERVER_STATE_PENDING), kNow, /*reachable=*/{"h/101"}), IsEmpty());
 }
 
 TEST_F(ReconcilerTest, LaunchesNoSecondTimeWhileALaunchIsInFlight) {
-  TrackedServer s = MakeServer("PENDING");
+  TrackedServer s = MakeServer(v1::SERVER_STATE_PENDING);
   s.launch_in_flight = true;
   EXPECT_THAT(Step(s), IsEmpty());
 }
 
 TEST_F(ReconcilerTest, StopsAServerNoLongerWanted) {
-  TrackedServer s = MakeServer("READY");
+  TrackedServer s = MakeServer(v1::SERVER_STATE_READY);
   s.record.desired_running = false;
   const std::vector<Decision> d = Step(s);
   ASSERT_THAT(d, SizeIs(1));
@@ -110,7 +110,7 @@ TEST_F(ReconcilerTest, StopsAServerNoLongerWanted) {
 }
 
 TEST_F(ReconcilerTest, StopsAtOnceAnUnwantedServerThatNeverLaunched) {
-  TrackedServer s = MakeServer("PENDING");
+  TrackedServer s = MakeServer(v1::SERVER_STATE_PENDING);
   s.record.desired_running = false;
   const std::vector<Decision> d = Step(s, kNow, /*reachable=*/{});
   ASSERT_THAT(d, SizeIs(1));
@@ -127,7 +127,7 @@ TEST_F(ReconcilerTest, BacksOffAFailureARetryMayFixThenLaunchesWhenTheBackoffEnd
   EXPECT_LE(d[0].backoff_until, kNow + absl::Seconds(12.5));
 
   TrackedServer s = Failed("cuda_out_of_memory", 1);
-  s.record.state = "RESTARTING";
+  s.record.state = v1::SERVER_STATE_RESTARTING;
   s.record.backoff_until = d[0].backoff_until;
   s.failures = d[0].failures;
   EXPECT_THAT(Step(s, d[0].backoff_until - absl::Milliseconds(1)), IsEmpty());
@@ -196,14 +196,14 @@ TEST_F(ReconcilerTest, PlansAFixForAFailureAChangeMayFix) {
 }
 
 TEST_F(ReconcilerTest, StopsARunningServerFirstWhenARestartIsRequested) {
-  TrackedServer s = MakeServer("READY");
+  TrackedServer s = MakeServer(v1::SERVER_STATE_READY);
   s.restart_requested = true;
   std::vector<Decision> d = Step(s);
   ASSERT_THAT(d, SizeIs(1));
   EXPECT_EQ(d[0].kind, Decision::kStop);
 
   // Once it is gone: restarted with no backoff, through the gate.
-  s.record.state = "STOPPED";
+  s.record.state = v1::SERVER_STATE_STOPPED;
   s.restart_now = true;
   d = Step(s);
   ASSERT_THAT(d, SizeIs(1));
@@ -220,7 +220,7 @@ TEST_F(ReconcilerTest, StopsARunningServerFirstWhenARestartIsRequested) {
 }
 
 TEST_F(ReconcilerTest, StartsTheBackoffCountAgainAfterLongEnoughReady) {
-  TrackedServer s = MakeServer("READY");
+  TrackedServer s = MakeServer(v1::SERVER_STATE_READY);
   s.failures = 3;
   s.record.state_since = kNow - absl::Minutes(9);
   EXPECT_THAT(Step(s), IsEmpty());
@@ -231,8 +231,8 @@ TEST_F(ReconcilerTest, StartsTheBackoffCountAgainAfterLongEnoughReady) {
 }
 
 TEST_F(ReconcilerTest, DecidesInTheOrderOfTheServersNames) {
-  TrackedServer a = MakeServer("PENDING");
-  TrackedServer b = MakeServer("PENDING");
+  TrackedServer a = MakeServer(v1::SERVER_STATE_PENDING);
+  TrackedServer b = MakeServer(v1::SERVER_STATE_PENDING);
   b.record.name = "h/100/gpu1";
   b.record.gpu = 1;
   const std::map<std::string, TrackedServer> servers = {{b.record.name, b}, {a.record.name, a}};

@@ -51,8 +51,8 @@ absl::Status Daemon::LoadFixes() {
     Fixes& f = fixes_[ContainerOf(s.record)];
     // A container that has launched before had its preflight (or ran without one).
     if (s.record.attempt_number > 0) f.preflight_done = true;
-    if (s.record.state == "READY") f.jit_warm = true;
-    if (s.record.state == "REMEDIATING") {
+    if (s.record.state == v1::SERVER_STATE_READY) f.jit_warm = true;
+    if (s.record.state == v1::SERVER_STATE_REMEDIATING) {
       // What it waited on went with the fleetd that stopped: a plan for it that waits for
       // approval still does; else it is failed again, and planned for (once any interrupted
       // plan of its container is resolved).
@@ -64,7 +64,7 @@ absl::Status Daemon::LoadFixes() {
       if (proposed) {
         s.waiting = "approval";
       } else {
-        SetState(s, "FAILED", now);
+        SetState(s, v1::SERVER_STATE_FAILED, now);
       }
     }
   }
@@ -94,12 +94,12 @@ void Daemon::Backoff(Server& s, absl::Time now) {
   if (s.AttemptsThisDeploy() >= max_attempts) {
     r.reason = absl::StrCat("attempt budget spent (", max_attempts,
                             "); last: ", s.attempt.diagnosis_class, ": ", s.attempt.summary);
-    SetState(s, "GAVE_UP", now);
+    SetState(s, v1::SERVER_STATE_GAVE_UP, now);
     return;
   }
   s.failures = std::max(s.failures, 0) + 1;
   r.backoff_until = BackoffUntil(r.policy, s.failures, now, bitgen_);
-  SetState(s, "RESTARTING", now);
+  SetState(s, v1::SERVER_STATE_RESTARTING, now);
 }
 
 FixJob Daemon::MakeJob(FixJob::Kind kind, const Server& s) {
@@ -180,8 +180,9 @@ bool Daemon::Gate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
     if (!f.canary.empty() && f.canary != s.record.name) {
       auto c = servers_.find(f.canary);
       const bool live = c != servers_.end() && c->second.record.desired_running &&
-                        !c->second.record.removed && c->second.record.state != "GAVE_UP" &&
-                        c->second.record.state != "STOPPED";
+                        !c->second.record.removed &&
+                        c->second.record.state != v1::SERVER_STATE_GAVE_UP &&
+                        c->second.record.state != v1::SERVER_STATE_STOPPED;
       if (live) {
         Wait(s, "canary",
              absl::StrCat("waiting: the canary ", f.canary,
@@ -189,13 +190,13 @@ bool Daemon::Gate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
              changed);
         return false;
       }
-      if (c != servers_.end() && c->second.record.state == "GAVE_UP" &&
+      if (c != servers_.end() && c->second.record.state == v1::SERVER_STATE_GAVE_UP &&
           MayRemediateClass(c->second.attempt.diagnosis_class)) {
         // The container's toolchain failed the canary: this one would fail the same way.
         s.waiting.clear();
         s.record.reason =
             absl::StrCat("the canary ", f.canary, " gave up: ", c->second.record.reason);
-        SetState(s, "GAVE_UP", now);
+        SetState(s, v1::SERVER_STATE_GAVE_UP, now);
         changed->insert(s.record.name);
         return false;
       }
@@ -217,7 +218,8 @@ void Daemon::Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
   Fixes& f = fixes_[container];
   s.fix_class = s.attempt.diagnosis_class;
   if (Resolve(s, "fix", now, jobs, changed)) {
-    if (s.record.state != "REMEDIATING") SetState(s, "REMEDIATING", now);
+    if (s.record.state != v1::SERVER_STATE_REMEDIATING)
+      SetState(s, v1::SERVER_STATE_REMEDIATING, now);
     return;
   }
   if (f.busy) {
@@ -225,7 +227,8 @@ void Daemon::Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
          absl::StrCat("waiting: the container's remediation",
                       f.busy_class.empty() ? "" : " for " + f.busy_class, " runs"),
          changed);
-    if (s.record.state != "REMEDIATING") SetState(s, "REMEDIATING", now);
+    if (s.record.state != v1::SERVER_STATE_REMEDIATING)
+      SetState(s, v1::SERVER_STATE_REMEDIATING, now);
     return;
   }
   auto link = links_.find(container);
@@ -235,7 +238,7 @@ void Daemon::Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
   f.busy = true;
   f.busy_class = s.fix_class;
   Wait(s, "fix", absl::StrCat("remediating: ", s.fix_class), changed);
-  SetState(s, "REMEDIATING", now);
+  SetState(s, v1::SERVER_STATE_REMEDIATING, now);
 }
 
 // --- Jobs (no daemon lock held) ------------------------------------------------------------
@@ -317,7 +320,7 @@ void Daemon::PreflightFailed(const FixJob& job, const std::string& error, absl::
     if (give_up) {
       s->record.reason =
           absl::StrCat("preflight: the agent's probe failed ", attempts, " times: ", error);
-      SetState(*s, "GAVE_UP", now);
+      SetState(*s, v1::SERVER_STATE_GAVE_UP, now);
     } else {
       s->record.reason.clear();
       Touch(*s);  // launched by the next turn
@@ -417,7 +420,8 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
       // Restarted by the outcome: those that failed and wait for the fix (or for the approval
       // of a plan for their failure); the others were only held back from a first launch.
       const bool fix_waiter =
-          s.waiting == "fix" || (s.waiting == "approval" && s.record.state == "REMEDIATING");
+          s.waiting == "fix" ||
+          (s.waiting == "approval" && s.record.state == v1::SERVER_STATE_REMEDIATING);
       changed->insert(s.record.name);
       Touch(s);
       if (proposed) {
@@ -433,7 +437,7 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
         // The cause is fixed: no backoff.
         s.next_trigger = absl::StrCat("remediation:", plan->id());
         s.record.backoff_until = absl::InfinitePast();
-        SetState(s, "RESTARTING", now);
+        SetState(s, v1::SERVER_STATE_RESTARTING, now);
         if (!s.attempt.id.empty() && !plan->id().empty()) {
           store_->LinkRemediationAttempt(plan->id(), s.attempt.id).IgnoreError();
         }
@@ -444,7 +448,7 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
           Backoff(s, now);
         } else {
           s.record.reason = done.report->reason;
-          SetState(s, "GAVE_UP", now);
+          SetState(s, v1::SERVER_STATE_GAVE_UP, now);
         }
         continue;
       }
@@ -462,7 +466,7 @@ void Daemon::ApplyFixResults(absl::Time now, std::set<std::string>* changed) {
         s.record.reason = absl::StrCat("remediation ", plan->id(), " ", plan->status(), ": ",
                                        plan->outcome_reason());
       }
-      SetState(s, "FAILED", now);
+      SetState(s, v1::SERVER_STATE_FAILED, now);
     }
   }
 }
@@ -505,7 +509,7 @@ absl::StatusOr<fleet::v1::PlanResponse> Daemon::Plan(const fleet::v1::PlanReques
         return response;
       }
     }
-    const bool failed = !s.attempt.id.empty() && s.attempt.outcome == "failed" &&
+    const bool failed = !s.attempt.id.empty() && s.attempt.outcome == v1::ATTEMPT_OUTCOME_FAILED &&
                         !s.attempt.diagnosis_class.empty() &&
                         s.attempt.diagnosis_class != diagnosis::classes::kNone;
     job = MakeJob(failed ? FixJob::kDiagnosis : FixJob::kPreflight, s);

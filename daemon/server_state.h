@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/diagnosis/diagnosis_class.h"
+#include "common/state/states.h"
 #include "daemon/store/fleet_store.h"
 #include "proto/config.pb.h"
 
@@ -48,10 +49,7 @@ inline std::string ContainerKey(const std::string& host, const std::string& ctid
 inline std::string ContainerOf(const ServerRecord& r) { return ContainerKey(r.host, r.container); }
 
 // Whether a server in `state` has a process (starting, serving or being stopped).
-inline bool Alive(const std::string& state) {
-  return state == "STARTING" || state == "LOADING" || state == "JIT_COMPILING" ||
-         state == "CAPTURING_GRAPHS" || state == "READY" || state == "STOPPING";
-}
+inline bool Alive(fleet::v1::ServerState state) { return HasProcess(state); }
 
 // A diagnosis class as a row shows it: "" for "none".
 inline std::string ShortClass(const std::string& c) {

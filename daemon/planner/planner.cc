@@ -203,24 +203,4 @@ PlannerDecision RemediationPlanner::Decide(const fleet::v1::Diagnosis* d,
   return Reported(std::move(decision), std::move(reason), cls, d);
 }
 
-std::string_view OutcomeName(RemediationOutcome outcome) {
-  switch (outcome) {
-    case RemediationOutcome::kApplied:
-      return "applied";
-    case RemediationOutcome::kFailed:
-      return "failed";
-    case RemediationOutcome::kRolledBack:
-      return "rolled_back";
-  }
-  return "applied";
-}
-
-std::optional<RemediationOutcome> ParseOutcome(std::string_view name) {
-  for (RemediationOutcome o : {RemediationOutcome::kApplied, RemediationOutcome::kFailed,
-                               RemediationOutcome::kRolledBack}) {
-    if (OutcomeName(o) == name) return o;
-  }
-  return std::nullopt;
-}
-
 }  // namespace fleet::daemon

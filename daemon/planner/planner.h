@@ -149,8 +149,5 @@ fleet::v1::ServerSpec ApplyToSpec(const RemediationPlan& plan, fleet::v1::Server
 // fixes of applied remediations in every spec it launches, after a redeploy too.
 void ApplyActionsToSpec(const google::protobuf::RepeatedPtrField<fleet::v1::PlannedAction>& actions,
                         fleet::v1::ServerSpec* spec);
-// "applied" | "failed" | "rolled_back" (the store's strings), and back.
-std::string_view OutcomeName(RemediationOutcome outcome);
-std::optional<RemediationOutcome> ParseOutcome(std::string_view name);
 
 }  // namespace fleet::daemon

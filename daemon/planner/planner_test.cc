@@ -694,15 +694,6 @@ TEST(Env, OomKilledJitStepsHalveMaxJobs) {
   EXPECT_THAT(d.report->reason, HasSubstr("already 1"));
 }
 
-TEST(Outcome, NamesRoundTrip) {
-  for (RemediationOutcome o : {RemediationOutcome::kApplied, RemediationOutcome::kFailed,
-                               RemediationOutcome::kRolledBack}) {
-    EXPECT_EQ(ParseOutcome(OutcomeName(o)), o);
-  }
-  EXPECT_EQ(OutcomeName(RemediationOutcome::kRolledBack), "rolled_back");
-  EXPECT_FALSE(ParseOutcome("pending").has_value());
-}
-
 TEST(JitCache, StaleArtefactClearsTheCacheDirHoldingIt) {
   ToolchainSnapshot s = FixedSnapshot();
   s.add_jit_cache_dirs("/w/root/.cache/flashinfer");

@@ -86,8 +86,9 @@ std::string EventKind(const fleet::v1::AgentEvent& e) {
 std::string EventSummary(const fleet::v1::AgentEvent& e) {
   switch (e.kind_case()) {
     case fleet::v1::AgentEvent::kPhase:
-      return e.phase().detail().empty() ? e.phase().state()
-                                        : absl::StrCat(e.phase().state(), " ", e.phase().detail());
+      return e.phase().detail().empty()
+                 ? std::string(ServerStateText(e.phase()))
+                 : absl::StrCat(AsAbsl(ServerStateText(e.phase())), " ", e.phase().detail());
     case fleet::v1::AgentEvent::kProgress:
       return absl::StrCat(e.progress().step(), "/", e.progress().total());
     case fleet::v1::AgentEvent::kDiagnosis:
@@ -377,7 +378,7 @@ absl::Status FleetStore::PutServerRow(const ServerRecord& s) {
       .Bind(3, static_cast<int64_t>(s.gpu))
       .Bind(4, std::string_view(s.desired_running ? "running" : "stopped"))
       .Bind(5, static_cast<int64_t>(s.removed))
-      .Bind(6, std::string_view(s.state))
+      .Bind(6, StateName(s.state))
       .Bind(7, std::string_view(s.phase_detail))
       .Bind(8, s.progress_step)
       .Bind(9, s.progress_total);
@@ -408,7 +409,7 @@ absl::Status FleetStore::PutServerState(const ServerRecord& s) {
   if (!st.ok()) return st.status();
   (*st)
       ->Bind(1, std::string_view(s.name))
-      .Bind(2, std::string_view(s.state))
+      .Bind(2, StateName(s.state))
       .Bind(3, std::string_view(s.phase_detail))
       .Bind(4, s.progress_step)
       .Bind(5, s.progress_total);
@@ -457,7 +458,7 @@ absl::StatusOr<std::vector<ServerRecord>> FleetStore::Servers() {
     s.gpu = static_cast<int32_t>((*st)->ColumnInt(3));
     s.desired_running = (*st)->ColumnText(4) == "running";
     s.removed = (*st)->ColumnInt(5) != 0;
-    s.state = (*st)->ColumnText(6);
+    s.state = ParseServerState((*st)->ColumnText(6)).value_or(fleet::v1::SERVER_STATE_UNSPECIFIED);
     s.phase_detail = (*st)->ColumnText(7);
     s.progress_step = (*st)->ColumnInt(8);
     s.progress_total = (*st)->ColumnInt(9);
@@ -538,7 +539,7 @@ absl::Status FleetStore::PutAttemptRow(const AttemptRecord& a) {
   (*st)->Bind(1, std::string_view(a.id));
   BindTime(**st, 2, a.launched_at);
   BindTime(**st, 3, a.ended_at);
-  (*st)->Bind(4, std::string_view(a.outcome));
+  (*st)->Bind(4, OutcomeName(a.outcome));
   const bool exited = a.exit.exited();
   if (exited) {
     (*st)->Bind(5, static_cast<int64_t>(a.exit.exit_code()));
@@ -600,7 +601,8 @@ absl::StatusOr<AttemptRecord> ReadAttempt(const sqlite::Statement& st) {
   a.created_at = ColumnTime(st, 4);
   a.launched_at = ColumnTime(st, 5);
   a.ended_at = ColumnTime(st, 6);
-  a.outcome = st.ColumnText(7);
+  a.outcome =
+      ParseAttemptOutcome(st.ColumnText(7)).value_or(fleet::v1::ATTEMPT_OUTCOME_UNSPECIFIED);
   if (!st.ColumnIsNull(8)) {
     a.exit.set_exited(true);
     a.exit.set_exit_code(static_cast<int32_t>(st.ColumnInt(8)));

@@ -29,6 +29,7 @@
 #include "proto/config.pb.h"
 #include "proto/diagnosis.pb.h"
 #include "proto/fleet.pb.h"
+#include "proto/states.pb.h"
 
 namespace fleet::daemon {
 
@@ -41,8 +42,8 @@ struct ServerRecord {
   fleet::v1::ServerSpec spec;  // desired, placeholders expanded
   fleet::v1::Policy policy;
   bool desired_running = true;
-  bool removed = false;  // no longer in the config
-  std::string state = "PENDING";
+  bool removed = false;                                            // no longer in the config
+  fleet::v1::ServerState state = fleet::v1::SERVER_STATE_PENDING;  // its spelling in the column
   std::string phase_detail;
   int64_t progress_step = 0;
   int64_t progress_total = 0;
@@ -65,7 +66,8 @@ struct AttemptRecord {
   absl::Time created_at;
   absl::Time launched_at = absl::InfinitePast();  // the agent accepted Launch
   absl::Time ended_at = absl::InfinitePast();
-  std::string outcome = "pending";  // pending | running | ready | failed | stopped | lost
+  // pending | running | ready | failed | stopped | lost in the column
+  fleet::v1::AttemptOutcome outcome = fleet::v1::ATTEMPT_OUTCOME_PENDING;
   fleet::v1::ProcessExit exit;
   std::string diagnosis_class;
   std::string summary;

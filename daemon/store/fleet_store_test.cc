@@ -67,16 +67,16 @@ TEST(FleetStore, AnAttemptWhoseRowACommitLostIsWrittenWholeAndAMissingServerIsAn
     ASSERT_TRUE(store->db().Exec("ROLLBACK").ok());
   }
   EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts"), 0);
-  a.outcome = "running";
+  a.outcome = v1::ATTEMPT_OUTCOME_RUNNING;
   a.launched_at = kNow + absl::Seconds(1);
   ASSERT_TRUE(store->PutAttempt(a).ok());
   auto stored = store->Attempt("local/200/gpu0", 1);
   ASSERT_TRUE(stored.ok() && stored->has_value());
   EXPECT_EQ((*stored)->id, a.id);
   EXPECT_EQ((*stored)->trigger, "initial");
-  EXPECT_EQ((*stored)->outcome, "running");
+  EXPECT_EQ((*stored)->outcome, v1::ATTEMPT_OUTCOME_RUNNING);
   // Written again: the same row, updated.
-  a.outcome = "ready";
+  a.outcome = v1::ATTEMPT_OUTCOME_READY;
   ASSERT_TRUE(store->PutAttempt(a).ok());
   EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts WHERE outcome = 'ready'"), 1);
   // An attempt of a server that has no row is not silently dropped.
@@ -113,7 +113,7 @@ TEST(FleetStore, AttemptsAreNumberedPerServerWithUniqueIds) {
     auto a = store->CreateAttempt("local/200/gpu0", "initial", {}, kNow);
     ASSERT_TRUE(a.ok()) << a.status();
     EXPECT_EQ(a->number, i);
-    EXPECT_EQ(a->outcome, "pending");
+    EXPECT_EQ(a->outcome, v1::ATTEMPT_OUTCOME_PENDING);
     ids.insert(a->id);
   }
   auto other = store->CreateAttempt("local/200/gpu1", "initial", {}, kNow);
@@ -123,13 +123,13 @@ TEST(FleetStore, AttemptsAreNumberedPerServerWithUniqueIds) {
   EXPECT_EQ(ids.size(), 4u);
   // Closed and read back.
   AttemptRecord closed = *other;
-  closed.outcome = "failed";
+  closed.outcome = v1::ATTEMPT_OUTCOME_FAILED;
   closed.diagnosis_class = "link_error";
   closed.ended_at = kNow + absl::Seconds(9);
   ASSERT_TRUE(store->PutAttempt(closed).ok());
   auto back = store->Attempt("local/200/gpu1", 0);
   ASSERT_TRUE(back.ok() && back->has_value());
-  EXPECT_EQ((*back)->outcome, "failed");
+  EXPECT_EQ((*back)->outcome, v1::ATTEMPT_OUTCOME_FAILED);
   EXPECT_EQ((*back)->diagnosis_class, "link_error");
   auto all = store->Attempts("");
   ASSERT_TRUE(all.ok());
