@@ -129,13 +129,18 @@ absl::Status FleetClient::Translate(const grpc::Status& status, const char* meth
 }
 
 template <typename Request, typename Response>
-absl::StatusOr<Response> FleetClient::Call(const char* method, StubMethod<Request, Response> fn,
-                                           const Request& request) {
+absl::Status FleetClient::CallInto(const char* method, StubMethod<Request, Response> fn,
+                                   const Request& request, Response* response) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(Deadline()));
+  return Translate((stub_.get()->*fn)(&context, request, response), method, /*timed_out=*/false);
+}
+
+template <typename Request, typename Response>
+absl::StatusOr<Response> FleetClient::Call(const char* method, StubMethod<Request, Response> fn,
+                                           const Request& request) {
   Response response;
-  const grpc::Status status = (stub_.get()->*fn)(&context, request, &response);
-  if (absl::Status s = Translate(status, method, /*timed_out=*/false); !s.ok()) return s;
+  if (absl::Status s = CallInto(method, fn, request, &response); !s.ok()) return s;
   return response;
 }
 
@@ -145,6 +150,11 @@ absl::StatusOr<v1::DeployResponse> FleetClient::Deploy(const v1::DeployRequest& 
 
 absl::StatusOr<v1::FleetStatusResponse> FleetClient::Status(const v1::FleetStatusRequest& request) {
   return Call("Status", &v1::Fleet::Stub::Status, request);
+}
+
+absl::Status FleetClient::Status(const v1::FleetStatusRequest& request,
+                                 v1::FleetStatusResponse* response) {
+  return CallInto("Status", &v1::Fleet::Stub::Status, request, response);
 }
 
 absl::StatusOr<v1::ListAttemptsResponse> FleetClient::ListAttempts(

@@ -36,6 +36,9 @@ class FleetClient {
 
   absl::StatusOr<v1::DeployResponse> Deploy(const v1::DeployRequest& request);
   absl::StatusOr<v1::FleetStatusResponse> Status(const v1::FleetStatusRequest& request);
+  // The same into the caller's message, which may live on an arena: a fleet's table is thousands
+  // of rows, each a dozen strings, and an arena takes them in a few blocks.
+  absl::Status Status(const v1::FleetStatusRequest& request, v1::FleetStatusResponse* response);
   absl::StatusOr<v1::ListAttemptsResponse> ListAttempts(const v1::ListAttemptsRequest& request);
   absl::StatusOr<v1::ExplainResponse> Explain(const v1::ExplainRequest& request);
   absl::StatusOr<v1::ServersResponse> Restart(const v1::ServersRequest& request);
@@ -66,6 +69,9 @@ class FleetClient {
   template <typename Request, typename Response>
   absl::StatusOr<Response> Call(const char* method, StubMethod<Request, Response> fn,
                                 const Request& request);
+  template <typename Request, typename Response>
+  absl::Status CallInto(const char* method, StubMethod<Request, Response> fn,
+                        const Request& request, Response* response);
 
   absl::Time Deadline() const { return absl::Now() + timeout_; }
   // `method` names the call in messages; `timed_out` says our own watchdog cancelled it.

@@ -13,6 +13,7 @@
 #include "cli/server_table.h"
 #include "cli/status_format.h"
 #include "common/base/flag_set.h"
+#include "google/protobuf/arena.h"
 
 namespace fleet::cli {
 namespace {
@@ -145,7 +146,8 @@ class WatchPrinter {
     const std::vector<const v1::ServerRow*> rows = table_.rows();
     switch (options_.output) {
       case Output::kJson:
-        out << StatusJson(table_.at(), rows, {}) << "\n";
+        WriteStatusJson(table_.at(), rows, {}, out);
+        out << "\n";
         break;
       case Output::kName:
         for (const v1::ServerRow* row : rows) out << row->server() << "\n";
@@ -171,13 +173,15 @@ class WatchPrinter {
 
 int PrintOnce(const v1::FleetStatusResponse& response, const StatusOptions& options,
               const CommandContext& ctx) {
-  ServerTable table;
-  table.Apply(response);
-  const std::vector<const v1::ServerRow*> rows = table.rows();
+  // The rows as fleetd sent them (one per server, in name order): nothing to merge, so no copy.
+  std::vector<const v1::ServerRow*> rows;
+  rows.reserve(static_cast<size_t>(response.servers_size()));
+  for (const v1::ServerRow& row : response.servers()) rows.push_back(&row);
   std::ostream& out = *ctx.out;
   switch (options.output) {
     case Output::kJson:
-      out << StatusJson(table.at(), rows, {}) << "\n";
+      WriteStatusJson(FromProtoTime(response.at()), rows, {}, out);
+      out << "\n";
       break;
     case Output::kName:
       for (const v1::ServerRow* row : rows) out << row->server() << "\n";
@@ -247,8 +251,11 @@ int RunStatus(const std::vector<std::string>& args, const CommandContext& ctx) {
   for (const std::string& name : flags.positional()) request.add_servers(name);
 
   if (!options.watch && !options.until_ready) {
-    absl::StatusOr<v1::FleetStatusResponse> response = client.Status(request);
-    if (!response.ok()) return ReportError("status", response.status(), *ctx.err);
+    google::protobuf::Arena arena;
+    auto* response = google::protobuf::Arena::CreateMessage<v1::FleetStatusResponse>(&arena);
+    if (absl::Status s = client.Status(request, response); !s.ok()) {
+      return ReportError("status", s, *ctx.err);
+    }
     return PrintOnce(*response, options, ctx);
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -198,14 +199,31 @@ Json ServerRowJson(const v1::ServerRow& row) {
   return json;
 }
 
+void WriteStatusJson(std::optional<absl::Time> at, const std::vector<const v1::ServerRow*>& rows,
+                     const std::vector<std::string>& removed, std::ostream& out) {
+  // The text of the one object {"at":..,"servers":[..],"removed":[..]}, written a row at a time:
+  // each row's JsonText is the bytes the whole object's dump has for it (a compact dump is the
+  // concatenation of its members'), and no tree of every row is ever held.
+  constexpr size_t kFlushAt = 64 * 1024;
+  std::string text = absl::StrCat(
+      "{\"at\":", JsonText(at ? Json(FormatRfc3339(*at)) : Json(nullptr)), ",\"servers\":[");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i > 0) text += ',';
+    text += JsonText(ServerRowJson(*rows[i]));
+    if (text.size() >= kFlushAt) {
+      out << text;
+      text.clear();
+    }
+  }
+  absl::StrAppend(&text, "],\"removed\":", JsonText(removed), "}");
+  out << text;
+}
+
 std::string StatusJson(std::optional<absl::Time> at, const std::vector<const v1::ServerRow*>& rows,
                        const std::vector<std::string>& removed) {
-  Json json = Json::object();
-  json["at"] = at ? Json(FormatRfc3339(*at)) : Json(nullptr);
-  json["servers"] = Json::array();
-  for (const v1::ServerRow* row : rows) json["servers"].push_back(ServerRowJson(*row));
-  json["removed"] = removed;
-  return JsonText(std::move(json));
+  std::ostringstream out;
+  WriteStatusJson(at, rows, removed, out);
+  return std::move(out).str();
 }
 
 }  // namespace fleet::cli

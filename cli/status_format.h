@@ -6,6 +6,7 @@
 #pragma once
 
 #include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,5 +61,9 @@ Json ServerRowJson(const v1::ServerRow& row);
 // `status --watch -o json`.
 std::string StatusJson(std::optional<absl::Time> at, const std::vector<const v1::ServerRow*>& rows,
                        const std::vector<std::string>& removed);
+// The same text, written to `out` as it is made (a fleet's table is megabytes): what `status -o
+// json` prints.
+void WriteStatusJson(std::optional<absl::Time> at, const std::vector<const v1::ServerRow*>& rows,
+                     const std::vector<std::string>& removed, std::ostream& out);
 
 }  // namespace fleet::cli

@@ -1,5 +1,8 @@
 #include "cli/status_format.h"
 
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
 #include "cli/server_table.h"
 #include "cli/text_table.h"
 #include "gmock/gmock.h"
@@ -107,6 +110,34 @@ TEST(StatusFormat, RowJsonHasEveryFieldWithStableNamesAndTypes) {
             "\"\",\"port\":30003,\"degraded\":true,\"reason\":\"\"}],\"removed\":"
             "[\"pve1/200/gpu9\"]}");
   EXPECT_EQ(StatusJson(std::nullopt, {}, {}), "{\"at\":null,\"servers\":[],\"removed\":[]}");
+}
+
+TEST(StatusFormat, TheStreamedJsonIsTheWholeObjectsDumpAtAnySize) {
+  // Enough rows to cross the writer's flushes, with strings that need escaping or repair.
+  std::vector<v1::ServerRow> held;
+  for (int i = 0; i < 3000; ++i) {
+    v1::ServerRow row = Row(absl::StrCat("pve1/", 200 + i / 8, "/gpu", i % 8),
+                            i % 3 == 0 ? "JIT_COMPILING" : "READY");
+    row.set_reason(i % 7 == 0 ? "bad \xff\xfe utf-8, \b \f \x7f \"quoted\"" : "");
+    row.set_last_diagnosis_summary(i % 5 == 0 ? "line one\nline two\ttab" : "");
+    held.push_back(std::move(row));
+  }
+  std::vector<const v1::ServerRow*> rows;
+  for (const v1::ServerRow& row : held) rows.push_back(&row);
+  const std::vector<std::string> removed = {"pve1/9/gpu0", "odd \x80 name"};
+
+  Json whole = Json::object();
+  whole["at"] = FormatRfc3339(kNow);
+  whole["servers"] = Json::array();
+  for (const v1::ServerRow* row : rows) whole["servers"].push_back(ServerRowJson(*row));
+  whole["removed"] = removed;
+  const std::string expected = JsonText(std::move(whole));
+  ASSERT_GT(expected.size(), 3u * 65536u);
+
+  EXPECT_EQ(StatusJson(kNow, rows, removed), expected);
+  std::ostringstream streamed;
+  WriteStatusJson(kNow, rows, removed, streamed);
+  EXPECT_EQ(streamed.str(), expected);
 }
 
 TEST(TextTable, CutsLinesToTheWidthWithoutBreakingColour) {
