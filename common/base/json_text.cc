@@ -31,20 +31,46 @@ void SanitizeStrings(Json& value) {
   }
 }
 
+// Whether every string and key in `value` is valid UTF-8 already (the usual case: nothing to copy).
+bool AllStringsValid(const Json& value) {
+  if (value.is_string()) return IsValidUtf8(value.get_ref<const std::string&>());
+  if (value.is_array()) {
+    for (const Json& item : value) {
+      if (!AllStringsValid(item)) return false;
+    }
+  } else if (value.is_object()) {
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (!IsValidUtf8(it.key()) || !AllStringsValid(it.value())) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-std::string JsonText(Json value) {
-  SanitizeStrings(value);
-  // `replace` only as a guard: nothing invalid is left for it.
-  std::string text = value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+std::string JsonText(const Json& value) {
+  std::string text;
+  if (AllStringsValid(value)) {
+    text = value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  } else {
+    Json valid = value;
+    SanitizeStrings(valid);
+    // `replace` only as a guard: nothing invalid is left for it.
+    text = valid.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  }
   // Outside strings a dump has no backslash and no DEL, and inside them every backslash starts an
   // escape: a walk that takes escapes in pairs rewrites exactly the three forms. Spans between
   // them are copied whole (a status of 8,000 servers is megabytes with no DEL and few escapes).
-  constexpr std::string_view kSpecial("\\\x7f", 2);
+  // (A plain scan: find_first_of over a set calls memchr once per byte of the text.)
+  auto next_special = [&text](size_t from) {
+    for (size_t i = from; i < text.size(); ++i) {
+      if (text[i] == '\\' || text[i] == '\x7f') return i;
+    }
+    return std::string::npos;
+  };
   std::string out;
   size_t copied = 0;
-  for (size_t i = text.find_first_of(kSpecial); i != std::string::npos;
-       i = text.find_first_of(kSpecial, i)) {
+  for (size_t i = next_special(0); i != std::string::npos; i = next_special(i)) {
     std::string_view replacement;
     size_t length = 1;
     if (text[i] == '\x7f') {

@@ -25,6 +25,6 @@ using Json = nlohmann::ordered_json;
 
 // One line of JSON text, no newline. An object key that is not valid UTF-8 is made valid too
 // (two keys that become equal then keep the first one's place and the last one's value).
-std::string JsonText(Json value);
+std::string JsonText(const Json& value);
 
 }  // namespace fleet
