@@ -545,12 +545,12 @@ void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
         absl::StatusOr<fleet::v1::ServerStatus> started =
             StartAttempt(w.request, w.previous_attempt);
         if (!started.ok()) {
-          failure.diagnosis_class = "unknown";
+          failure.diagnosis_class = diagnosis::classes::kUnknown;
           failure.summary = std::string(started.status().message());
         }
       }
       auto current = servers_.find(request.gpu);
-      if (failure.diagnosis_class != "none" && current != servers_.end() &&
+      if (failure.diagnosis_class != diagnosis::classes::kNone && current != servers_.end() &&
           current->second->waiting_for_gpu()) {
         current->second->NotLaunched(now, failure);
         Persist(*current->second);

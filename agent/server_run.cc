@@ -228,7 +228,7 @@ void Agent::ServerRun::Exited(absl::Time now, bool status_known) {
   finished_ = true;
   if (d.diagnosis_class == diagnosis::classes::kNone && !stop_requested_) {
     // The process died and the log names no cause: say what is known.
-    d.diagnosis_class = "unknown";
+    d.diagnosis_class = diagnosis::classes::kUnknown;
     d.fix = diagnosis::FixKind::kReport;
     d.toolchain_fix = false;
     d.summary = exit_.status_unknown()
@@ -482,7 +482,7 @@ void Agent::ServerRun::AnnounceAdopted() {
   e.mutable_phase()->set_detail(phase_detail_);
   agent_->Emit(std::move(e));
   const diagnosis::Diagnosis d = classifier_->Snapshot();
-  if (d.diagnosis_class != "none") EmitDiagnosis(d, /*final=*/false);
+  if (d.diagnosis_class != diagnosis::classes::kNone) EmitDiagnosis(d, /*final=*/false);
 }
 
 AgentEvent Agent::ServerRun::NewEvent() const {

@@ -215,6 +215,16 @@ Daemon::Server* Daemon::FindServer(const fleet::v1::ServerRef& ref) {
 }
 
 void Daemon::SetState(Server& s, v1::ServerState state, absl::Time now) {
+  if (state == v1::SERVER_STATE_UNSPECIFIED) {
+    // A state this build has no value for (a newer agent's): the one it has stays, so that the row
+    // never loses its state and the column never gets an empty spelling.
+    log::Get(log::Component::kDaemon)
+        .warn("{} a state this fleetd does not know was reported: kept {}",
+              log::LogFields{.server = s.record.name, .attempt = s.attempt.id},
+              StateName(s.record.state));
+    Touch(s);
+    return;
+  }
   if (s.record.state != state) {
     s.record.state = state;
     s.record.state_since = now;

@@ -8,6 +8,7 @@
 #include "common/config/desired_server.h"
 #include "common/config/fleet_config.h"
 #include "common/config/server_name.h"
+#include "common/diagnosis/diagnosis_class.h"
 #include "common/log/log.h"
 #include "common/state/states.h"
 #include "daemon/daemon.h"
@@ -200,9 +201,9 @@ void Daemon::LaunchDone(const std::string& server, const std::string& attempt_id
       // The agent refused it (a spec it cannot run, a GPU busy with another attempt).
       s.attempt.outcome = v1::ATTEMPT_OUTCOME_FAILED;
       s.attempt.ended_at = now;
-      s.attempt.diagnosis_class = "unknown";
+      s.attempt.diagnosis_class = diagnosis::classes::kUnknown;
       s.attempt.summary = absl::StrCat("launch refused: ", r.status().message());
-      s.record.last_class = "unknown";
+      s.record.last_class = diagnosis::classes::kUnknown;
       s.record.last_summary = s.attempt.summary;
       s.record.reason = s.attempt.summary;
       SetState(s, v1::SERVER_STATE_GAVE_UP, now);

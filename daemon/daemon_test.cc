@@ -316,6 +316,23 @@ TEST_F(DaemonTest, AnAttemptRowIsWrittenBeforeTheAgentIsAskedToLaunchIt) {
   EXPECT_EQ(Rows()["local/200/gpu0"].state(), "STARTING");
 }
 
+TEST_F(DaemonTest, AStateThisBuildDoesNotKnowLeavesTheRowsStateAsItWas) {
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(TwoGpuConfig());
+  daemon_->Step();
+  const auto launch = agent_.launches[0];
+  agent_.Say(Phase(launch, "LOADING"));
+  daemon_->Step();
+  // A newer agent's state: its number unknown here, its spelling too.
+  AgentEvent newer = Phase(launch, "DRAINING");
+  newer.mutable_phase()->set_server_state(static_cast<fleet::v1::ServerState>(99));
+  agent_.Say(newer);
+  daemon_->Step();
+  auto row = Rows()["local/200/gpu0"];
+  EXPECT_EQ(row.state(), "LOADING");
+  EXPECT_EQ(row.server_state(), fleet::v1::SERVER_STATE_LOADING);
+}
+
 TEST_F(DaemonTest, EventsDriveTheStatesAndTheAttemptRecord) {
   agent_.snapshot.set_incarnation("inc-1");
   Deploy(TwoGpuConfig());
@@ -345,9 +362,12 @@ TEST_F(DaemonTest, EventsDriveTheStatesAndTheAttemptRecord) {
   agent_.Say(Phase(launch, "READY"));
   daemon_->Step();
   EXPECT_EQ(Rows()["local/200/gpu0"].state(), "READY");
+  // The typed state and outcome travel beside their spellings (proto/states.proto).
+  EXPECT_EQ(Rows()["local/200/gpu0"].server_state(), fleet::v1::SERVER_STATE_READY);
   auto attempts = daemon_->ListAttempts({});
   ASSERT_TRUE(attempts.ok());
   EXPECT_EQ(attempts->attempts(0).outcome(), "ready");
+  EXPECT_EQ(attempts->attempts(0).attempt_outcome(), fleet::v1::ATTEMPT_OUTCOME_READY);
   EXPECT_EQ(attempts->attempts(0).time_to_ready().seconds(), 42);
 }
 

@@ -5,8 +5,8 @@
 //   detection latency  for each trial, a `fleet-test-child quiet` server is launched (attempt
 //                      t<i>); once its STARTING event has arrived and it has written its first
 //                      line, one root-cause line is appended to its log with a single write(2)
-//                      (t0, just before it), and t1 is when the Events stream's reader thread gets
-//                      the provisional DiagnosisEvent of that attempt (t0 -> the event's own
+//                      (t0, just before it), and t1 is when the EventBatches stream's reader thread
+//                      gets the provisional DiagnosisEvent of that attempt (t0 -> the event's own
 //                      timestamp, stamped inside the agent, splits it). The server is then
 //                      stopped (STOPPED awaited) before the next one.
 //   footprint          8 simulated SGLang servers (one fixed world, GPUs 0-7) under a fresh agent;
@@ -312,7 +312,7 @@ class AgentProcess {
   std::string output_;
 };
 
-// --- the Events stream, read on a thread of its own.
+// --- the EventBatches stream, read on a thread of its own.
 
 struct Received {
   AgentEvent event;
@@ -362,14 +362,16 @@ class EventStreamClient {
 
  private:
   void Run() {
-    std::unique_ptr<grpc::ClientReader<AgentEvent>> reader = stub_->Events(&context_, request_);
-    AgentEvent e;
-    while (reader->Read(&e)) {
+    // EventBatches, as fleetd follows it: each message holds what the agent had queued.
+    std::unique_ptr<grpc::ClientReader<fleet::v1::EventBatch>> reader =
+        stub_->EventBatches(&context_, request_);
+    fleet::v1::EventBatch batch;
+    while (reader->Read(&batch)) {
       const SteadyTime now = std::chrono::steady_clock::now();
       absl::MutexLock lock(&mu_);
-      received_.push_back({std::move(e), now});
+      for (AgentEvent& e : *batch.mutable_events()) received_.push_back({std::move(e), now});
       cv_.SignalAll();
-      e = AgentEvent();
+      batch.Clear();
     }
     const grpc::Status s = reader->Finish();
     absl::MutexLock lock(&mu_);
@@ -775,10 +777,11 @@ int Main(int argc, char** argv) {
   std::string json_path;
   bool skip_latency = false;
   bool skip_footprint = false;
-  FlagSet flags("agent_bench [flags]",
-                "Detection latency (log line -> provisional diagnosis at a gRPC Events client) and "
-                "the agent's footprint with 8 ready simulated servers, against the real "
-                "fleet-agent binary.");
+  FlagSet flags(
+      "agent_bench [flags]",
+      "Detection latency (log line -> provisional diagnosis at a gRPC EventBatches client) and "
+      "the agent's footprint with 8 ready simulated servers, against the real "
+      "fleet-agent binary.");
   flags.AddInt("trials", '\0', &trials, "detection-latency trials");
   flags.AddDouble("idle-seconds", '\0', &idle_seconds, "idle window of the footprint run", "S");
   flags.AddInt("servers", '\0', &servers, "simulated servers of the footprint run (GPUs 0..N-1)");

@@ -36,11 +36,13 @@ bool HasProcess(v1::ServerState state);
 // Whether `state` is one of the start phases the log shows: STARTING up to CAPTURING_GRAPHS.
 bool IsStartPhase(v1::ServerState state);
 
-// A message's state: its `server_state` when set, else its `state` string parsed (UNSPECIFIED when
-// neither says). For ServerStatus, PhaseChanged and ServerRow.
+// A message's state: its `server_state` when it is a value this build knows, else its `state`
+// string parsed (UNSPECIFIED when neither says; a newer peer's value keeps its number in proto3,
+// and its spelling beside it is what an older reader goes by). For ServerStatus, PhaseChanged and
+// ServerRow.
 template <typename Message>
 v1::ServerState ServerStateOf(const Message& m) {
-  if (m.server_state() != v1::SERVER_STATE_UNSPECIFIED) return m.server_state();
+  if (!StateName(m.server_state()).empty()) return m.server_state();
   return ParseServerState(m.state()).value_or(v1::SERVER_STATE_UNSPECIFIED);
 }
 // Writes the state both ways: `server_state` and the `state` string.
@@ -61,7 +63,7 @@ std::string_view ServerStateText(const Message& m) {
 // An Attempt's outcome, both ways.
 template <typename Message>
 v1::AttemptOutcome AttemptOutcomeOf(const Message& m) {
-  if (m.attempt_outcome() != v1::ATTEMPT_OUTCOME_UNSPECIFIED) return m.attempt_outcome();
+  if (!OutcomeName(m.attempt_outcome()).empty()) return m.attempt_outcome();
   return ParseAttemptOutcome(m.outcome()).value_or(v1::ATTEMPT_OUTCOME_UNSPECIFIED);
 }
 template <typename Message>
@@ -79,7 +81,7 @@ std::string_view AttemptOutcomeText(const Message& m) {
 // A Plan's status, both ways.
 template <typename Message>
 v1::PlanStatus PlanStatusOf(const Message& m) {
-  if (m.plan_status() != v1::PLAN_STATUS_UNSPECIFIED) return m.plan_status();
+  if (!PlanStatusName(m.plan_status()).empty()) return m.plan_status();
   return ParsePlanStatus(m.status()).value_or(v1::PLAN_STATUS_UNSPECIFIED);
 }
 template <typename Message>

@@ -115,6 +115,25 @@ TEST(States, AMessageFromTheReleaseBeforeIsReadFromItsString) {
   EXPECT_EQ(ServerStateOf(status), v1::SERVER_STATE_UNSPECIFIED);
 }
 
+TEST(States, AValueFromANewerPeerIsReadFromItsSpelling) {
+  // proto3 keeps an enum number this build has no name for; the string beside it decides.
+  v1::ServerRow row;
+  row.set_server_state(static_cast<v1::ServerState>(99));
+  row.set_state("READY");
+  EXPECT_EQ(ServerStateOf(row), v1::SERVER_STATE_READY);
+  row.set_state("DRAINING");
+  EXPECT_EQ(ServerStateOf(row), v1::SERVER_STATE_UNSPECIFIED);
+  EXPECT_EQ(ServerStateText(row), "DRAINING");
+  v1::Attempt attempt;
+  attempt.set_attempt_outcome(static_cast<v1::AttemptOutcome>(42));
+  attempt.set_outcome("lost");
+  EXPECT_EQ(AttemptOutcomeOf(attempt), v1::ATTEMPT_OUTCOME_LOST);
+  v1::Plan plan;
+  plan.set_plan_status(static_cast<v1::PlanStatus>(42));
+  plan.set_status("applied");
+  EXPECT_EQ(PlanStatusOf(plan), v1::PLAN_STATUS_APPLIED);
+}
+
 TEST(States, TheTextIsTheEnumsSpellingElseTheStringAsSent) {
   v1::ServerRow row;
   row.set_state("HIBERNATING");  // a newer fleetd's state this build does not know

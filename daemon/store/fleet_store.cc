@@ -677,7 +677,7 @@ absl::StatusOr<fleet::v1::Plan> FleetStore::CreateRemediation(fleet::v1::Plan pl
       ->Bind(1, *container)
       .Bind(2, std::string_view(plan.trigger()))
       .Bind(3, std::string_view(plan.diagnosis_class()))
-      .Bind(4, PlanStatusName(PlanStatusOf(plan)))
+      .Bind(4, PlanStatusText(plan))
       .Bind(5, std::string_view(plan.summary()))
       .Bind(6, std::string_view(TimeText(now)));
   if (absl::Status s = (*insert)->Run(); !s.ok()) return s;
@@ -719,7 +719,7 @@ absl::Status FleetStore::UpdateRemediation(const fleet::v1::Plan& plan) {
   auto st = Prepare(
       "UPDATE remediations SET status = ?2, reason = ?3, applied_at = ?4, plan = ?5 WHERE id = ?1");
   if (!st.ok()) return st.status();
-  (*st)->Bind(1, id).Bind(2, PlanStatusName(PlanStatusOf(plan)));
+  (*st)->Bind(1, id).Bind(2, PlanStatusText(plan));
   (*st)->Bind(
       3, std::string_view(plan.outcome_reason().empty() ? plan.summary() : plan.outcome_reason()));
   if (plan.has_applied_at()) {
