@@ -205,6 +205,15 @@ class DaemonTest : public ::testing::Test {
     return out;
   }
 
+  // The two-GPU fleet deployed to an agent of incarnation inc-1, one turn taken: GPU 0's launch.
+  fleet::v1::LaunchRequest DeployTwoGpus() {
+    agent_.snapshot.set_incarnation("inc-1");
+    Deploy(TwoGpuConfig());
+    daemon_->Step();
+    EXPECT_FALSE(agent_.launches.empty());
+    return agent_.launches.empty() ? fleet::v1::LaunchRequest() : agent_.launches[0];
+  }
+
   AgentEvent Phase(const fleet::v1::LaunchRequest& launch, const std::string& state) {
     AgentEvent e;
     *e.mutable_server() = launch.spec().server();
@@ -317,10 +326,7 @@ TEST_F(DaemonTest, AnAttemptRowIsWrittenBeforeTheAgentIsAskedToLaunchIt) {
 }
 
 TEST_F(DaemonTest, AStateThisBuildDoesNotKnowLeavesTheRowsStateAsItWas) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   agent_.Say(Phase(launch, "LOADING"));
   daemon_->Step();
   // A newer agent's state: its number unknown here, its spelling too.
@@ -334,10 +340,7 @@ TEST_F(DaemonTest, AStateThisBuildDoesNotKnowLeavesTheRowsStateAsItWas) {
 }
 
 TEST_F(DaemonTest, EventsDriveTheStatesAndTheAttemptRecord) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   agent_.Say(Phase(launch, "LOADING"));
   AgentEvent progress = Phase(launch, "JIT_COMPILING");
   progress.mutable_phase()->set_detail("batch_decode");
@@ -391,10 +394,7 @@ class LogCapture {
 
 TEST_F(DaemonTest, AFailureARestartCannotFixGivesUpWithTheReason) {
   LogCapture log;
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   agent_.Say(Diagnosis(launch, "ptx_version_unsupported"));
   agent_.Say(Phase(launch, "FAILED"));
   daemon_->Step();
@@ -533,10 +533,7 @@ TEST_F(DaemonTest, TheBackoffStartsAgainAfterTenMinutesReady) {
 }
 
 TEST_F(DaemonTest, AStalledServerIsStoppedAndCountsAsAFailure) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   AgentEvent stalled;
   *stalled.mutable_server() = launch.spec().server();
   stalled.set_attempt_id(launch.attempt_id());
@@ -557,10 +554,7 @@ TEST_F(DaemonTest, AStalledServerIsStoppedAndCountsAsAFailure) {
 }
 
 TEST_F(DaemonTest, StopAndRestartOnRequest) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   agent_.Say(Phase(launch, "READY"));
   daemon_->Step();
   fleet::v1::ServersRequest stop;
@@ -587,10 +581,7 @@ TEST_F(DaemonTest, StopAndRestartOnRequest) {
 // showed STOPPED for a moment, and a fleet whose every server was READY or STOPPED counts as
 // stopped for good (exit 2). It shows RESTARTING instead.
 TEST_F(DaemonTest, AServerStoppedToBeRestartedIsShownRestartingNotStopped) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   agent_.Say(Phase(launch, "READY"));
   daemon_->Step();
   fleet::v1::ServersRequest restart;
@@ -615,10 +606,7 @@ TEST_F(DaemonTest, AServerStoppedToBeRestartedIsShownRestartingNotStopped) {
 }
 
 TEST_F(DaemonTest, AfterAStreamEndsItResumesFromTheStoredCursorAndAppliesNothingTwice) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   agent_.Say(Phase(launch, "LOADING"));
   daemon_->Step();
   agent_.EndStream();
@@ -673,10 +661,7 @@ TEST_F(DaemonTest, AStreamThatStopsBringingTheAgentsEventsIsFollowedAgain) {
 TEST_F(DaemonTest, AStreamBehindTheAgentButMovingIsNotFollowedAgain) {
   options_.stream_check = absl::Seconds(30);
   Open();
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   for (int check = 0; check < 4; ++check) {
     agent_.Keep(Phase(launch, "LOADING"));
     clock_.Advance(absl::Seconds(30));
@@ -692,10 +677,7 @@ TEST_F(DaemonTest, AStreamBehindTheAgentButMovingIsNotFollowedAgain) {
 }
 
 TEST_F(DaemonTest, ANewIncarnationIsResynchronisedFromItsSnapshotAndTheGapRecorded) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   agent_.Say(Phase(launch, "READY"));
   daemon_->Step();
   // The agent comes back with its state lost: a new incarnation that does not know gpu0's attempt.
@@ -1296,10 +1278,7 @@ TEST_F(DaemonTest, EventsWhoseWriteFailsAreKeptAndStoredOnceWhenTheRecordIsBack)
 }
 
 TEST_F(DaemonTest, ARedeployThatMovesTheChannelKeepsTheCursorOfEventsNotYetStored) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   auto outside = FleetStore::Open(dir_.Join("fleet.db"));
   ASSERT_TRUE(outside.ok()) << outside.status();
   ASSERT_TRUE((*outside)->db().Exec("BEGIN IMMEDIATE").ok());
@@ -1540,10 +1519,7 @@ TEST_F(DaemonTest, AnAgentThatLostItsLogTailIsFollowedUnderItsNewIncarnationWith
   // The machine went down: the agent's agent.db lost its last commits (events 4, 5 the daemon
   // had stored), so it starts a new incarnation whose numbers begin again at 1 while the server
   // it launched still runs. None of the new events may be taken for one already seen.
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto launch = agent_.launches[0];
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
   for (const char* state : {"LOADING", "JIT_COMPILING", "CAPTURING_GRAPHS", "LOADING", "READY"}) {
     agent_.Say(Phase(launch, state));
   }
