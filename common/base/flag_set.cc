@@ -31,6 +31,13 @@ std::string ShownName(const std::string& arg) {
   return arg.substr(0, 2);
 }
 
+// The flag a last argument left without its value: a long one as written, else the last letter of
+// a cluster of one-letter flags ("-wo": -o; the ones before it are booleans).
+std::string NeedsValueName(const std::string& arg) {
+  if (arg[1] == '-') return ShownName(arg);
+  return std::string{'-', arg.back()};
+}
+
 // CLI11 leaves what it did not bind in remaining(), in command-line order, the first "--" included.
 // Before that "--", anything that starts with '-' (and is not "-" alone) is a flag we do not know;
 // CLI11 itself would keep "-5" as a positional (a negative number), the old parser did not.
@@ -185,7 +192,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr && !args.empty()) {
       // A flag runs out of values only as the last argument: CLI11 takes any next one.
       return absl::InvalidArgumentError(
-          absl::StrCat("flag ", ShownName(args.back()), " needs a value"));
+          absl::StrCat("flag ", NeedsValueName(args.back()), " needs a value"));
     }
     return absl::InvalidArgumentError(absl::StrCat("command line: ", e.what()));
   }

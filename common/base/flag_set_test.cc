@@ -182,6 +182,9 @@ TEST(FlagSet, ErrorMessagesNameTheFlagAsWritten) {
   EXPECT_EQ(flags.Parse({"--count=y"}).message(), "flag --count: not an integer: 'y'");
   EXPECT_EQ(flags.Parse({"a", "-o"}).message(), "flag -o needs a value");
   EXPECT_EQ(flags.Parse({"--count"}).message(), "flag --count needs a value");
+  bool watch = false;
+  flags.AddBool("watch", 'w', &watch, "watch");
+  EXPECT_EQ(flags.Parse({"-wo"}).message(), "flag -o needs a value");
   EXPECT_EQ(flags.Parse({"--bogus=1"}).message(), "unknown flag --bogus (see --help)");
   EXPECT_EQ(flags.Parse({"-xyz"}).message(), "unknown flag -x (see --help)");
   EXPECT_EQ(flags.Parse({"---x"}).message(), "unknown flag ---x (see --help)");
