@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -24,6 +23,7 @@
 #include "cli/command_errors.h"
 #include "common/base/errno_status.h"
 #include "common/base/flag_set.h"
+#include "common/base/spawn.h"
 #include "common/base/unique_fd.h"
 
 extern char** environ;
@@ -44,29 +44,25 @@ std::string Tail(const std::string& output) {
 
 // Runs `openssl ARGS...` (found on PATH) by argv, its output captured; an error unless it exits 0.
 absl::Status RunOpenssl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"openssl"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "openssl: pipe");
   UniqueFd read_end(fds[0]);
   UniqueFd write_end(fds[1]);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDERR_FILENO);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, "openssl", &actions, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  SpawnSpec spec;
+  spec.argv = {"openssl"};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.search_path = true;
+  spec.in = SpawnStream::Null();
+  spec.out = SpawnStream::Fd(write_end.get());
+  spec.err = SpawnStream::Stdout();
+  absl::StatusOr<pid_t> spawned = SpawnProcess(spec);
   write_end.Reset();
-  if (rc == ENOENT) {
+  if (absl::IsNotFound(spawned.status())) {
     return absl::NotFoundError(
         "openssl is not on PATH: install it (Debian: apt-get install openssl)");
   }
-  if (rc != 0) return ErrnoToStatus(rc, "openssl: start");
+  if (!spawned.ok()) return spawned.status();
+  const pid_t pid = *spawned;
   std::string output;
   char buffer[4096];
   for (;;) {

@@ -131,7 +131,9 @@ absl::StatusOr<pid_t> SpawnProcess(const SpawnSpec& spec) {
   posix_spawnattr_setflags(&attr, flags);
 
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, argv.data(), env);
+  const int rc = spec.search_path
+                     ? posix_spawnp(&pid, program.c_str(), &actions, &attr, argv.data(), env)
+                     : posix_spawn(&pid, program.c_str(), &actions, &attr, argv.data(), env);
   if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("spawn ", program));
   return pid;
 }

@@ -58,8 +58,11 @@ enum class SpawnGroup {
 };
 
 struct SpawnSpec {
-  // The file executed, as given (no PATH search); empty: argv[0].
+  // The file executed; empty: argv[0]. As given unless `search_path`.
   std::string program;
+  // A program without a slash is looked for in PATH, as a shell would (posix_spawnp): for tools
+  // the user installs (openssl), never for our own binaries, which are named by path.
+  bool search_path = false;
   // argv[0] first; must not be empty.
   std::vector<std::string> argv;
   // The child's whole environment; unset: this process's (environ) at the time of the spawn.

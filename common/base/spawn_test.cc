@@ -282,6 +282,20 @@ TEST(SpawnProcess, ResetSignalsUnblocksAndUnignoresWhatWeSet) {
   EXPECT_TRUE(HasSignal(kept, "SigIgn", SIGUSR2)) << kept;
 }
 
+TEST(SpawnProcess, ABareNameIsLookedForInPathOnlyWhenAsked) {
+  SpawnSpec spec;
+  spec.argv = {"true"};
+  spec.cwd = "/";
+  // As given: "true" is a file in the working directory, and there is none.
+  EXPECT_EQ(SpawnProcess(spec).status().code(), absl::StatusCode::kNotFound);
+  spec.search_path = true;
+  absl::StatusOr<pid_t> pid = SpawnProcess(spec);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  EXPECT_EQ(WaitExit(*pid), 0);
+  spec.argv = {"fleet-spawn-no-such-program-on-path"};
+  EXPECT_EQ(SpawnProcess(spec).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(SpawnProcess, MissingProgramIsNotFoundAndNamed) {
   SpawnSpec spec;
   spec.argv = {"/nonexistent/fleet-spawn-no-such-program", "--version"};
