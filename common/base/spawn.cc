@@ -97,6 +97,12 @@ absl::StatusOr<pid_t> SpawnProcess(const SpawnSpec& spec) {
   for (int target = STDIN_FILENO; target <= STDERR_FILENO; ++target) {
     if (absl::Status s = AddStream(&actions, target, *streams[target], program); !s.ok()) return s;
   }
+  if (spec.close_other_fds) {
+    if (const int rc = posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+        rc != 0) {
+      return ErrnoToStatus(rc, absl::StrCat("spawn ", program, ": closefrom"));
+    }
+  }
   if (!spec.cwd.empty()) {
     if (const int rc = posix_spawn_file_actions_addchdir_np(&actions, spec.cwd.c_str()); rc != 0) {
       return ErrnoToStatus(rc, absl::StrCat("spawn ", program, ": chdir ", spec.cwd));

@@ -63,6 +63,9 @@ struct SpawnSpec {
   // A program without a slash is looked for in PATH, as a shell would (posix_spawnp): for tools
   // the user installs (openssl), never for our own binaries, which are named by path.
   bool search_path = false;
+  // Every descriptor above stderr closed in the child, whether close-on-exec or not (a socket
+  // accepted without SOCK_CLOEXEC, another thread's pipe between pipe() and fcntl()).
+  bool close_other_fds = false;
   // argv[0] first; must not be empty.
   std::vector<std::string> argv;
   // The child's whole environment; unset: this process's (environ) at the time of the spawn.

@@ -296,6 +296,26 @@ TEST(SpawnProcess, ABareNameIsLookedForInPathOnlyWhenAsked) {
   EXPECT_EQ(SpawnProcess(spec).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(SpawnProcess, CloseOtherFdsLeavesTheChildOnlyItsStreams) {
+  // A descriptor of ours that is not close-on-exec (dup2 clears the flag), as an accepted socket
+  // may be; high enough that the child's own descriptors are not taken for it.
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
+  ASSERT_EQ(dup2(write_end.get(), 200), 200);
+  UniqueFd leaked(200);
+  SpawnSpec spec;
+  spec.argv = {Tool("ls"), "/proc/self/fd"};
+  Ran inherited = RunCapturing(spec);
+  EXPECT_THAT(inherited.output, HasSubstr("\n200\n"));
+  spec.close_other_fds = true;
+  Ran closed = RunCapturing(spec);
+  EXPECT_EQ(closed.exit_code, 0);
+  EXPECT_THAT(closed.output, StartsWith("0\n1\n2\n"));
+  EXPECT_THAT(closed.output, ::testing::Not(HasSubstr("200")));
+}
+
 TEST(SpawnProcess, MissingProgramIsNotFoundAndNamed) {
   SpawnSpec spec;
   spec.argv = {"/nonexistent/fleet-spawn-no-such-program", "--version"};

@@ -9,7 +9,6 @@
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,12 +25,11 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/base/spawn.h"
 #include "daemon/ssh/ssh_reach.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
-
-extern char** environ;
 
 namespace fleet::daemon {
 namespace {
@@ -211,30 +209,20 @@ class SshSessionTest : public ::testing::Test {
   void SpawnSshd(int fd) {
     const std::string config = dir_.Join("sshd_config");
     const std::string log = dir_.Join("sshd.log");
-    std::vector<std::string> args = {kSshd, "-i", "-e", "-f", config};
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fd, 0);
-    posix_spawn_file_actions_adddup2(&actions, fd, 1);
-    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&attr, 0);
-    pid_t pid = -1;
-    const int rc = posix_spawn(&pid, kSshd, &actions, &attr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
-      ADD_FAILURE() << "posix_spawn sshd: " << std::strerror(rc);
+    SpawnSpec spec;
+    spec.argv = {kSshd, "-i", "-e", "-f", config};
+    spec.in = SpawnStream::Fd(fd);
+    spec.out = SpawnStream::Fd(fd);
+    spec.err = SpawnStream::FileToAppend(log);
+    spec.close_other_fds = true;
+    spec.group = SpawnGroup::kOwnGroup;
+    absl::StatusOr<pid_t> pid = SpawnProcess(spec);
+    if (!pid.ok()) {
+      ADD_FAILURE() << pid.status();
       return;
     }
     absl::MutexLock lock(&mu_);
-    sshd_pids_.push_back(pid);
+    sshd_pids_.push_back(*pid);
   }
 
   int listen_fd_ = -1;
