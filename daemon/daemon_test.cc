@@ -1160,10 +1160,7 @@ TEST_F(DaemonTest, ARecordThatCannotBeWrittenIsLoggedOnceAndItsRecoveryOnce) {
 // again. Its failure was in no commit yet when the next attempt took its place, and the rows
 // written from then on carried only the new attempt: the failed one stayed `pending` for good.
 TEST_F(DaemonTest, AnAttemptReplacedWhileTheRecordFailsIsStoredAsItEnded) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto first = agent_.launches[0];
+  const fleet::v1::LaunchRequest first = DeployTwoGpus();
   agent_.Say(Phase(first, "LOADING"));
   daemon_->Step();  // stored: attempt 1 running
   // The disk fills: every commit that writes an attempt row fails at COMMIT.
@@ -1196,10 +1193,7 @@ TEST_F(DaemonTest, AnAttemptReplacedWhileTheRecordFailsIsStoredAsItEnded) {
 // Finding 16 with a crash: fleetd stopped while the replaced attempt's end still waited for a
 // commit. The next fleetd closes it (lost) rather than leave it open for good.
 TEST_F(DaemonTest, AReplacedAttemptStillOpenAfterACrashIsClosedAsLost) {
-  agent_.snapshot.set_incarnation("inc-1");
-  Deploy(TwoGpuConfig());
-  daemon_->Step();
-  const auto first = agent_.launches[0];
+  const fleet::v1::LaunchRequest first = DeployTwoGpus();
   agent_.Say(Phase(first, "LOADING"));
   daemon_->Step();  // stored: attempt 1 running
   // Every commit that changes gpu0's attempt 1 fails at COMMIT; the others go through.
