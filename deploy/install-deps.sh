@@ -22,6 +22,11 @@ packages=(
   # Remote fleets: the SSH tests run a real sshd on loopback (openssh-server, only its binary; see
   # policy-rc.d below), ssh-keygen makes their keys, openssl makes TLS certs, iproute2 gives `ss`.
   openssh-server openssh-client openssl iproute2
+  # Observability: fleetd's /metrics (prometheus-cpp, which brings civetweb; civetweb loads
+  # libssl.so for a TLS listener), webhooks over HTTPS (libcurl, OpenSSL's HMAC); the tests run a
+  # real Prometheus and promtool on loopback (the package's service is never started: see
+  # policy-rc.d below), and `status --watch` in a real terminal (tmux).
+  prometheus-cpp-dev libcurl4-openssl-dev libssl-dev prometheus tmux
 )
 
 missing=()
