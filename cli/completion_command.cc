@@ -59,7 +59,7 @@ _fleetctl() {
       --socket|--state-dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
       --timeout) return ;;
     esac
-    COMPREPLY=($(compgen -W "deploy status logs attempts explain plan apply remediations restart stop hosts certs completion --socket --state-dir --timeout --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "deploy status logs events attempts explain plan apply remediations restart stop hosts certs completion --socket --state-dir --timeout --help --version" -- "$cur"))
     return
   fi
   case "$verb:$prev" in
@@ -82,6 +82,7 @@ _fleetctl() {
       status) flags+=" --output --watch --until-ready" ;;
       attempts) flags+=" --output" ;;
       logs) flags+=" --follow --attempt --tail" ;;
+      events) flags+=" --follow --since --output" ;;
       explain) flags+=" --output --server --attempt --color --signatures --live" ;;
       restart) flags+=" --all --now --output" ;;
       stop) flags+=" --all --output" ;;

@@ -247,4 +247,31 @@ absl::Status FleetClient::Logs(const v1::ServerLogsRequest& request,
   return Translate(status, "Logs", timed_out);
 }
 
+absl::Status FleetClient::FleetEvents(const v1::FleetEventsRequest& request,
+                                      const EventsCallback& on_message) {
+  grpc::ClientContext context;
+  bool stopped_by_caller = false;
+  bool timed_out = false;
+  grpc::Status status;
+  {
+    StreamWatchdog watchdog(&context, timeout_);
+    if (request.follow()) watchdog.Disarm();
+    std::unique_ptr<grpc::ClientReader<v1::FleetEventsResponse>> reader =
+        stub_->FleetEvents(&context, request);
+    v1::FleetEventsResponse message;
+    while (reader->Read(&message)) {
+      watchdog.Touch();
+      if (!on_message(message)) {
+        stopped_by_caller = true;
+        context.TryCancel();
+        break;
+      }
+    }
+    status = reader->Finish();
+    timed_out = watchdog.fired();
+  }
+  if (stopped_by_caller) return absl::OkStatus();
+  return Translate(status, "FleetEvents", timed_out);
+}
+
 }  // namespace fleet::cli

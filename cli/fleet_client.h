@@ -60,6 +60,11 @@ class FleetClient {
   using LogsCallback = std::function<bool(const v1::LogChunk&)>;
   absl::Status Watch(const v1::FleetStatusRequest& request, const WatchCallback& on_message);
   absl::Status Logs(const v1::ServerLogsRequest& request, const LogsCallback& on_message);
+  // The fleet's events (FleetEvents RPC): as Logs, the deadline only until the first message
+  // when following.
+  using EventsCallback = std::function<bool(const v1::FleetEventsResponse&)>;
+  absl::Status FleetEvents(const v1::FleetEventsRequest& request,
+                           const EventsCallback& on_message);
 
  private:
   template <typename Request, typename Response>

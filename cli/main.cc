@@ -15,6 +15,7 @@
 #include "cli/explain_command.h"
 #include "cli/global_flags.h"
 #include "cli/hosts_command.h"
+#include "cli/events_command.h"
 #include "cli/logs_command.h"
 #include "cli/remediation_command.h"
 #include "cli/status_command.h"
@@ -37,6 +38,8 @@ constexpr char kUsage[] =
     "                            servers, states, phases, last diagnosis\n"
     "  logs SERVER [-f]          a server's log, by attempt\n"
     "  attempts [SERVER]         the history of start attempts\n"
+    "  events [-f] [--since N] [-o json]\n"
+    "                            the fleet's events (state changes, attempts, fixes)\n"
     "  plan SERVER               the remediation the planner has for a server\n"
     "  apply PLAN_ID             apply a proposed plan and wait for it (policy mode 'ask')\n"
     "  remediations [SERVER|CONTAINER]\n"
@@ -96,6 +99,7 @@ int main(int argc, char** argv) {
   if (verb == "status") return fleet::cli::RunStatus(args, ctx);
   if (verb == "attempts") return fleet::cli::RunAttempts(args, ctx);
   if (verb == "logs") return fleet::cli::RunLogs(args, ctx);
+  if (verb == "events") return fleet::cli::RunEvents(args, ctx);
   if (verb == "restart") return fleet::cli::RunRestart(args, ctx);
   if (verb == "stop") return fleet::cli::RunStop(args, ctx);
   if (verb == "plan") return fleet::cli::RunPlan(args, ctx);

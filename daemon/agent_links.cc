@@ -3,6 +3,7 @@
 // reasons. No lock is held across an agent call.
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/proto_time.h"
 #include "common/config/desired_server.h"
@@ -11,6 +12,7 @@
 #include "common/log/log.h"
 #include "common/state/states.h"
 #include "daemon/daemon.h"
+#include "daemon/events/fleet_events.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -22,12 +24,14 @@ using google::protobuf::util::MessageDifferencer;
 
 void Daemon::OnEvent(const std::string& container, fleet::v1::AgentEvent event) {
   absl::MutexLock lock(&queue_mu_);
+  ++events_ingested_;
   queue_.push_back({container, false, absl::OkStatus(), std::move(event)});
   wake_ = true;
 }
 
 void Daemon::OnEvents(const std::string& container, std::vector<fleet::v1::AgentEvent> events) {
   absl::MutexLock lock(&queue_mu_);
+  events_ingested_ += events.size();
   for (fleet::v1::AgentEvent& e : events) {
     queue_.push_back({container, false, absl::OkStatus(), std::move(e)});
   }
@@ -225,17 +229,59 @@ void Daemon::SetState(Server& s, v1::ServerState state, absl::Time now) {
     Touch(s);
     return;
   }
+  JournalAttempt(s, now);
   if (s.record.state != state) {
+    const v1::ServerState previous = s.record.state;
+    const absl::Time since = s.record.state_since;
     s.record.state = state;
     s.record.state_since = now;
+    fleet::v1::FleetEvent e = events::ServerEvent(events::kServerState, s.record, s.attempt, now);
+    e.set_previous_state(std::string(StateName(previous)));
+    if (since != absl::InfinitePast() && since <= now) {
+      *e.mutable_duration() = ToProtoDuration(now - since);
+    }
+    journal_.Add(std::move(e));
     // What an operator must act on (fix the cause, then `fleetctl restart`); the reason is set.
     if (state == v1::SERVER_STATE_GAVE_UP) {
       log::Get(log::Component::kDaemon)
           .error("{} GAVE_UP: {}", log::LogFields{.server = s.record.name, .attempt = s.attempt.id},
                  s.record.reason);
+      journal_.Add(events::ServerEvent(events::kGaveUp, s.record, s.attempt, now));
+    } else if (state == v1::SERVER_STATE_READY &&
+               (s.failures > 0 || absl::StartsWith(s.attempt.trigger, "remediation:"))) {
+      // READY after failures (the fix worked, or the retry did): the all-clear of a gave_up or a
+      // crash loop. The event carries the attempt's trigger, and the last failure's class.
+      fleet::v1::FleetEvent r = events::ServerEvent(events::kRecovered, s.record, s.attempt, now);
+      if (r.diagnosis_class().empty() && !s.fix_class.empty()) r.set_diagnosis_class(s.fix_class);
+      journal_.Add(std::move(r));
     }
   }
   Touch(s);
+}
+
+void Daemon::JournalAttempt(Server& s, absl::Time now) {
+  const AttemptRecord& a = s.attempt;
+  if (a.id.empty() || s.attempt_told == a.id) return;
+  if (a.outcome != v1::ATTEMPT_OUTCOME_READY && a.outcome != v1::ATTEMPT_OUTCOME_FAILED &&
+      a.outcome != v1::ATTEMPT_OUTCOME_STOPPED && a.outcome != v1::ATTEMPT_OUTCOME_LOST) {
+    return;
+  }
+  s.attempt_told = a.id;
+  fleet::v1::FleetEvent e = events::ServerEvent(events::kAttemptFinished, s.record, a, now);
+  e.set_outcome(std::string(OutcomeName(a.outcome)));
+  const absl::Time start = a.launched_at != absl::InfinitePast() ? a.launched_at : a.created_at;
+  const absl::Time end = a.ended_at != absl::InfinitePast() ? a.ended_at : now;
+  if (start != absl::InfinitePast() && start <= end) {
+    *e.mutable_duration() = ToProtoDuration(end - start);
+  }
+  e.set_template_(TemplateOf(s.record));
+  e.set_jit_cache(s.jit_warm_at_launch ? "warm" : "cold");
+  journal_.Add(std::move(e));
+}
+
+std::string Daemon::TemplateOf(const ServerRecord& r) const {
+  auto link = links_.find(ContainerOf(r));
+  return link == links_.end() ? std::string() : link->second->config.template_();
 }
 
 void Daemon::Touch(Server& s) {
@@ -333,6 +379,7 @@ void Daemon::ApplyEvent(const std::string& container, const fleet::v1::AgentEven
       s->record.last_class = d.diagnosis_class();
       s->record.last_summary = d.summary();
       s->stalled = true;
+      journal_.Add(events::ServerEvent(events::kStalled, s->record, a, now));
       Touch(*s);
       break;
     }
@@ -558,6 +605,11 @@ void Daemon::LinkFailed(Link& l, const absl::Status& why, absl::Time now) {
   l.retry_at = now + wait;
   if (absl::IsCancelled(why)) return;
   const std::string message(why.message());
+  if (l.up) {
+    // It answered before, and no longer does: a person may have to look (agent_lost).
+    l.up = false;
+    journal_.Add(events::LinkEvent(events::kAgentLost, l.container, message, now));
+  }
   if (message == l.last_error) return;  // said once; the retries say nothing new
   l.last_error = message;
   log::Get(log::Component::kLinks)
@@ -567,6 +619,10 @@ void Daemon::LinkFailed(Link& l, const absl::Status& why, absl::Time now) {
 }
 
 void Daemon::LinkUp(Link& l) {
+  if (!l.up) {
+    l.up = true;
+    journal_.Add(events::LinkEvent(events::kAgentConnected, l.container, "", clock_->Now()));
+  }
   if (!l.last_error.empty()) {
     log::Get(log::Component::kLinks)
         .info("{} agent reachable again (after {} failed tries)",

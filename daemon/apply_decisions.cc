@@ -12,6 +12,7 @@
 #include "common/log/log.h"
 #include "common/state/states.h"
 #include "daemon/daemon.h"
+#include "daemon/events/fleet_events.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -104,8 +105,12 @@ void Daemon::Launch(const Decision& d, Server& s, absl::Time now, std::set<std::
     // The attempt it replaces is written once more with the turn's writes (until it is): its
     // last change (its failure, say) may be in no commit yet when the record fails, and the rows
     // written from now on carry the new one (finding 16).
-    if (!s.attempt.id.empty()) unsaved_.closed.push_back(s.attempt);
+    if (!s.attempt.id.empty()) {
+      JournalAttempt(s, now);
+      unsaved_.closed.push_back(s.attempt);
+    }
     s.attempt = *std::move(a);
+    s.jit_warm_at_launch = fixes_[ContainerOf(r)].jit_warm;
     r.attempt_id = s.attempt.id;
     r.attempt_number = s.attempt.number;
     r.reason.clear();
@@ -115,6 +120,10 @@ void Daemon::Launch(const Decision& d, Server& s, absl::Time now, std::set<std::
     s.next_trigger.clear();
     r.progress_step = r.progress_total = 0;
     SetState(s, v1::SERVER_STATE_PENDING, now);
+    fleet::v1::FleetEvent started = events::ServerEvent(events::kAttemptStarted, r, s.attempt, now);
+    started.set_template_(TemplateOf(r));
+    started.set_jit_cache(s.jit_warm_at_launch ? "warm" : "cold");
+    journal_.Add(std::move(started));
     changed->insert(d.server);
   }
   AgentCall c{AgentCall::kLaunch, d.server, ContainerOf(r), {}, {}};
@@ -233,6 +242,7 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
           "deploy --only: no server ", name, " in the config or the fleet: nothing deployed"));
     }
   }
+  if (!dry_run) notify_.assign(config.notify().begin(), config.notify().end());
   const absl::Time now = clock_->Now();
   std::set<std::string> seen;
   std::set<std::string> persist;
@@ -374,6 +384,7 @@ absl::StatusOr<fleet::v1::DeployResponse> Daemon::Deploy(const fleet::v1::Deploy
     }
   }
   ReleaseRetired();
+  if (!request.dry_run()) ConfigureSink();
   {
     absl::MutexLock lock(&queue_mu_);
     wake_ = true;

@@ -12,7 +12,10 @@
 #include "common/config/desired_server.h"
 #include "common/config/fleet_config.h"
 #include "common/config/server_name.h"
+#include "common/diagnosis/diagnosis_class.h"
 #include "common/log/log.h"
+#include "daemon/events/fleet_events.h"
+#include "common/events/fleet_event_json.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -133,6 +136,11 @@ absl::Status Daemon::Recover() {
       auto a = store_->Attempt(s.record.name, s.record.attempt_number);
       if (!a.ok()) return a.status();
       if (a->has_value()) s.attempt = **a;
+      // Its outcome, if it has one, was told before the stop (attempt_finished once).
+      if (s.attempt.outcome != v1::ATTEMPT_OUTCOME_PENDING &&
+          s.attempt.outcome != v1::ATTEMPT_OUTCOME_RUNNING) {
+        s.attempt_told = s.attempt.id;
+      }
       // The budget counts from the last attempt a deploy made.
       auto all = store_->Attempts(s.record.name);
       if (!all.ok()) return all.status();
@@ -163,7 +171,11 @@ absl::Status Daemon::Recover() {
   if (absl::Status s = LoadFixes(); !s.ok()) return s;
   auto config = store_->LatestConfig();
   if (!config.ok()) return config.status();
+  auto range = store_->FleetEventRange();
+  if (!range.ok()) return range.status();
+  journal_.SetLastIndex(range->second);
   if (config->has_value()) {
+    notify_.assign((*config)->notify().begin(), (*config)->notify().end());
     for (const fleet::v1::Host& h : (*config)->hosts()) {
       const fleet::v1::Host bare = WithoutContainers(h);
       for (const fleet::v1::Container& c : h.containers()) {
@@ -247,11 +259,20 @@ void Daemon::Step() {
     calls = std::move(ready);
   }
   RecordPending();
+  // The turn's fleet events, in a commit of their own once its rows are in theirs (an event is
+  // never told of a change the record could still lose), with the deliveries they make.
+  std::vector<DeliveryRecord> deliveries;
+  const std::vector<fleet::v1::FleetEvent> journaled = WriteJournal(now, &deliveries);
   if (now - last_prune_ > absl::Hours(1)) {
     last_prune_ = now;
     store_->PruneEvents(now - options_.event_retention, options_.max_events).IgnoreError();
   }
   store_mu_.Unlock();
+  journal_.Publish(journaled);
+  if (!deliveries.empty()) {
+    absl::MutexLock lock(&sink_mu_);
+    if (delivery_sink_ != nullptr) delivery_sink_->Deliver(std::move(deliveries));
+  }
   if (!unrecorded.empty()) {
     absl::MutexLock lock(&mu_);
     dirty_.merge(unrecorded);
@@ -270,6 +291,138 @@ void Daemon::Step() {
   }
   ReleaseRetired();
   NotifySubscribers();
+}
+
+std::vector<fleet::v1::FleetEvent> Daemon::WriteJournal(absl::Time now,
+                                                        std::vector<DeliveryRecord>* deliveries) {
+  std::vector<fleet::v1::FleetEvent> batch = journal_.Take();
+  if (batch.empty()) return batch;
+  for (const fleet::v1::FleetEvent& e : batch) {
+    if (!events::IsNotifiable(e.type())) continue;
+    for (const fleet::v1::Notify& n : notify_) {
+      if (!n.events().empty() &&
+          std::find(n.events().begin(), n.events().end(), e.type()) == n.events().end()) {
+        continue;
+      }
+      DeliveryRecord d;
+      d.event_index = e.index();
+      d.notify = n.name();
+      d.event_type = e.type();
+      d.server = e.server();
+      d.next_at = now;
+      d.body = fleet::events::WebhookBody(e);
+      deliveries->push_back(std::move(d));
+    }
+  }
+  if (absl::Status st = store_->AppendFleetEvents(batch, deliveries, now); !st.ok()) {
+    RecordFailed(st, {}, " (the fleet events are written again next turn)");
+    deliveries->clear();
+    journal_.Requeue(std::move(batch));
+    return {};
+  }
+  journal_.Committed(batch);
+  return batch;
+}
+
+absl::StatusOr<std::vector<fleet::v1::FleetEvent>> Daemon::FleetEvents(int64_t since,
+                                                                       size_t limit,
+                                                                       int64_t* oldest) {
+  std::vector<fleet::v1::FleetEvent> out;
+  absl::MutexLock lock(&store_mu_);
+  auto range = store_->FleetEventRange();
+  if (!range.ok()) return range.status();
+  *oldest = range->first;
+  if (journal_.Recent(since, limit, &out)) return out;
+  return store_->FleetEvents(since, static_cast<int64_t>(limit));
+}
+
+uint64_t Daemon::EventsIngested() const {
+  absl::MutexLock lock(&queue_mu_);
+  return events_ingested_;
+}
+
+void Daemon::SetDeliverySink(DeliverySink* sink) {
+  if (sink == nullptr) {
+    absl::MutexLock lock(&sink_mu_);
+    delivery_sink_ = nullptr;
+    return;
+  }
+  std::vector<fleet::v1::Notify> notify;
+  absl::StatusOr<std::vector<DeliveryRecord>> pending;
+  {
+    absl::MutexLock lock(&store_mu_);
+    notify = notify_;
+    pending = store_->PendingDeliveries(100000);
+  }
+  absl::MutexLock lock(&sink_mu_);
+  delivery_sink_ = sink;
+  sink->Configure(std::move(notify));
+  if (!pending.ok()) {
+    log::Get(log::Component::kDaemon).error("webhooks: the pending deliveries: {}", pending.status());
+    return;
+  }
+  if (!pending->empty()) sink->Deliver(*std::move(pending));
+}
+
+void Daemon::ConfigureSink() {
+  std::vector<fleet::v1::Notify> notify;
+  {
+    absl::MutexLock lock(&store_mu_);
+    notify = notify_;
+  }
+  absl::MutexLock lock(&sink_mu_);
+  if (delivery_sink_ != nullptr) delivery_sink_->Configure(std::move(notify));
+}
+
+absl::Status Daemon::RecordDelivery(const DeliveryRecord& delivery) {
+  absl::MutexLock lock(&store_mu_);
+  return store_->UpdateDelivery(delivery);
+}
+
+FleetSnapshot Daemon::Snapshot() const {
+  FleetSnapshot out;
+  absl::MutexLock lock(&mu_);
+  out.servers.reserve(servers_.size());
+  std::set<std::string> approvals;
+  for (const auto& [name, s] : servers_) {
+    if (s.record.removed) continue;
+    FleetSnapshot::ServerInfo info;
+    info.name = name;
+    info.host = s.record.host;
+    info.ctid = s.record.container;
+    info.gpu = s.record.gpu;
+    info.state = s.record.state;
+    info.state_since = s.record.state_since;
+    info.diagnosis_class = s.record.last_class.empty() ? diagnosis::classes::kNone
+                                                       : s.record.last_class;
+    info.template_name = TemplateOf(s.record);
+    info.ready = s.record.state == v1::SERVER_STATE_READY;
+    info.port = s.record.spec.port();
+    info.engine = s.record.spec.engine();
+    out.servers.push_back(std::move(info));
+    const std::string container = ContainerOf(s.record);
+    if (s.waiting == "approval" && approvals.insert(container).second) {
+      out.approvals.push_back({s.record.host, s.record.container,
+                               s.fix_class.empty() ? s.attempt.diagnosis_class : s.fix_class});
+    }
+  }
+  for (const auto& [key, l] : links_) {
+    FleetSnapshot::LinkInfo info;
+    info.host = l->host.name();
+    info.ctid = l->config.ctid();
+    info.ssh = l->host.reach().kind() == fleet::v1::Reach::SSH;
+    info.connected = l->state == Link::kFollowing;
+    if (!l->config.server_address().empty()) {
+      info.address = l->config.server_address();
+    } else if (l->config.channel().kind() == fleet::v1::Channel::DIRECT &&
+               !absl::StartsWith(l->config.channel().address(), "unix:")) {
+      info.address = l->config.channel().address();
+    } else if (!info.ssh) {
+      info.address = "127.0.0.1";
+    }
+    out.links.push_back(std::move(info));
+  }
+  return out;
 }
 
 void Daemon::Wake() {

@@ -51,6 +51,7 @@
 #include "common/log/log_fields.h"
 #include "daemon/agent_client.h"
 #include "daemon/call_pacer.h"
+#include "daemon/events/fleet_journal.h"
 #include "daemon/planner/planner.h"
 #include "daemon/reconciler.h"
 #include "daemon/remediation_runner.h"
@@ -106,6 +107,43 @@ struct StartupConfigOutcome {
   StartupConfigAction action = StartupConfigAction::kIgnored;
   int64_t version = 0;  // the config version the record holds after it
   std::string message;  // one line for fleetd's log: which of the three, and why
+};
+
+// Where the webhook deliveries go once recorded (the Notifier, daemon/notify/): told the config's
+// notify entries at every deploy, and each batch of deliveries after the commit that made them
+// (and, at SetDeliverySink, those a fleetd before left pending). Must not block.
+class DeliverySink {
+ public:
+  virtual ~DeliverySink() = default;
+  virtual void Configure(std::vector<fleet::v1::Notify> notify) = 0;
+  virtual void Deliver(std::vector<DeliveryRecord> deliveries) = 0;
+};
+
+// What /metrics shows of the fleet now (a copy, made under the state lock).
+struct FleetSnapshot {
+  struct ServerInfo {
+    std::string name, host, ctid;
+    int32_t gpu = 0;
+    fleet::v1::ServerState state = fleet::v1::SERVER_STATE_UNSPECIFIED;
+    absl::Time state_since;
+    std::string diagnosis_class;  // the last one ("none" when none)
+    std::string template_name;
+    bool ready = false;
+    int32_t port = 0;
+    std::string engine;
+  };
+  struct LinkInfo {
+    std::string host, ctid;
+    bool ssh = false;
+    bool connected = false;
+    std::string address;  // where the container's servers are reached (direct channels)
+  };
+  struct Approval {
+    std::string host, ctid, diagnosis_class;
+  };
+  std::vector<ServerInfo> servers;
+  std::vector<LinkInfo> links;
+  std::vector<Approval> approvals;
 };
 
 // Told (without the daemon's lock) that server rows changed.
@@ -165,6 +203,22 @@ class Daemon : public EventSink, public PlanRecorder {
                     const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk,
                     CallCancel* cancel = nullptr) ABSL_LOCKS_EXCLUDED(mu_, logs_mu_);
 
+  // The fleet's events: recorded ones with an index above `since` (at most `limit`), from memory
+  // or the record; `*oldest` is the oldest index the record keeps (0 when none).
+  absl::StatusOr<std::vector<fleet::v1::FleetEvent>> FleetEvents(int64_t since, size_t limit,
+                                                                 int64_t* oldest)
+      ABSL_LOCKS_EXCLUDED(store_mu_);
+  FleetJournal& journal() { return journal_; }
+  FleetSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Agent events taken from the streams since the start (fleet_events_ingested_total).
+  uint64_t EventsIngested() const ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // The webhooks' deliveries: given their config and the deliveries left pending now, then each
+  // new batch. nullptr: none from now on (deliveries made meanwhile stay pending in the record,
+  // for the next start); returns once no call reaches the old sink.
+  void SetDeliverySink(DeliverySink* sink) ABSL_LOCKS_EXCLUDED(mu_, store_mu_, sink_mu_);
+  // A delivery's try recorded (the Notifier's threads).
+  absl::Status RecordDelivery(const DeliveryRecord& delivery) ABSL_LOCKS_EXCLUDED(store_mu_);
+
   void Subscribe(StatusSubscriber* s);
   void Unsubscribe(StatusSubscriber* s);
 
@@ -213,6 +267,7 @@ class Daemon : public EventSink, public PlanRecorder {
     absl::Time check_at = absl::InfiniteFuture();
     bool checking = false;
     std::optional<AgentCursor> agent_was_at;
+    bool up = false;  // its agent answered since the link was last lost (agent_* events)
   };
   struct Queued {
     std::string container;
@@ -276,6 +331,16 @@ class Daemon : public EventSink, public PlanRecorder {
   void Wake() ABSL_LOCKS_EXCLUDED(queue_mu_);
   void SetState(Server& s, v1::ServerState state, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The fleet events of a server's change (SetState calls it): its attempt's outcome, once.
+  void JournalAttempt(Server& s, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string TemplateOf(const ServerRecord& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the sink the config's webhooks (after a deploy).
+  void ConfigureSink() ABSL_LOCKS_EXCLUDED(mu_, store_mu_, sink_mu_);
+  // The turn's fleet events written in its batch (with the deliveries they make); returned for
+  // Publish once committed, or put back when the write failed.
+  std::vector<fleet::v1::FleetEvent> WriteJournal(absl::Time now,
+                                                  std::vector<DeliveryRecord>* deliveries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   void Touch(Server& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the servers' rows and attempts in one commit; on failure they are left in dirty_ for
   // the next turn.
@@ -394,8 +459,16 @@ class Daemon : public EventSink, public PlanRecorder {
   // Plans whose last update the record refused (busy, full), by id: written again each turn.
   std::map<std::string, fleet::v1::Plan> unrecorded_plans_ ABSL_GUARDED_BY(store_mu_);
 
+  // The fleet's events between the state changes that make them and their commit (a leaf lock).
+  FleetJournal journal_;
+  // The config's webhooks (deliveries are made from them in the commit) and where they go.
+  std::vector<fleet::v1::Notify> notify_ ABSL_GUARDED_BY(store_mu_);
+  // Held while the sink is called (with no other daemon lock): SetDeliverySink(nullptr) waits.
+  absl::Mutex sink_mu_;
+  DeliverySink* delivery_sink_ ABSL_GUARDED_BY(sink_mu_) = nullptr;
+
   // The streams' queue, apart from mu_ so a stream never waits for a turn.
-  absl::Mutex queue_mu_;
+  mutable absl::Mutex queue_mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   // Streams waiting for room in queue_ (Admit), resumed when a turn takes the queue.
@@ -404,6 +477,7 @@ class Daemon : public EventSink, public PlanRecorder {
   // Events applied whose write failed, kept in unsaved_ for the next one: they count against
   // queue_limit, so the streams wait while the record cannot keep them.
   size_t unsaved_events_ ABSL_GUARDED_BY(queue_mu_) = 0;
+  uint64_t events_ingested_ ABSL_GUARDED_BY(queue_mu_) = 0;
 
   // A turn's calls whose commit failed: sent after the next turn's commit succeeds.
   std::vector<AgentCall> unrecorded_calls_ ABSL_GUARDED_BY(store_mu_);

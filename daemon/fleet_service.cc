@@ -1,5 +1,6 @@
 #include "daemon/fleet_service.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <thread>
@@ -80,6 +81,67 @@ class WatchStream : public net::SubscriberStream<fleet::v1::FleetStatusResponse>
   const std::set<std::string> servers_;
   uint64_t since_ ABSL_GUARDED_BY(mu_) = 0;
   bool sent_first_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// `fleetctl events`: the recorded events after the request's index, in pages, then (follow) each
+// new one as the journal commits it. A position older than the oldest kept is answered `resync`
+// once, and the stream goes on from the oldest kept. Without follow it ends when it has caught up.
+class FleetEventsStream : public net::SubscriberStream<fleet::v1::FleetEventsResponse>,
+                          public FleetEventListener {
+ public:
+  static constexpr size_t kPage = 512;
+
+  FleetEventsStream(Daemon* daemon, const fleet::v1::FleetEventsRequest& request)
+      : net::SubscriberStream<fleet::v1::FleetEventsResponse>("events: write failed"),
+        daemon_(daemon),
+        follow_(request.follow()),
+        since_(std::max<int64_t>(0, request.since())) {
+    daemon_->journal().AddListener(this);
+    Start();
+  }
+
+  void OnFleetEvents(const std::vector<fleet::v1::FleetEvent>&) override { Wake(); }
+
+ private:
+  bool Fill(fleet::v1::FleetEventsResponse* out) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (done_) return false;
+    int64_t oldest = 0;
+    auto page = daemon_->FleetEvents(since_, kPage, &oldest);
+    if (!page.ok()) {
+      done_ = true;
+      EndInFill(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(page.status().message())));
+      return false;
+    }
+    if (!checked_) {
+      checked_ = true;
+      // Events between `since` and the oldest kept were pruned (or `since` is from before a
+      // record was reset): said once, then the stream goes on from what is kept.
+      if (since_ > 0 && oldest > since_ + 1) {
+        out->set_resync(true);
+        out->set_oldest(oldest);
+        since_ = oldest - 1;
+        return true;
+      }
+    }
+    if (page->empty()) {
+      if (!follow_) {
+        done_ = true;
+        EndInFill(grpc::Status::OK);
+      }
+      return false;
+    }
+    since_ = page->back().index();
+    for (auto& e : *page) *out->add_events() = std::move(e);
+    return true;
+  }
+
+  void Detach() override { daemon_->journal().RemoveListener(this); }
+
+  Daemon* const daemon_;
+  const bool follow_;
+  int64_t since_ ABSL_GUARDED_BY(mu_);
+  bool checked_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Relays the agent's log stream on a thread of its own (the agent call blocks). When the client
@@ -215,6 +277,11 @@ FleetService::~FleetService() = default;
 grpc::ServerWriteReactor<fleet::v1::FleetStatusResponse>* FleetService::Watch(
     grpc::CallbackServerContext* c, const fleet::v1::FleetStatusRequest* request) {
   return new WatchStream(daemon_, *request);
+}
+
+grpc::ServerWriteReactor<fleet::v1::FleetEventsResponse>* FleetService::FleetEvents(
+    grpc::CallbackServerContext* c, const fleet::v1::FleetEventsRequest* request) {
+  return new FleetEventsStream(daemon_, *request);
 }
 
 grpc::ServerWriteReactor<fleet::v1::LogChunk>* FleetService::Logs(

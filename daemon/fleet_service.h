@@ -55,6 +55,8 @@ class FleetService final : public fleet::v1::Fleet::CallbackService {
   grpc::ServerUnaryReactor* TrustHost(grpc::CallbackServerContext* c,
                                       const fleet::v1::TrustHostRequest* request,
                                       fleet::v1::TrustHostResponse* response) override;
+  grpc::ServerWriteReactor<fleet::v1::FleetEventsResponse>* FleetEvents(
+      grpc::CallbackServerContext* c, const fleet::v1::FleetEventsRequest* request) override;
   grpc::ServerUnaryReactor* ListHosts(grpc::CallbackServerContext* c,
                                       const fleet::v1::ListHostsRequest* request,
                                       fleet::v1::ListHostsResponse* response) override;

@@ -33,6 +33,8 @@
 #include "daemon/bounded_stop.h"
 #include "daemon/daemon.h"
 #include "daemon/fleet_service.h"
+#include "daemon/metrics/fleet_metrics.h"
+#include "daemon/notify/notifier.h"
 #include "daemon/remote/agent_bootstrap.h"
 #include "daemon/remote/remote_agent_client.h"
 #include "daemon/ssh/ssh_reach.h"
@@ -138,6 +140,9 @@ int main(int argc, char** argv) {
   std::string clock_offset_file;
   std::string db_vfs;
   std::string log_level = "info";
+  std::string metrics_listen;
+  std::string metrics_cert, metrics_key, metrics_ca;
+  bool insecure_listen = false;
   fleet::FlagSet flags(
       "fleetd [flags]",
       "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
@@ -189,6 +194,20 @@ int main(int argc, char** argv) {
                   "matrix's power-loss row, whose power cut then loses the unsynced writes); "
                   "default: SQLite's",
                   "NAME");
+  flags.AddString("metrics-listen", '\0', &metrics_listen,
+                  "serve Prometheus metrics on HOST:PORT (/metrics, /metrics/targets; port 0: any "
+                  "free one, logged); off unless given",
+                  "ADDR");
+  flags.AddString("metrics-cert", '\0', &metrics_cert,
+                  "TLS for --metrics-listen: fleetd's certificate (with --metrics-key and "
+                  "--metrics-ca; a scraper presents a certificate the CA signed)",
+                  "FILE");
+  flags.AddString("metrics-key", '\0', &metrics_key, "TLS for --metrics-listen: its key", "FILE");
+  flags.AddString("metrics-ca", '\0', &metrics_ca,
+                  "TLS for --metrics-listen: the CA of the scrapers' certificates", "FILE");
+  flags.AddBool("insecure-listen", '\0', &insecure_listen,
+                "let --metrics-listen serve plaintext off loopback (whoever reaches it reads the "
+                "fleet's state)");
   flags.AddString("log-level", '\0', &log_level,
                   "the least level logged: trace, debug, info, warn, error or off", "LEVEL");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
@@ -368,6 +387,39 @@ int main(int argc, char** argv) {
     Log().info("{}", r->message);
   }
 
+  // Webhooks: the deliveries the record holds pending (a stop, a crash) go first.
+  auto notifier = std::make_unique<fleet::daemon::Notifier>(
+      [d = daemon->get()](const fleet::daemon::DeliveryRecord& r) { return d->RecordDelivery(r); });
+  (*daemon)->SetDeliverySink(notifier.get());
+  // Metrics: counted from the first event on, served once the rest is up.
+  std::unique_ptr<fleet::daemon::FleetMetrics> metrics;
+  std::unique_ptr<fleet::daemon::MetricsServer> metrics_server;
+  if (!metrics_listen.empty()) {
+    metrics = std::make_unique<fleet::daemon::FleetMetrics>(daemon->get());
+    fleet::daemon::MetricsServerOptions mo;
+    mo.listen = metrics_listen;
+    mo.insecure = insecure_listen;
+    mo.cert_file = metrics_cert;
+    mo.key_file = metrics_key;
+    mo.ca_file = metrics_ca;
+    mo.state_dir = state_dir;
+    auto started = fleet::daemon::MetricsServer::Start(metrics.get(), mo);
+    if (!started.ok()) {
+      Log().error("{}", started.status().message());
+      return 1;
+    }
+    metrics_server = *std::move(started);
+    const std::string scheme = metrics_server->tls() ? "https" : "http";
+    std::string host = metrics_listen.substr(0, metrics_listen.rfind(':'));
+    Log().info("metrics: {}://{}:{}/metrics (targets: /metrics/targets)", scheme, host,
+               metrics_server->port());
+    if (!metrics_server->tls() && !fleet::daemon::IsLoopbackHost(host)) {
+      Log().warn("--insecure-listen: metrics served in plaintext on {}", metrics_listen);
+    }
+  } else if (insecure_listen) {
+    Log().warn("--insecure-listen without --metrics-listen: nothing to serve in plaintext");
+  }
+
   fleet::daemon::FleetService service(daemon->get(), state_dir);
   // fleet.proto tells every agent what to run: each connection's peer is checked (SO_PEERCRED)
   // before gRPC sees it. A stale socket of a previous run is replaced (the lock says none runs).
@@ -398,6 +450,11 @@ int main(int argc, char** argv) {
   const bool stopped = fleet::daemon::StopWithin(stop_timeout, [&] {
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server.reset();
+    metrics_server.reset();
+    // The webhooks stop before the record closes: deliveries not done stay pending in it.
+    (*daemon)->SetDeliverySink(nullptr);
+    notifier.reset();
+    metrics.reset();
     daemon->reset();
   });
   if (!stopped) {

@@ -14,6 +14,7 @@
 #include "common/log/log.h"
 #include "common/state/states.h"
 #include "daemon/daemon.h"
+#include "daemon/events/fleet_events.h"
 #include "daemon/reconciler.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/time_util.h"
@@ -243,12 +244,31 @@ void Daemon::Remediate(Server& s, absl::Time now, std::vector<FixJob>* jobs,
 
 // --- Jobs (no daemon lock held) ------------------------------------------------------------
 
+namespace {
+
+// The fleet events of a plan recorded: its status (remediation), and what a person may have to
+// act on: a plan the policy `ask` holds for `fleetctl apply`, a fix that failed.
+void JournalPlan(FleetJournal& journal, const fleet::v1::Plan& plan, bool created,
+                 absl::Time now) {
+  journal.Add(events::PlanEvent(events::kRemediation, plan, now));
+  const fleet::v1::PlanStatus status = PlanStatusOf(plan);
+  if (created && status == fleet::v1::PLAN_STATUS_PROPOSED && plan.trigger() != "manual") {
+    journal.Add(events::PlanEvent(events::kRemediationAwaitingApproval, plan, now));
+  } else if (status == fleet::v1::PLAN_STATUS_FAILED ||
+             status == fleet::v1::PLAN_STATUS_ROLLED_BACK) {
+    journal.Add(events::PlanEvent(events::kRemediationFailed, plan, now));
+  }
+}
+
+}  // namespace
+
 absl::Status Daemon::Record(fleet::v1::Plan* plan, bool create) {
   absl::MutexLock lock(&store_mu_);
   if (!create) {
     absl::Status s = store_->UpdateRemediation(*plan);
     if (s.ok()) {
       unrecorded_plans_.erase(plan->id());
+      JournalPlan(journal_, *plan, false, clock_->Now());
     } else {
       // The record is busy or full: the plan's newest state is kept and written by a later turn
       // (RecordPending), never lost (a plan left "applying" would be resolved as interrupted).
@@ -263,12 +283,14 @@ absl::Status Daemon::Record(fleet::v1::Plan* plan, bool create) {
   auto created = store_->CreateRemediation(*plan, clock_->Now());
   if (!created.ok()) return created.status();
   *plan = *std::move(created);
+  JournalPlan(journal_, *plan, true, clock_->Now());
   return absl::OkStatus();
 }
 
 void Daemon::RecordPending() {
   for (auto it = unrecorded_plans_.begin(); it != unrecorded_plans_.end();) {
     if (!store_->UpdateRemediation(it->second).ok()) return;  // still failing: the next turn
+    JournalPlan(journal_, it->second, false, clock_->Now());
     it = unrecorded_plans_.erase(it);
   }
 }

@@ -39,6 +39,10 @@ struct TrackedServer {
   int failures = 0;  // failed attempts since it was last READY for DaemonOptions::backoff_reset
   // Attempts made before the last deploy of it: the policy's max_attempts counts those after.
   int64_t budget_base = 0;
+  // The fleet events (daemon/events/): the attempt whose outcome was told (attempt_finished once
+  // per attempt), and the container's JIT cache when the current attempt was made.
+  std::string attempt_told;
+  bool jit_warm_at_launch = false;
   int64_t AttemptsThisDeploy() const { return record.attempt_number - budget_base; }
 };
 

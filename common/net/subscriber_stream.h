@@ -74,6 +74,11 @@ class SubscriberStream : public grpc::ServerWriteReactor<Message> {
 
   // Fills `out` (cleared) with the next message; false when there is nothing to send now.
   virtual bool Fill(Message* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+  // From Fill, which returns false after it: the stream ends now with `status` (a stream that
+  // has said all it had to say).
+  void EndInFill(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    FinishLocked(std::move(status));
+  }
   // Unsubscribes from the source: no Wake reaches the stream after this returns.
   virtual void Detach() = 0;
 

@@ -91,6 +91,24 @@ struct AgentCursor {
   uint64_t sequence = 0;
 };
 
+// A webhook delivery of a fleet event (table deliveries): made in the commit that records the
+// event, then tried until it is delivered or given up.
+struct DeliveryRecord {
+  int64_t id = 0;
+  int64_t event_index = 0;
+  std::string notify;  // the config's Notify.name
+  std::string event_type;
+  std::string server;
+  std::string status = "pending";  // pending | delivered | failed (given up) | dropped
+  int32_t attempts = 0;
+  int32_t http_status = 0;  // of the last try (0: none answered)
+  std::string error;        // of the last try
+  absl::Time created_at;
+  absl::Time next_at = absl::InfinitePast();  // when a pending one is tried next
+  absl::Time finished_at = absl::InfinitePast();
+  std::string body;  // the JSON sent
+};
+
 class FleetStore {
  public:
   // Opens (creating, mode 0600) the record. Every commit is synced (synchronous=FULL): a row
@@ -176,7 +194,22 @@ class FleetStore {
   absl::Status RecordGap(const std::string& container, const AgentCursor& from,
                          const AgentCursor& to, absl::Time now);
 
-  // Retention: events older than `older_than`, and beyond the newest `max_events`, are deleted.
+  // The fleet's events (FleetJournal), with the webhook deliveries they make (each given its id):
+  // one savepoint. Their indexes are set (the journal's); an index already stored is an error.
+  absl::Status AppendFleetEvents(const std::vector<fleet::v1::FleetEvent>& events,
+                                 std::vector<DeliveryRecord>* deliveries, absl::Time now);
+  // Events with an index above `since`, oldest first, at most `limit`.
+  absl::StatusOr<std::vector<fleet::v1::FleetEvent>> FleetEvents(int64_t since, int64_t limit);
+  // The oldest and the newest index kept (0, 0 when none).
+  absl::StatusOr<std::pair<int64_t, int64_t>> FleetEventRange();
+  // Deliveries still pending, oldest first, at most `limit`; and the newest of all (tests, CLI).
+  absl::StatusOr<std::vector<DeliveryRecord>> PendingDeliveries(int64_t limit);
+  absl::StatusOr<std::vector<DeliveryRecord>> Deliveries(int64_t limit);
+  // Records a try's outcome (status, attempts, http status, error, next and finished times).
+  absl::Status UpdateDelivery(const DeliveryRecord& delivery);
+
+  // Retention: events older than `older_than`, and beyond the newest `max_events`, are deleted;
+  // so are fleet events by the same rules, and finished deliveries older than `older_than`.
   // Attempts and remediations are kept.
   absl::Status PruneEvents(absl::Time older_than, int64_t max_events);
   absl::StatusOr<int64_t> EventCount();

@@ -146,11 +146,44 @@ ALTER TABLE configs ADD COLUMN digest TEXT;
 CREATE INDEX configs_source ON configs (source, id);
 )sql";
 
+// v3: the fleet's events (fleet.proto FleetEvent: what `fleetctl events`, the metrics and the
+// webhooks are made from), by their fleet-wide index; and each webhook delivery of one, with how
+// it went (docs/observability.md).
+constexpr char kSchemaV3[] = R"sql(
+CREATE TABLE fleet_events (
+  idx INTEGER PRIMARY KEY,
+  at TEXT NOT NULL,
+  type TEXT NOT NULL,
+  server TEXT NOT NULL DEFAULT '',
+  container TEXT NOT NULL DEFAULT '',
+  event BLOB NOT NULL
+);
+CREATE INDEX fleet_events_at ON fleet_events (at);
+CREATE TABLE deliveries (
+  id INTEGER PRIMARY KEY,
+  event_idx INTEGER NOT NULL,
+  notify TEXT NOT NULL,
+  event_type TEXT NOT NULL,
+  server TEXT NOT NULL DEFAULT '',
+  status TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  http_status INTEGER,
+  error TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL,
+  next_at TEXT,
+  finished_at TEXT,
+  body BLOB NOT NULL,
+  UNIQUE (event_idx, notify)
+);
+CREATE INDEX deliveries_status ON deliveries (status, id);
+)sql";
+
 }  // namespace
 
 std::vector<sqlite::Migration> FleetStoreMigrations() {
   return {[](sqlite::Database& db) { return db.Exec(kSchemaV1); },
-          [](sqlite::Database& db) { return db.Exec(kSchemaV2); }};
+          [](sqlite::Database& db) { return db.Exec(kSchemaV2); },
+          [](sqlite::Database& db) { return db.Exec(kSchemaV3); }};
 }
 
 }  // namespace fleet::daemon
