@@ -117,7 +117,8 @@ trap stop_all EXIT
 trap 'exit 130' INT TERM
 
 step "fleetd (record $state_dir/fleet.db) and the container's fleet-agent"
-"$fleetd" --state-dir "$state_dir" 2>>"$state_dir/fleetd.log" &
+# Prometheus metrics on a loopback port the kernel picks (fleetd logs which).
+"$fleetd" --state-dir "$state_dir" --metrics-listen 127.0.0.1:0 2>>"$state_dir/fleetd.log" &
 pids+=("$!")
 "$agent" --listen "unix:$state_dir/agent.sock" --state-dir "$state_dir/agent" --host local \
   --container 200 --readiness-interval 0.5 --stop-grace 5 2>>"$state_dir/agent.log" &
@@ -131,6 +132,21 @@ if ! timeout 30 grep -q -m1 -F 'serving on' < <(exec tail -n +1 -F --pid="${pids
   exit 1
 fi
 
+metrics_url=$(grep -m1 -o 'metrics: http://[^ ]*/metrics' "$state_dir/fleetd.log" | sed 's/^metrics: //' || true)
+if [[ -n $metrics_url ]]; then
+  note "metrics: $metrics_url (try: curl -s $metrics_url | grep '^fleet_server_state')"
+  note "a Prometheus scrape config to copy (deploy/prometheus/ has the rules and a full example):"
+  sed 's/^/      /' <<SCRAPE
+scrape_configs:
+  - job_name: gpu-fleet
+    static_configs: [{targets: ["${metrics_url#http://}"]}]
+    metrics_path: /metrics
+  # Each READY server's own /metrics (SGLang --enable-metrics, vLLM), found through fleetd:
+  - job_name: gpu-fleet-servers
+    http_sd_configs: [{url: "${metrics_url}/targets"}]
+rule_files: [deploy/prometheus/fleet-rules.yml]
+SCRAPE
+fi
 write_config
 note "config: $state_dir/fleet.yaml (servers on ports $base_port-$((base_port + gpus - 1)))"
 
@@ -152,6 +168,12 @@ printf '\n'
 fleetctl status -o wide
 launches=$(fleetctl attempts -o json | grep -o '"number":' | wc -l || true)
 note "launches: $launches for $gpus GPUs"
+if [[ -n $metrics_url ]]; then
+  note "metrics now ($metrics_url):"
+  curl -s --max-time 5 "$metrics_url" | grep -E '^fleet_(server_state\{.*state="READY"\} 1|attempts_total)' | sed 's/^/      /' | head -20 || true
+  note "the last events (fleetctl events; -o json for JSON Lines, resumable with --since N):"
+  fleetctl events | tail -n 5 | sed 's/^/      /' || true
+fi
 if [[ $outcome == 0 ]]; then
   note "all $gpus servers READY"
   exit 0

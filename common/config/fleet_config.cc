@@ -1,4 +1,5 @@
 #include "common/config/fleet_config.h"
+#include "common/config/webhook_url.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -165,6 +166,8 @@ class Checker {
       CheckName(FieldPath(path, "name"), name, "host", &host_names);
       CheckHost(config_.hosts(h), path);
     }
+    absl::flat_hash_map<std::string, std::string> notify_names;
+    for (int n = 0; n < config_.notify_size(); ++n) CheckNotify(n, &notify_names);
     return std::move(errors_);
   }
 
@@ -334,6 +337,41 @@ class Checker {
       return false;
     }
     return true;
+  }
+
+  // A webhook (Notify): a name, an https URL (http to loopback only), known event types, an
+  // absolute secret_file (the key never inline), sane limits.
+  void CheckNotify(int n, absl::flat_hash_map<std::string, std::string>* names) {
+    const fleet::v1::Notify& notify = config_.notify(n);
+    const std::string path = IndexPath("notify", n);
+    CheckName(FieldPath(path, "name"), notify.name(), "notify", names);
+    if (notify.url().empty()) {
+      Add(FieldPath(path, "url"), "a webhook needs a url (https://...)");
+    } else if (absl::Status s = CheckWebhookUrl(notify.url()); !s.ok()) {
+      Add(FieldPath(path, "url"), std::string(s.message()));
+    }
+    static constexpr const char* kEvents[] = {"gave_up", "remediation_awaiting_approval",
+                                              "remediation_failed", "agent_lost", "recovered"};
+    const std::vector<std::string> known(std::begin(kEvents), std::end(kEvents));
+    for (int i = 0; i < notify.events_size(); ++i) {
+      const std::string& e = notify.events(i);
+      if (std::find(known.begin(), known.end(), e) == known.end()) {
+        Add(IndexPath(FieldPath(path, "events"), i),
+            absl::StrCat("unknown event ", Quoted(e), DidYouMean(e, known),
+                         "; known: ", absl::StrJoin(known, ", ")));
+      }
+    }
+    for (const std::string* file : {&notify.secret_file(), &notify.ca_file()}) {
+      if (!file->empty() && (!IsAbsolute(*file) || file->size() > 4096)) {
+        Add(FieldPath(path, file == &notify.secret_file() ? "secret_file" : "ca_file"),
+            "must be an absolute path");
+      }
+    }
+    if (notify.has_timeout()) CheckPositive(FieldPath(path, "timeout"), notify.timeout());
+    if (notify.max_attempts() < 0 || notify.max_attempts() > 100) {
+      Add(FieldPath(path, "max_attempts"),
+          absl::StrCat("must be 1 to 100 (or left out: 8), got ", notify.max_attempts()));
+    }
   }
 
   void CheckPolicy(int p) {

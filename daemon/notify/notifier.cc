@@ -13,7 +13,7 @@
 #include "common/base/proto_time.h"
 #include "common/base/version.h"
 #include "common/log/log.h"
-#include "daemon/notify/webhook_url.h"
+#include "common/config/webhook_url.h"
 
 namespace fleet::daemon {
 namespace {
@@ -50,7 +50,7 @@ std::string SignatureHeader(const std::string& key, const std::string& body) {
 PostResult CurlPost(const fleet::v1::Notify& notify, const std::string& body,
                     const Headers& headers, const std::atomic<bool>* stop) {
   PostResult result;
-  if (absl::Status s = CheckWebhookUrl(notify.url()); !s.ok()) {
+  if (absl::Status s = config::CheckWebhookUrl(notify.url()); !s.ok()) {
     result.error = absl::StrCat("url: ", s.message());
     return result;
   }

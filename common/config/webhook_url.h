@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 
-namespace fleet::daemon {
+namespace fleet::config {
 
 struct WebhookUrl {
   std::string scheme;  // "https" or "http"
@@ -17,4 +17,4 @@ struct WebhookUrl {
 
 absl::Status CheckWebhookUrl(std::string_view url, WebhookUrl* parsed = nullptr);
 
-}  // namespace fleet::daemon
+}  // namespace fleet::config

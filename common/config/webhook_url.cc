@@ -1,11 +1,11 @@
-#include "daemon/notify/webhook_url.h"
+#include "common/config/webhook_url.h"
 
 #include <arpa/inet.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
-namespace fleet::daemon {
+namespace fleet::config {
 namespace {
 
 bool Loopback(const std::string& host) {
@@ -52,4 +52,4 @@ absl::Status CheckWebhookUrl(std::string_view url, WebhookUrl* parsed) {
   return absl::OkStatus();
 }
 
-}  // namespace fleet::daemon
+}  // namespace fleet::config
