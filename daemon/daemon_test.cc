@@ -21,6 +21,7 @@
 #include "common/log/log.h"
 #include "daemon/bounded_stop.h"
 #include "daemon/fleet_service.h"
+#include "daemon/metrics/fleet_metrics.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -32,6 +33,7 @@ namespace {
 
 using fleet::v1::AgentEvent;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class FakeAgent : public AgentClient {
  public:
@@ -1560,4 +1562,200 @@ TEST_F(DaemonTest, AValueGivenByFileTravelsAndIsStoredAsItsPathOnly) {
 }
 
 }  // namespace
+
+// The fleet events (daemon/events/): what a give-up tells, in what order, under which indexes.
+class CollectEvents : public FleetEventListener {
+ public:
+  void OnFleetEvents(const std::vector<fleet::v1::FleetEvent>& events) override {
+    for (const auto& e : events) got.push_back(e);
+  }
+  std::vector<fleet::v1::FleetEvent> got;
+};
+
+class CollectDeliveries : public DeliverySink {
+ public:
+  void Configure(std::vector<fleet::v1::Notify> n) override { notify = std::move(n); }
+  void Deliver(std::vector<DeliveryRecord> d) override {
+    for (auto& one : d) got.push_back(std::move(one));
+  }
+  std::vector<fleet::v1::Notify> notify;
+  std::vector<DeliveryRecord> got;
+};
+
+AgentEvent WithEvidence(AgentEvent e) {
+  fleet::v1::Diagnosis* d = e.mutable_diagnosis()->mutable_diagnosis();
+  d->set_root_cause_line(12);
+  for (int line = 10; line <= 13; ++line) {
+    fleet::v1::EvidenceLine* l = d->add_evidence();
+    l->set_line(line);
+    l->set_text(line == 12 ? "ptxas fatal   : Unsupported .version 9.2; current version is '9.0'"
+                           : absl::StrCat("context line ", line));
+  }
+  return e;
+}
+
+TEST_F(DaemonTest, AGiveUpIsToldAsEventsInOrderWithItsClassAndRootCauseUnderContiguousIndexes) {
+  CollectEvents listener;
+  daemon_->journal().AddListener(&listener);
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
+  agent_.Say(WithEvidence(Diagnosis(launch, "ptx_version_unsupported")));
+  agent_.Say(Phase(launch, "FAILED"));
+  daemon_->Step();
+  daemon_->Step();
+  daemon_->journal().RemoveListener(&listener);
+  ASSERT_FALSE(listener.got.empty());
+  for (size_t i = 0; i < listener.got.size(); ++i) {
+    EXPECT_EQ(listener.got[i].index(), static_cast<int64_t>(i + 1)) << listener.got[i].type();
+  }
+  std::vector<std::string> gpu0;
+  const fleet::v1::FleetEvent* finished = nullptr;
+  const fleet::v1::FleetEvent* gave_up = nullptr;
+  for (const auto& e : listener.got) {
+    if (e.server() != "local/200/gpu0") continue;
+    gpu0.push_back(e.type() == "server_state" ? absl::StrCat(e.type(), ":", e.state()) : e.type());
+    if (e.type() == "attempt_finished") finished = &e;
+    if (e.type() == "gave_up") gave_up = &e;
+  }
+  EXPECT_THAT(gpu0, ::testing::IsSupersetOf({"attempt_started", "attempt_finished",
+                                             "server_state:FAILED", "server_state:GAVE_UP",
+                                             "gave_up"}));
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->outcome(), "failed");
+  EXPECT_EQ(finished->diagnosis_class(), "ptx_version_unsupported");
+  EXPECT_EQ(finished->trigger(), "initial");
+  EXPECT_EQ(finished->attempt_id(), launch.attempt_id());
+  ASSERT_NE(gave_up, nullptr);
+  EXPECT_EQ(gave_up->diagnosis_class(), "ptx_version_unsupported");
+  EXPECT_EQ(gave_up->summary(), "ptx_version_unsupported happened");
+  EXPECT_THAT(gave_up->root_cause_line(), HasSubstr("Unsupported .version 9.2"));
+  EXPECT_EQ(gave_up->evidence_size(), 4);
+  EXPECT_THAT(gave_up->reason(), HasSubstr("ptx_version_unsupported"));
+
+  // The record holds the same events; a restarted fleetd goes on after the last index and does
+  // not tell the finished attempt again.
+  int64_t oldest = 0;
+  auto stored = daemon_->FleetEvents(0, 1000, &oldest);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), listener.got.size());
+  EXPECT_EQ(oldest, 1);
+  const int64_t last = listener.got.back().index();
+  Open();
+  CollectEvents after;
+  daemon_->journal().AddListener(&after);
+  fleet::v1::ServersRequest restart;
+  restart.add_servers("local/200/gpu0");
+  ASSERT_TRUE(daemon_->Restart(restart).ok());
+  daemon_->Step();
+  daemon_->Step();
+  daemon_->journal().RemoveListener(&after);
+  ASSERT_FALSE(after.got.empty());
+  EXPECT_EQ(after.got.front().index(), last + 1);
+  for (const auto& e : after.got) {
+    EXPECT_FALSE(e.type() == "attempt_finished" && e.attempt_id() == launch.attempt_id())
+        << "told twice: " << e.index();
+  }
+}
+
+TEST_F(DaemonTest, EventsWhoseWriteFailsKeepTheirIndexesAndAreToldOnceWritten) {
+  auto outside = FleetStore::Open(dir_.Join("fleet.db"));
+  ASSERT_TRUE(outside.ok());
+  ASSERT_TRUE((*outside)
+                  ->db()
+                  .Exec("CREATE TRIGGER no_events BEFORE INSERT ON fleet_events BEGIN "
+                        "SELECT RAISE(ABORT, 'disk full'); END;")
+                  .ok());
+  CollectEvents listener;
+  daemon_->journal().AddListener(&listener);
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
+  agent_.Say(Phase(launch, "LOADING"));
+  daemon_->Step();
+  EXPECT_TRUE(listener.got.empty());  // nothing told that the record does not hold
+  ASSERT_TRUE((*outside)->db().Exec("DROP TRIGGER no_events").ok());
+  daemon_->Step();
+  daemon_->journal().RemoveListener(&listener);
+  ASSERT_FALSE(listener.got.empty());
+  for (size_t i = 0; i < listener.got.size(); ++i) {
+    EXPECT_EQ(listener.got[i].index(), static_cast<int64_t>(i + 1));
+  }
+  int64_t oldest = 0;
+  auto stored = daemon_->FleetEvents(0, 1000, &oldest);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size(), listener.got.size());
+}
+
+TEST_F(DaemonTest, AGiveUpMakesADeliveryForEachNotifyAskingForItAndAStartHandsBackThePending) {
+  fleet::v1::FleetConfig config = TwoGpuConfig();
+  fleet::v1::Notify* all = config.add_notify();
+  all->set_name("oncall");
+  all->set_url("https://hooks.example.com/fleet");
+  fleet::v1::Notify* recovered = config.add_notify();
+  recovered->set_name("chat");
+  recovered->set_url("http://127.0.0.1:9/hook");
+  recovered->add_events("recovered");
+  CollectDeliveries sink;
+  daemon_->SetDeliverySink(&sink);
+  agent_.snapshot.set_incarnation("inc-1");
+  Deploy(config);
+  EXPECT_EQ(sink.notify.size(), 2u);  // told the config's webhooks at the deploy
+  daemon_->Step();
+  ASSERT_FALSE(agent_.launches.empty());
+  const fleet::v1::LaunchRequest launch = agent_.launches[0];
+  agent_.Say(WithEvidence(Diagnosis(launch, "ptx_version_unsupported")));
+  agent_.Say(Phase(launch, "FAILED"));
+  daemon_->Step();
+  daemon_->Step();
+  std::vector<DeliveryRecord> gave_up;
+  for (const auto& d : sink.got) {
+    if (d.event_type == "gave_up") gave_up.push_back(d);
+  }
+  ASSERT_EQ(gave_up.size(), 1u);  // "chat" asked only for recovered
+  EXPECT_EQ(gave_up[0].notify, "oncall");
+  EXPECT_EQ(gave_up[0].server, "local/200/gpu0");
+  EXPECT_GT(gave_up[0].id, 0);
+  EXPECT_THAT(gave_up[0].body, HasSubstr("\"class\":\"ptx_version_unsupported\""));
+  EXPECT_THAT(gave_up[0].body, HasSubstr("fleetctl explain --server local/200/gpu0"));
+  EXPECT_THAT(gave_up[0].body, HasSubstr("\"text\":\"gpu-fleet: local/200/gpu0 gave up"));
+  daemon_->SetDeliverySink(nullptr);
+  // Not delivered before the stop: the next fleetd hands it to its sink again.
+  Open();
+  CollectDeliveries next;
+  daemon_->SetDeliverySink(&next);
+  bool handed = false;
+  for (const auto& d : next.got) handed = handed || d.id == gave_up[0].id;
+  EXPECT_TRUE(handed);
+  daemon_->SetDeliverySink(nullptr);
+}
+
+TEST_F(DaemonTest, MetricsCountAttemptsByClassAndShowEachServersStateAndDiagnosis) {
+  FleetMetrics metrics(daemon_.get());
+  const fleet::v1::LaunchRequest launch = DeployTwoGpus();
+  agent_.Say(Diagnosis(launch, "ptx_version_unsupported"));
+  agent_.Say(Phase(launch, "FAILED"));
+  daemon_->Step();
+  daemon_->Step();
+  const std::string text = metrics.Text();
+  EXPECT_THAT(text, HasSubstr("fleet_attempts_total{class=\"ptx_version_unsupported\","
+                              "outcome=\"failed\",server=\"local/200/gpu0\",trigger=\"initial\"} 1"));
+  EXPECT_THAT(text, HasSubstr("fleet_server_state{ctid=\"200\",gpu=\"0\",host=\"local\","
+                              "server=\"local/200/gpu0\",state=\"GAVE_UP\"} 1"));
+  EXPECT_THAT(text, HasSubstr("fleet_server_state{ctid=\"200\",gpu=\"0\",host=\"local\","
+                              "server=\"local/200/gpu0\",state=\"READY\"} 0"));
+  EXPECT_THAT(text, HasSubstr("fleet_server_diagnosis_info{class=\"ptx_version_unsupported\","
+                              "ctid=\"200\",gpu=\"0\",host=\"local\",server=\"local/200/gpu0\"} 1"));
+  EXPECT_THAT(text, HasSubstr("fleet_agent_connected{ctid=\"200\",host=\"local\"} 1"));
+  EXPECT_THAT(text, HasSubstr("fleet_startup_duration_seconds_count{jit_cache=\"cold\","
+                              "outcome=\"failed\",template=\"sglang\"} 1"));
+  EXPECT_THAT(text, HasSubstr("fleet_build_info{"));
+  // One diagnosis series per server, whatever classes it had (alert rules join on it).
+  size_t series = 0;
+  for (size_t at = text.find("fleet_server_diagnosis_info{"); at != std::string::npos;
+       at = text.find("fleet_server_diagnosis_info{", at + 1)) {
+    const std::string needle = "server=\"local/200/gpu0\"";
+    if (text.compare(text.find("server=", at), needle.size(), needle) == 0) ++series;
+  }
+  EXPECT_EQ(series, 1u);
+  // No attempt id in any label.
+  EXPECT_THAT(text, Not(HasSubstr(launch.attempt_id())));
+}
+
 }  // namespace fleet::daemon

@@ -3,6 +3,7 @@
 // value masked, in `fleetctl remediations` and `fleetctl plan`'s source alike.
 #include "daemon/fleet_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -61,4 +62,73 @@ TEST(FleetService, AStoredPlanIsAnsweredWithItsSecretEnvValuesRedacted) {
 }
 
 }  // namespace
+
+// `fleetctl events --since N`: what the record keeps after N, oldest first; a position older than
+// the oldest kept (pruned) is said once (resync, with the oldest), then the stream goes on from it.
+TEST(FleetService, FleetEventsResumeFromAnIndexAndSayResyncWhenItWasPruned) {
+  fleet::testing::TempDir dir;
+  auto store = FleetStore::Open(dir.Join("fleet.db"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<fleet::v1::FleetEvent> events;
+  for (int i = 1; i <= 5; ++i) {
+    fleet::v1::FleetEvent e;
+    e.set_index(i);
+    e.set_type("server_state");
+    e.set_server(absl::StrCat("local/200/gpu", i));
+    e.mutable_at()->set_seconds(1800000000 + i);
+    events.push_back(e);
+  }
+  ASSERT_TRUE((*store)->AppendFleetEvents(events, nullptr, absl::FromUnixSeconds(1800000000)).ok());
+  // Retention pruned the first three.
+  ASSERT_TRUE((*store)->db().Exec("DELETE FROM fleet_events WHERE idx <= 3").ok());
+
+  fleet::testing::FakeClock clock;
+  auto daemon = Daemon::Create(
+      *std::move(store),
+      [](const std::string&, const fleet::v1::Host&, const fleet::v1::Container&) {
+        return std::unique_ptr<AgentClient>();
+      },
+      &clock, DaemonOptions());
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  FleetService service(daemon->get(), dir.path());
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  auto stub = fleet::v1::Fleet::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+
+  auto read = [&](int64_t since) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    fleet::v1::FleetEventsRequest request;
+    request.set_since(since);
+    std::vector<fleet::v1::FleetEventsResponse> out;
+    auto reader = stub->FleetEvents(&context, request);
+    fleet::v1::FleetEventsResponse message;
+    while (reader->Read(&message)) out.push_back(message);
+    EXPECT_TRUE(reader->Finish().ok());
+    return out;
+  };
+  // From index 1 (the client saw 1): 2 and 3 are gone.
+  std::vector<fleet::v1::FleetEventsResponse> got = read(1);
+  ASSERT_GE(got.size(), 2u);
+  EXPECT_TRUE(got[0].resync());
+  EXPECT_EQ(got[0].oldest(), 4);
+  std::vector<int64_t> indexes;
+  for (const auto& m : got) {
+    for (const auto& e : m.events()) indexes.push_back(e.index());
+  }
+  EXPECT_EQ(indexes, (std::vector<int64_t>{4, 5}));
+  // From 4: no resync, only 5; from 0 (all kept): no resync either.
+  got = read(4);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(got[0].resync());
+  ASSERT_EQ(got[0].events_size(), 1);
+  EXPECT_EQ(got[0].events(0).index(), 5);
+  EXPECT_EQ(got[0].events(0).server(), "local/200/gpu5");
+  got = read(0);
+  ASSERT_FALSE(got.empty());
+  EXPECT_FALSE(got[0].resync());
+  server->Shutdown();
+}
+
 }  // namespace fleet::daemon

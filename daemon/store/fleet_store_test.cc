@@ -236,12 +236,13 @@ TEST(FleetStore, ConfigsKeepTheDigestOfTheirTextAndAVersionOneFileGainsTheColumn
     EXPECT_FALSE(none->has_value());
     // Back to what a fleetd of schema version 1 wrote: no digest column.
     ASSERT_TRUE(store->db()
-                    .Exec("DROP INDEX configs_source; ALTER TABLE configs DROP COLUMN digest; "
+                    .Exec("DROP TABLE fleet_events; DROP TABLE deliveries; "
+                          "DROP INDEX configs_source; ALTER TABLE configs DROP COLUMN digest; "
                           "PRAGMA user_version = 1")
                     .ok());
   }
-  auto store = Open(dir);  // migrated to version 2
-  EXPECT_EQ(Count(*store, "PRAGMA user_version"), 2);
+  auto store = Open(dir);  // migrated to version 2, then 3
+  EXPECT_EQ(Count(*store, "PRAGMA user_version"), 3);
   EXPECT_EQ(Count(*store, "SELECT count(*) FROM configs WHERE digest IS NULL"), 2);
   // An old row's digest is computed from its stored text.
   auto from = store->LastConfigFrom("/etc/fleet.yaml");
@@ -265,4 +266,70 @@ TEST(FleetStore, EveryCommitIsSyncedAndTheFileIsOwnerOnly) {
 }
 
 }  // namespace
+
+// The fleet's events: kept by index, read back after one, pruned by age and count; a delivery is
+// written with its event and its tries recorded.
+TEST(FleetStore, FleetEventsAndTheirDeliveriesAreKeptReadAndPruned) {
+  fleet::testing::TempDir dir;
+  auto store = Open(dir);
+  const absl::Time t0 = absl::FromUnixSeconds(1800000000);
+  std::vector<fleet::v1::FleetEvent> events;
+  for (int i = 1; i <= 4; ++i) {
+    fleet::v1::FleetEvent e;
+    e.set_index(i);
+    e.set_type(i == 4 ? "gave_up" : "server_state");
+    e.set_server("local/200/gpu0");
+    e.set_host("local");
+    e.set_ctid("200");
+    e.mutable_at()->set_seconds(1800000000 + i * 3600);
+    events.push_back(e);
+  }
+  std::vector<DeliveryRecord> deliveries(1);
+  deliveries[0].event_index = 4;
+  deliveries[0].notify = "oncall";
+  deliveries[0].event_type = "gave_up";
+  deliveries[0].server = "local/200/gpu0";
+  deliveries[0].body = "{\"event\":\"gave_up\"}";
+  deliveries[0].next_at = t0;
+  ASSERT_TRUE(store->AppendFleetEvents(events, &deliveries, t0).ok());
+  EXPECT_GT(deliveries[0].id, 0);
+  // An index stored already is refused (never two events under one index), and nothing of that
+  // write stays.
+  EXPECT_FALSE(store->AppendFleetEvents({events[0]}, nullptr, t0).ok());
+  auto range = store->FleetEventRange();
+  ASSERT_TRUE(range.ok());
+  EXPECT_EQ(*range, std::make_pair(int64_t{1}, int64_t{4}));
+  auto after = store->FleetEvents(2, 10);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 2u);
+  EXPECT_EQ((*after)[0].index(), 3);
+  EXPECT_EQ((*after)[1].type(), "gave_up");
+
+  auto pending = store->PendingDeliveries(10);
+  ASSERT_TRUE(pending.ok());
+  ASSERT_EQ(pending->size(), 1u);
+  EXPECT_EQ((*pending)[0].body, deliveries[0].body);
+  DeliveryRecord tried = (*pending)[0];
+  tried.attempts = 2;
+  tried.http_status = 200;
+  tried.status = "delivered";
+  tried.finished_at = t0 + absl::Seconds(3);
+  ASSERT_TRUE(store->UpdateDelivery(tried).ok());
+  pending = store->PendingDeliveries(10);
+  ASSERT_TRUE(pending.ok());
+  EXPECT_TRUE(pending->empty());
+  auto all = store->Deliveries(10);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].status, "delivered");
+  EXPECT_EQ((*all)[0].attempts, 2);
+  EXPECT_EQ((*all)[0].http_status, 200);
+
+  // Older than 2.5 h after t0: events 1 and 2 go; beyond the newest 1: event 3 goes too.
+  ASSERT_TRUE(store->PruneEvents(t0 + absl::Minutes(150), 1).ok());
+  range = store->FleetEventRange();
+  ASSERT_TRUE(range.ok());
+  EXPECT_EQ(*range, std::make_pair(int64_t{4}, int64_t{4}));
+}
+
 }  // namespace fleet::daemon
