@@ -159,6 +159,20 @@ std::string PhaseCell(const v1::ServerRow& row, absl::Time now, const ApplyingPl
   return out;
 }
 
+namespace {
+
+// The PHASE cell of the table: a plan's line keeps its start ("remediation 7, 1m20s: pip install
+// ...": which plan, how long, what it installs) and loses its end; the others lose their middle.
+TextTable::Cell PhaseTableCell(const v1::ServerRow& row, absl::Time now,
+                               const ApplyingPlans* applying) {
+  TextTable::Cell cell(OrDash(PhaseCell(row, now, applying)));
+  cell.elide_end = row.phase_detail().empty() && applying != nullptr && WaitsOnRemediation(row) &&
+                   applying->count(ContainerOfServer(row.server())) > 0;
+  return cell;
+}
+
+}  // namespace
+
 std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, TableStyle style,
                               absl::Time now, bool color, size_t max_width,
                               const ApplyingPlans* applying) {
@@ -178,7 +192,7 @@ std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, Tab
     std::vector<TextTable::Cell> cells = {
         row->server(),
         TextTable::Cell(StateText(*row), StateColor(ServerStateOf(*row))),
-        OrDash(PhaseCell(*row, now, applying)),
+        PhaseTableCell(*row, now, applying),
         std::move(progress),
         row->attempt_number() > 0 ? Age(row->attempt_started_at(), now) : "-",
         row->attempt_number() > 0 ? absl::StrCat(row->attempt_number()) : "-",

@@ -156,6 +156,8 @@ TEST(TextTable, ElidesTheMiddleOfShrinkableColumnsBeforeCutting) {
   EXPECT_EQ(ElideMiddle("abcdefghij", 6), "abc\xe2\x80\xa6ij");
   EXPECT_EQ(ElideMiddle("abcdefghij", 1), "\xe2\x80\xa6");
   EXPECT_EQ(ElideMiddle("abcdefghij", 0), "");
+  EXPECT_EQ(ElideEnd("abcdefghij", 6), "abcde\xe2\x80\xa6");
+  EXPECT_EQ(ElideEnd("abcdefghij", 10), "abcdefghij");
   EXPECT_EQ(ElideMiddle("\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 3), "\xc3\xa9\xe2\x80\xa6\xc3\xa9");
 
   TextTable table({"NAME", "LONG", "N"});
@@ -300,6 +302,13 @@ TEST(StatusFormat, PhaseOfARowWaitingOnARemediationSaysWhatRunsAndHowLong) {
   const std::string table =
       FormatStatusTable({&fixing}, TableStyle::kNormal, kNow, false, 0, &plans);
   EXPECT_THAT(table, HasSubstr("REMEDIATING  remediation 7, 1m20s: pip install"));
+  // Narrowed, a plan's line keeps its start (which plan, how long, what it installs).
+  std::vector<const v1::ServerRow*> both = {&fixing, &canary};
+  const std::string fitted = FormatStatusTable(both, TableStyle::kNormal, kNow, false, 100, &plans);
+  EXPECT_THAT(fitted, HasSubstr("remediation 7, 1m20s: pip instal\xe2\x80\xa6  -"));
+  // A reason keeps its start and its end (the time in the state).
+  EXPECT_THAT(fitted,
+              MatchesRegex("(.|\n)*waiting: the can[^ ]*\xe2\x80\xa6[^-]*first, 5s  -(.|\n)*"));
 }
 
 TEST(ServerTable, MergesByNameAndReportsOnlyRealChanges) {

@@ -37,7 +37,7 @@ std::string_view Suffix(std::string_view s, size_t width) {
 std::string Fit(const TextTable::Cell& cell, size_t width) {
   if (DisplayWidth(cell.text) <= width) return cell.text;
   if (!cell.narrow.empty() && DisplayWidth(cell.narrow) <= width) return cell.narrow;
-  return ElideMiddle(cell.text, width);
+  return cell.elide_end ? ElideEnd(cell.text, width) : ElideMiddle(cell.text, width);
 }
 
 }  // namespace
@@ -55,6 +55,14 @@ std::string ElideMiddle(std::string_view s, size_t width) {
   std::string out(Prefix(s, kept - back));
   out += kEllipsis;
   out += Suffix(s, back);
+  return out;
+}
+
+std::string ElideEnd(std::string_view s, size_t width) {
+  if (DisplayWidth(s) <= width) return std::string(s);
+  if (width == 0) return "";
+  std::string out(Prefix(s, width - 1));
+  out += kEllipsis;
   return out;
 }
 

@@ -26,6 +26,9 @@ class TextTable {
     std::string_view color;  // an SGR sequence such as "\x1b[32m"; empty: none
     // Shown instead of `text` when the column is narrower than `text` and this fits ("" : none).
     std::string narrow;
+    // Narrowed, `text` keeps its start and loses its end ("remediation 7, 1m20s: pip inst…"),
+    // for a text whose start says what it is; else it loses its middle.
+    bool elide_end = false;
   };
 
   // One step of narrowing: `column` gives up room down to `min_width` characters.
@@ -59,5 +62,7 @@ size_t DisplayWidth(std::string_view s);
 // `s` in at most `width` characters: whole when it fits, else its start and its end around "…"
 // (one character), the start getting the odd one.
 std::string ElideMiddle(std::string_view s, size_t width);
+// The same keeping only the start: "remediation 7, 1m…".
+std::string ElideEnd(std::string_view s, size_t width);
 
 }  // namespace fleet::cli
