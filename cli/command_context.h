@@ -6,6 +6,7 @@
 // The context does not own the streams or the clock; they must outlive every call that uses it.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <string>
 
@@ -29,15 +30,25 @@ struct CommandContext {
   absl::TimeZone time_zone = absl::UTCTimeZone();
   // `status --watch` on a terminal redraws this often so ELAPSED moves; zero: only on changes.
   absl::Duration redraw_interval = absl::ZeroDuration();
-  // Columns of the terminal, for the live view (lines longer than this would wrap and break the
-  // redraw); 0: unknown, no cutting.
+  // Columns of the terminal, for the human tables on it (lines longer than this would wrap and
+  // break the redraw); 0: unknown or not a terminal, every text whole.
   int terminal_width = 0;
+  // When set, asked for the width at each redraw of `status --watch` (the terminal may have been
+  // resized since); else terminal_width holds.
+  std::function<int()> query_terminal_width;
+  // How often `status --watch` on a terminal asks fleetd for the plans its REMEDIATING rows wait
+  // on (ListRemediations); zero: never.
+  absl::Duration remediation_poll_interval = absl::ZeroDuration();
   const Clock* clock = nullptr;
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
 
   // Colour for human output: on a terminal, and never when NO_COLOR is set.
   bool color() const { return stdout_is_tty && !no_color; }
+  // The terminal's width now (query_terminal_width, else terminal_width); 0: unknown.
+  int TerminalWidth() const {
+    return query_terminal_width ? query_terminal_width() : terminal_width;
+  }
 };
 
 }  // namespace fleet::cli

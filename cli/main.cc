@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "cli/attempts_command.h"
 #include "cli/certs_command.h"
 #include "cli/completion_command.h"
@@ -87,8 +88,20 @@ int main(int argc, char** argv) {
   ctx.no_color = no_color != nullptr && no_color[0] != '\0';
   ctx.time_zone = absl::LocalTimeZone();
   ctx.redraw_interval = absl::Seconds(1);
-  if (struct winsize ws; ctx.stdout_is_tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0) {
-    ctx.terminal_width = ws.ws_col;
+  ctx.remediation_poll_interval = absl::Seconds(5);
+  if (ctx.stdout_is_tty) {
+    // The terminal's own width, else $COLUMNS (a terminal that does not answer TIOCGWINSZ), asked
+    // again at each redraw so a resized window is fitted. Off a terminal: whole lines.
+    ctx.query_terminal_width = [] {
+      if (struct winsize ws; ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+        return static_cast<int>(ws.ws_col);
+      }
+      int columns = 0;
+      const char* env = std::getenv("COLUMNS");
+      if (env != nullptr && absl::SimpleAtoi(env, &columns) && columns > 0) return columns;
+      return 0;
+    };
+    ctx.terminal_width = ctx.query_terminal_width();
   }
   ctx.clock = &clock;
   ctx.out = &std::cout;

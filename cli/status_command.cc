@@ -2,17 +2,23 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <ostream>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "cli/applying_plans_poller.h"
 #include "cli/command_errors.h"
 #include "cli/fleet_client.h"
 #include "cli/server_table.h"
 #include "cli/status_format.h"
+#include "cli/text_table.h"
 #include "common/base/flag_set.h"
+#include "common/base/string_view.h"
 #include "google/protobuf/arena.h"
 
 namespace fleet::cli {
@@ -26,13 +32,35 @@ struct StatusOptions {
   bool until_ready = false;
 };
 
+// Characters a terminal shows for `line` (its SGR escapes take no room).
+size_t VisibleWidth(std::string_view line) {
+  size_t width = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\x1b' && i + 1 < line.size() && line[i + 1] == '[') {
+      i += 2;
+      while (i < line.size() && !(line[i] >= '@' && line[i] <= '~')) ++i;
+      continue;
+    }
+    if ((static_cast<unsigned char>(line[i]) & 0xC0) != 0x80) ++width;
+  }
+  return width;
+}
+
+// The width the human table is fitted to: the terminal's, on one; 0 (whole texts) off a terminal
+// and for -o wide.
+size_t FitWidth(const CommandContext& ctx, bool wide) {
+  if (!ctx.stdout_is_tty || wide) return 0;
+  return static_cast<size_t>(std::max(0, ctx.TerminalWidth()));
+}
+
 // Prints what a Watch delivers in the chosen form and decides when --until-ready is done. The
 // stream's thread calls OnMessage; on a terminal a ticker thread also calls Redraw so ELAPSED
 // moves between changes: both hold mu_ while they touch the table or the output.
 class WatchPrinter {
  public:
-  WatchPrinter(const CommandContext& ctx, const StatusOptions& options)
-      : ctx_(ctx), options_(options) {}
+  // `poller` (may be null) knows the plans that REMEDIATING rows wait on; it outlives this.
+  WatchPrinter(const CommandContext& ctx, const StatusOptions& options, ApplyingPlansPoller* poller)
+      : ctx_(ctx), options_(options), poller_(poller) {}
 
   // False when --until-ready has its answer (the stream is then cancelled).
   bool OnMessage(const v1::FleetStatusResponse& message) {
@@ -120,22 +148,38 @@ class WatchPrinter {
     out.flush();
   }
 
-  // The live view: a header line and the table, drawn over the previous frame.
+  // The live view: a header line and the table, fitted to the terminal's width as it is now,
+  // drawn over the previous frame.
   void DrawFrame() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const std::vector<const v1::ServerRow*> rows = table_.rows();
     const absl::Time now = ctx_.clock->Now();
+    const size_t width = static_cast<size_t>(std::max(0, ctx_.TerminalWidth()));
+    const bool wide = options_.output == Output::kWide;
     std::string frame = absl::StrCat(FormatStateCounts(rows), "   ",
-                                     absl::FormatTime("%H:%M:%S", now, ctx_.time_zone), "\n");
-    if (ctx_.terminal_width > 0 && frame.size() > static_cast<size_t>(ctx_.terminal_width)) {
-      frame = frame.substr(0, static_cast<size_t>(ctx_.terminal_width)) + "\n";
+                                     absl::FormatTime("%H:%M:%S", now, ctx_.time_zone));
+    if (width > 0 && DisplayWidth(frame) > width) frame = ElideMiddle(frame, width);
+    frame += "\n";
+    ApplyingPlans plans;
+    if (poller_ != nullptr) {
+      std::set<std::string> containers;
+      for (const v1::ServerRow* row : rows) {
+        if (WaitsOnRemediation(*row)) containers.insert(ContainerOfServer(row->server()));
+      }
+      poller_->Want(std::move(containers));
+      plans = poller_->Snapshot();
     }
-    frame += FormatStatusTable(
-        rows, options_.output == Output::kWide ? TableStyle::kWide : TableStyle::kNormal, now,
-        ctx_.color(), static_cast<size_t>(std::max(0, ctx_.terminal_width)));
+    frame += FormatStatusTable(rows, wide ? TableStyle::kWide : TableStyle::kNormal, now,
+                               ctx_.color(), wide ? 0 : width, &plans);
+    // Back to the first line of the previous frame, then clear to the end of the screen. A line
+    // wider than the terminal (-o wide, or a window made narrower since) took several rows.
+    int up = 0;
+    for (size_t w : frame_line_widths_) up += width == 0 || w == 0 ? 1 : (w + width - 1) / width;
     std::string erase;
-    // Back to the first line of the previous frame, then clear to the end of the screen.
-    if (frame_lines_ > 0) erase = absl::StrCat("\r\x1b[", frame_lines_, "A\x1b[J");
-    frame_lines_ = static_cast<int>(std::count(frame.begin(), frame.end(), '\n'));
+    if (up > 0) erase = absl::StrCat("\r\x1b[", up, "A\x1b[J");
+    frame_line_widths_.clear();
+    for (absl::string_view line : absl::StrSplit(frame, '\n', absl::SkipEmpty())) {
+      frame_line_widths_.push_back(VisibleWidth(AsStd(line)));
+    }
     *ctx_.out << erase << frame;
     ctx_.out->flush();
   }
@@ -156,19 +200,21 @@ class WatchPrinter {
       case Output::kWide:
         out << FormatStatusTable(
             rows, options_.output == Output::kWide ? TableStyle::kWide : TableStyle::kNormal,
-            ctx_.clock->Now(), ctx_.color());
+            ctx_.clock->Now(), ctx_.color(), FitWidth(ctx_, options_.output == Output::kWide));
         break;
     }
   }
 
   const CommandContext& ctx_;
   const StatusOptions options_;
+  ApplyingPlansPoller* const poller_;
   absl::Mutex mu_;
   ServerTable table_ ABSL_GUARDED_BY(mu_);
   bool seen_first_ ABSL_GUARDED_BY(mu_) = false;
   ServerTable::Readiness readiness_ ABSL_GUARDED_BY(mu_) = ServerTable::Readiness::kWaiting;
   std::map<std::string, std::string> last_line_ ABSL_GUARDED_BY(mu_);
-  int frame_lines_ ABSL_GUARDED_BY(mu_) = 0;
+  // The visible width of each line of the frame on the screen.
+  std::vector<size_t> frame_line_widths_ ABSL_GUARDED_BY(mu_);
 };
 
 int PrintOnce(const v1::FleetStatusResponse& response, const StatusOptions& options,
@@ -195,7 +241,7 @@ int PrintOnce(const v1::FleetStatusResponse& response, const StatusOptions& opti
       }
       out << FormatStatusTable(
           rows, options.output == Output::kWide ? TableStyle::kWide : TableStyle::kNormal,
-          ctx.clock->Now(), ctx.color());
+          ctx.clock->Now(), ctx.color(), FitWidth(ctx, options.output == Output::kWide));
       break;
   }
   out.flush();
@@ -216,8 +262,9 @@ int RunStatus(const std::vector<std::string>& args, const CommandContext& ctx) {
       "READY (exit 0) or one GAVE_UP (exit 2; also when all are STOPPED); without --watch it\n"
       "prints only the final table. Colour only on a terminal, never with NO_COLOR set.");
   flags.AddString("output", 'o', &output,
-                  "table, wide (adds PORT, SINCE, SUMMARY, REASON), json, or name (one server name "
-                  "per line)",
+                  "table (fitted to the terminal's width: long names lose their middle), wide "
+                  "(every text whole; adds PORT, SINCE, SUMMARY, REASON), json, or name (one "
+                  "server name per line)",
                   "FORMAT");
   flags.AddBool("watch", 'w', &options.watch, "follow changes");
   flags.AddBool("until-ready", '\0', &options.until_ready,
@@ -259,9 +306,25 @@ int RunStatus(const std::vector<std::string>& args, const CommandContext& ctx) {
     return PrintOnce(*response, options, ctx);
   }
 
-  WatchPrinter printer(ctx, options);
   const bool live = options.watch && ctx.stdout_is_tty && options.output != Output::kJson &&
                     ctx.redraw_interval > absl::ZeroDuration();
+  // The plans REMEDIATING rows wait on, for the live table: asked on a client of their own with
+  // a short deadline, so a slow answer only delays the remediation line.
+  std::unique_ptr<FleetClient> plans_client;
+  std::unique_ptr<ApplyingPlansPoller> poller;
+  if (live && ctx.remediation_poll_interval > absl::ZeroDuration()) {
+    plans_client =
+        std::make_unique<FleetClient>(ctx.socket_path, std::min(ctx.timeout, absl::Seconds(3)));
+    poller = std::make_unique<ApplyingPlansPoller>(
+        [client = plans_client.get()](const std::string& container) {
+          v1::ListRemediationsRequest list;
+          list.set_container(container);
+          return client->ListRemediations(list);
+        },
+        ctx.clock, ctx.remediation_poll_interval);
+    poller->Start();
+  }
+  WatchPrinter printer(ctx, options, poller.get());
   absl::Notification stop_ticker;
   std::thread ticker;
   if (live) {

@@ -1,7 +1,9 @@
 #include "cli/status_command.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/status_format.h"
+#include "cli/text_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_fleet_service.h"
@@ -257,6 +259,69 @@ TEST_F(StatusCommandTest, NoColorIsHonouredOnATerminal) {
   EXPECT_THAT(plain.out, Not(HasSubstr("\x1b[")));
   const auto not_tty = env_.Run(RunStatus, {});
   EXPECT_THAT(not_tty.out, Not(HasSubstr("\x1b[")));
+}
+
+constexpr char kFlashinferOp[] =
+    "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_"
+    "qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False_sm120";
+
+// The characters a terminal shows for `line`: its SGR escapes take none.
+size_t Shown(const std::string& line) {
+  std::string plain = line;
+  for (size_t at; (at = plain.find("\x1b[")) != std::string::npos;) {
+    plain.erase(at, plain.find('m', at) - at + 1);
+  }
+  return DisplayWidth(plain);
+}
+
+// On a terminal the table fits its width (the op name loses its middle, the right-hand columns
+// stay); into a pipe, and with -o wide, every text is whole.
+TEST_F(StatusCommandTest, TableOnATerminalFitsItsWidth) {
+  v1::ServerRow jit = Row("pve1/200/gpu0", "JIT_COMPILING");
+  jit.set_phase_detail(kFlashinferOp);
+  jit.set_progress_step(30);
+  jit.set_progress_total(40);
+  jit.set_last_diagnosis_class("ptx_version_unsupported");
+  env_.service().SetStatus(Message({jit}));
+  for (int width : {80, 120}) {
+    const auto o = env_.Run(RunStatus, {}, {.tty = true, .terminal_width = width});
+    EXPECT_EQ(o.code, 0) << o.err;
+    const std::vector<std::string> lines = Lines(o.out);
+    ASSERT_EQ(lines.size(), 2u);
+    for (const std::string& line : lines) EXPECT_LE(Shown(line), static_cast<size_t>(width));
+    EXPECT_THAT(lines[0], HasSubstr("ATTEMPT  DIAGNOSIS"));
+    EXPECT_THAT(lines[1], HasSubstr("\xe2\x80\xa6"));
+    EXPECT_THAT(lines[1], HasSubstr("30/40"));
+    EXPECT_THAT(o.out, Not(HasSubstr(kFlashinferOp)));
+  }
+  const auto piped = env_.Run(RunStatus, {}, {.terminal_width = 80});
+  EXPECT_THAT(piped.out, HasSubstr(kFlashinferOp));
+  const auto wide = env_.Run(RunStatus, {"-o", "wide"}, {.tty = true, .terminal_width = 80});
+  EXPECT_THAT(wide.out, HasSubstr(kFlashinferOp));
+}
+
+// -o wide on a terminal draws whole lines, which the terminal wraps: the next frame goes back
+// over every row they took.
+TEST_F(StatusCommandTest, WatchWideRedrawGoesBackOverWrappedLines) {
+  v1::ServerRow a = Row("pve1/200/gpu0", "JIT_COMPILING");
+  a.set_phase_detail(kFlashinferOp);
+  std::vector<v1::FleetStatusResponse> script = {Message({a})};
+  a.set_state("READY");
+  a.clear_phase_detail();
+  script.push_back(Message({a}, 1));
+  env_.service().SetWatchScript(script, /*hold_open=*/true);
+  const auto o = env_.Run(RunStatus, {"--watch", "--until-ready", "-o", "wide"},
+                          {.tty = true, .terminal_width = 80});
+  EXPECT_EQ(o.code, 0) << o.err;
+  const size_t second = o.out.find("\r\x1b[");
+  ASSERT_NE(second, std::string::npos) << o.out;
+  int rows = 0;
+  for (const std::string& line : Lines(o.out.substr(0, second))) {
+    rows += static_cast<int>(std::max<size_t>(1, (Shown(line) + 79) / 80));
+  }
+  EXPECT_GT(rows, 3);  // the wide row is longer than 80 characters
+  EXPECT_THAT(o.out.substr(second), StartsWith(absl::StrCat("\r\x1b[", rows, "A\x1b[J")));
+  EXPECT_THAT(o.out, HasSubstr(kFlashinferOp));
 }
 
 TEST_F(StatusCommandTest, UnreachableDaemonIsOneClearLine) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -19,7 +20,10 @@ constexpr std::string_view kRed = "\x1b[31m";
 constexpr std::string_view kYellow = "\x1b[33m";
 constexpr std::string_view kCyan = "\x1b[36m";
 constexpr std::string_view kDim = "\x1b[2m";
-constexpr int kBarWidth = 10;
+constexpr size_t kServerColumn = 0;
+constexpr size_t kPhaseColumn = 2;
+constexpr size_t kProgressColumn = 3;
+constexpr size_t kDiagnosisColumn = 6;
 
 // The states in the order a start goes through them (docs/design.md "Per-server state machine").
 constexpr v1::ServerState kStateOrder[] = {
@@ -99,30 +103,97 @@ std::string_view StateColor(v1::ServerState state) {
   }
 }
 
-std::string ProgressCell(const v1::ServerRow& row) {
+std::string ProgressCell(const v1::ServerRow& row, int bar_width) {
   if (ServerStateOf(row) != v1::SERVER_STATE_JIT_COMPILING || row.progress_total() <= 0) return "";
   const int64_t total = row.progress_total();
   const int64_t step = std::clamp<int64_t>(row.progress_step(), 0, total);
-  const int filled = static_cast<int>(step * kBarWidth / total);
-  return absl::StrCat("[", std::string(filled, '#'), std::string(kBarWidth - filled, '.'), "] ",
+  if (bar_width <= 0) return absl::StrCat(step, "/", total);
+  const int filled = static_cast<int>(step * bar_width / total);
+  return absl::StrCat("[", std::string(filled, '#'), std::string(bar_width - filled, '.'), "] ",
                       step, "/", total);
 }
 
+std::string ContainerOfServer(std::string_view server) {
+  const size_t first = server.find('/');
+  const size_t second = first == std::string_view::npos ? first : server.find('/', first + 1);
+  return std::string(server.substr(0, second));
+}
+
+bool WaitsOnRemediation(const v1::ServerRow& row) {
+  switch (ServerStateOf(row)) {
+    case v1::SERVER_STATE_REMEDIATING:
+      return true;
+    case v1::SERVER_STATE_PENDING:
+      // fleetd's reasons for a held first launch (daemon/remediation.cc): "preflight: ..." and
+      // "waiting: a remediation of the container runs" / "waiting: remediation N was interrupted".
+      return absl::StartsWith(row.reason(), "preflight") ||
+             (absl::StartsWith(row.reason(), "waiting: ") &&
+              absl::StrContains(row.reason(), "remediation"));
+    default:
+      return false;
+  }
+}
+
+std::string PhaseCell(const v1::ServerRow& row, absl::Time now, const ApplyingPlans* applying) {
+  if (!row.phase_detail().empty()) return row.phase_detail();
+  if (applying != nullptr && WaitsOnRemediation(row)) {
+    auto it = applying->find(ContainerOfServer(row.server()));
+    if (it != applying->end()) {
+      const v1::Plan& plan = it->second;
+      std::string out =
+          absl::StrCat(plan.server() == row.server() ? "" : "waits on ", "remediation ", plan.id());
+      if (FromProtoTime(plan.created_at()))
+        absl::StrAppend(&out, ", ", Age(plan.created_at(), now));
+      const std::string& what = plan.summary().empty() ? plan.diagnosis_class() : plan.summary();
+      if (!what.empty()) absl::StrAppend(&out, ": ", what);
+      return out;
+    }
+  }
+  const v1::ServerState state = ServerStateOf(row);
+  if (row.reason().empty() ||
+      (state != v1::SERVER_STATE_REMEDIATING && state != v1::SERVER_STATE_PENDING)) {
+    return "";
+  }
+  std::string out = row.reason();
+  if (FromProtoTime(row.state_since())) absl::StrAppend(&out, ", ", Age(row.state_since(), now));
+  return out;
+}
+
+namespace {
+
+// The PHASE cell of the table: a plan's line keeps its start ("remediation 7, 1m20s: pip install
+// ...": which plan, how long, what it installs) and loses its end; the others lose their middle.
+TextTable::Cell PhaseTableCell(const v1::ServerRow& row, absl::Time now,
+                               const ApplyingPlans* applying) {
+  TextTable::Cell cell(OrDash(PhaseCell(row, now, applying)));
+  cell.elide_end = row.phase_detail().empty() && applying != nullptr && WaitsOnRemediation(row) &&
+                   applying->count(ContainerOfServer(row.server())) > 0;
+  return cell;
+}
+
+}  // namespace
+
 std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, TableStyle style,
-                              absl::Time now, bool color, size_t max_width) {
+                              absl::Time now, bool color, size_t max_width,
+                              const ApplyingPlans* applying) {
   std::vector<std::string> header = {"SERVER",  "STATE",   "PHASE",    "PROGRESS",
                                      "ELAPSED", "ATTEMPT", "DIAGNOSIS"};
   const bool wide = style == TableStyle::kWide;
   if (wide) {
     for (const char* h : {"PORT", "SINCE", "SUMMARY", "REASON"}) header.push_back(h);
   }
+  // The narrowest PROGRESS can be: its header, or the widest n/m without the bar.
+  size_t progress_min = DisplayWidth(header[kProgressColumn]);
   TextTable table(std::move(header));
   for (const v1::ServerRow* row : rows) {
+    TextTable::Cell progress = OrDash(ProgressCell(*row));
+    progress.narrow = ProgressCell(*row, /*bar_width=*/0);
+    progress_min = std::max(progress_min, DisplayWidth(progress.narrow));
     std::vector<TextTable::Cell> cells = {
         row->server(),
         TextTable::Cell(StateText(*row), StateColor(ServerStateOf(*row))),
-        OrDash(row->phase_detail()),
-        OrDash(ProgressCell(*row)),
+        PhaseTableCell(*row, now, applying),
+        std::move(progress),
         row->attempt_number() > 0 ? Age(row->attempt_started_at(), now) : "-",
         row->attempt_number() > 0 ? absl::StrCat(row->attempt_number()) : "-",
         OrDash(row->last_diagnosis_class()),
@@ -134,6 +205,20 @@ std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, Tab
       cells.emplace_back(OrDash(row->reason()));
     }
     table.AddRow(std::move(cells));
+  }
+  if (!wide) {
+    // PHASE gives up room first (an op name can be 180 characters), DIAGNOSIS next, the bar of
+    // PROGRESS then; SERVER only at the last. ATTEMPT, ELAPSED, STATE and PROGRESS's n/m are never
+    // narrowed: they are what a person watches for. A column never gets narrower than its header.
+    table.SetShrinkOrder({{kPhaseColumn, 24},
+                          {kDiagnosisColumn, 16},
+                          {kPhaseColumn, 16},
+                          {kProgressColumn, progress_min},
+                          {kPhaseColumn, 12},
+                          {kDiagnosisColumn, 12},
+                          {kPhaseColumn, 5},
+                          {kDiagnosisColumn, 9},
+                          {kServerColumn, 6}});
   }
   return table.Render(color, max_width);
 }

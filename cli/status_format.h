@@ -5,6 +5,7 @@
 // comes from the caller's clock so tests are exact.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -32,16 +33,40 @@ std::string FormatRfc3339(absl::Time t);
 // REMEDIATING and RESTARTING yellow, the start phases cyan, STOPPED dim.
 std::string_view StateColor(v1::ServerState state);
 
-// "[#####.....] 12/40" while JIT_COMPILING with a known ninja step count, else "".
-std::string ProgressCell(const v1::ServerRow& row);
+// "[#####.....] 12/40" while JIT_COMPILING with a known ninja step count, else "". `bar_width`
+// 0: only "12/40".
+std::string ProgressCell(const v1::ServerRow& row, int bar_width = 10);
+
+// "host/ctid" of a server name "host/ctid/gpuN" (the name itself when it has no second '/').
+std::string ContainerOfServer(std::string_view server);
+
+// Whether a row waits on its container's remediation: REMEDIATING, or PENDING held back by a
+// preflight or a remediation of its container (its `reason` says so).
+bool WaitsOnRemediation(const v1::ServerRow& row);
+
+// The plan being applied in each container ("host/ctid" -> the plan, status `applying`), as
+// `status --watch` learns it from ListRemediations; absent containers: not known.
+using ApplyingPlans = std::map<std::string, v1::Plan>;
+
+// The PHASE cell: the start phase's detail; for a row waiting on a remediation, what runs and for
+// how long: `remediation 7, 1m20s: SUMMARY` for the server the plan fixes, `waits on
+// remediation 7, 1m20s: SUMMARY` for the others of its container (when `applying` knows the
+// container's plan; the age is since the plan was made), else, for a REMEDIATING or PENDING row,
+// its reason and the time in its state (`remediating: ptx_version_unsupported, 42s`, `waiting:
+// the canary pve1/200/gpu0 builds the JIT cache first ..., 5s`). "" when there is nothing to say.
+std::string PhaseCell(const v1::ServerRow& row, absl::Time now, const ApplyingPlans* applying);
 
 enum class TableStyle { kNormal, kWide };
 
 // SERVER STATE PHASE PROGRESS ELAPSED ATTEMPT DIAGNOSIS, and for kWide also PORT SINCE SUMMARY
 // REASON. ELAPSED is `now` minus the attempt's start, SINCE `now` minus the state's start.
-// `max_width` > 0 cuts lines to that many characters.
+// `max_width` > 0 fits kNormal's lines into that many characters: PHASE, DIAGNOSIS and SERVER
+// lose the middle of their text ("batch_pre…sm120"), PHASE first, and PROGRESS drops its bar
+// (keeping n/m) before any of ATTEMPT, ELAPSED, PROGRESS or STATE is cut; only what still does not
+// fit is cut at the right edge. kWide is never narrowed (lines are only cut).
 std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, TableStyle style,
-                              absl::Time now, bool color, size_t max_width = 0);
+                              absl::Time now, bool color, size_t max_width = 0,
+                              const ApplyingPlans* applying = nullptr);
 
 // "8 servers: 5 READY, 2 JIT_COMPILING, 1 GAVE_UP" (states in the state machine's order).
 std::string FormatStateCounts(const std::vector<const v1::ServerRow*>& rows);

@@ -322,6 +322,7 @@ FakeFleetEnv::Outcome FakeFleetEnv::Run(const Verb& verb, const std::vector<std:
   ctx.timeout = options.timeout;
   ctx.stdout_is_tty = options.tty;
   ctx.no_color = options.no_color;
+  ctx.terminal_width = options.terminal_width;
   ctx.clock = &clock_;
   ctx.out = &out;
   ctx.err = &err;

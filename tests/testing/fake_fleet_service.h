@@ -177,6 +177,7 @@ class FakeFleetEnv {
     bool no_color = false;
     absl::Duration timeout = absl::Seconds(10);
     std::string socket_path;  // empty: the fake's
+    int terminal_width = 0;   // the terminal's columns (with `tty`); 0: unknown
   };
   Outcome Run(const Verb& verb, const std::vector<std::string>& args, const RunOptions& options);
   Outcome Run(const Verb& verb, const std::vector<std::string>& args) {
