@@ -3,7 +3,6 @@
 // reasons. No lock is held across an agent call.
 #include <algorithm>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/proto_time.h"
 #include "common/config/desired_server.h"
@@ -247,14 +246,15 @@ void Daemon::SetState(Server& s, v1::ServerState state, absl::Time now) {
           .error("{} GAVE_UP: {}", log::LogFields{.server = s.record.name, .attempt = s.attempt.id},
                  s.record.reason);
       journal_.Add(events::ServerEvent(events::kGaveUp, s.record, s.attempt, now));
-    } else if (state == v1::SERVER_STATE_READY &&
-               (s.failures > 0 || absl::StartsWith(s.attempt.trigger, "remediation:"))) {
-      // READY after failures (the fix worked, or the retry did): the all-clear of a gave_up or a
-      // crash loop. The event carries the attempt's trigger, and the last failure's class.
+    } else if (state == v1::SERVER_STATE_READY && s.failed_since_ready) {
+      // READY after failures (a fix, a person's or a remediation's, or a retry worked): the
+      // all-clear of a gave_up or a crash loop. The event carries the attempt's trigger, and the
+      // class it recovered from.
       fleet::v1::FleetEvent r = events::ServerEvent(events::kRecovered, s.record, s.attempt, now);
-      if (r.diagnosis_class().empty() && !s.fix_class.empty()) r.set_diagnosis_class(s.fix_class);
+      if (r.diagnosis_class().empty()) r.set_diagnosis_class(s.recovered_from);
       journal_.Add(std::move(r));
     }
+    if (state == v1::SERVER_STATE_READY) s.failed_since_ready = false;
   }
   Touch(s);
 }
@@ -267,6 +267,10 @@ void Daemon::JournalAttempt(Server& s, absl::Time now) {
     return;
   }
   s.attempt_told = a.id;
+  if (a.outcome == v1::ATTEMPT_OUTCOME_FAILED || a.outcome == v1::ATTEMPT_OUTCOME_LOST) {
+    s.failed_since_ready = true;
+    s.recovered_from = a.diagnosis_class;
+  }
   fleet::v1::FleetEvent e = events::ServerEvent(events::kAttemptFinished, s.record, a, now);
   e.set_outcome(std::string(OutcomeName(a.outcome)));
   const absl::Time start = a.launched_at != absl::InfinitePast() ? a.launched_at : a.created_at;

@@ -141,6 +141,11 @@ absl::Status Daemon::Recover() {
           s.attempt.outcome != v1::ATTEMPT_OUTCOME_RUNNING) {
         s.attempt_told = s.attempt.id;
       }
+      if (s.attempt.outcome == v1::ATTEMPT_OUTCOME_FAILED ||
+          s.attempt.outcome == v1::ATTEMPT_OUTCOME_LOST) {
+        s.failed_since_ready = true;
+        s.recovered_from = s.attempt.diagnosis_class;
+      }
       // The budget counts from the last attempt a deploy made.
       auto all = store_->Attempts(s.record.name);
       if (!all.ok()) return all.status();

@@ -1758,4 +1758,42 @@ TEST_F(DaemonTest, MetricsCountAttemptsByClassAndShowEachServersStateAndDiagnosi
   EXPECT_THAT(text, Not(HasSubstr(launch.attempt_id())));
 }
 
+TEST_F(DaemonTest, AServerReadyAfterAFailureIsToldRecoveredWithTheClassItRecoveredFrom) {
+  CollectEvents listener;
+  daemon_->journal().AddListener(&listener);
+  const fleet::v1::LaunchRequest first = DeployTwoGpus();
+  agent_.Say(Diagnosis(first, "runtime_watchdog"));
+  agent_.Say(Phase(first, "FAILED"));
+  daemon_->Step();
+  clock_.Advance(absl::Seconds(15));  // past the backoff
+  daemon_->Step();
+  fleet::v1::LaunchRequest second;
+  for (const auto& l : agent_.launches) {
+    if (l.spec().server().gpu() == 0 && l.attempt_number() == 2) second = l;
+  }
+  ASSERT_FALSE(second.attempt_id().empty());
+  agent_.Say(Phase(second, "READY"));
+  daemon_->Step();
+  // gpu1 started READY the first time: not a recovery.
+  const fleet::v1::LaunchRequest* gpu1 = nullptr;
+  for (const auto& l : agent_.launches) {
+    if (l.spec().server().gpu() == 1) gpu1 = &l;
+  }
+  if (gpu1 != nullptr) {
+    agent_.Say(Phase(*gpu1, "READY"));
+    daemon_->Step();
+  }
+  daemon_->Step();
+  daemon_->journal().RemoveListener(&listener);
+  std::vector<const fleet::v1::FleetEvent*> recovered;
+  for (const auto& e : listener.got) {
+    if (e.type() == "recovered") recovered.push_back(&e);
+  }
+  ASSERT_EQ(recovered.size(), 1u);
+  EXPECT_EQ(recovered[0]->server(), "local/200/gpu0");
+  EXPECT_EQ(recovered[0]->diagnosis_class(), "runtime_watchdog");
+  EXPECT_EQ(recovered[0]->attempt_number(), 2);
+  EXPECT_EQ(recovered[0]->trigger(), "restart");
+}
+
 }  // namespace fleet::daemon

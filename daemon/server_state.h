@@ -43,6 +43,8 @@ struct TrackedServer {
   // per attempt), and the container's JIT cache when the current attempt was made.
   std::string attempt_told;
   bool jit_warm_at_launch = false;
+  bool failed_since_ready = false;  // an attempt failed (or was lost) since it was last READY
+  std::string recovered_from;       // the class of the last such failure
   int64_t AttemptsThisDeploy() const { return record.attempt_number - budget_base; }
 };
 

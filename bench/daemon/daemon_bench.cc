@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -73,6 +74,8 @@ struct Options {
   int64_t steps_per_op = 8;
   int64_t break_ms = 0;
   int64_t status_interval_ms = 100;
+  // fleetd --metrics-listen 127.0.0.1:0, scraped every N ms while the events flow (0: no metrics).
+  int64_t scrape_interval_ms = 0;
   int64_t cli_interval_ms = 1000;
   int64_t timeout_s = 600;
   int64_t start_timeout_s = 120;
@@ -231,6 +234,12 @@ class Bench {
   Sample CallCli();
   std::unique_ptr<fleet::v1::Fleet::Stub> FleetStub();
   void StatusLoop();
+  // GET /metrics every scrape_interval_ms (curl, as a scraper would): its time and size.
+  void ScrapeLoop();
+  std::string metrics_url_;
+  std::vector<Sample> scrapes_;
+  int64_t scrape_bytes_ = 0;
+  int64_t scrape_failed_ = 0;
   void CliLoop();
   void ProcLoop();
   int64_t StoredSoFar();
@@ -353,6 +362,31 @@ void Bench::StatusLoop() {
       rpc_.push_back(s);
     }
     absl::SleepFor(absl::Milliseconds(o_.status_interval_ms) - absl::Milliseconds(s.ms));
+  }
+}
+
+void Bench::ScrapeLoop() {
+  while (!stop_.load()) {
+    const absl::Time t0 = absl::Now();
+    testing::RunOptions options;
+    options.output_path = dir_ + "/scrape.size";
+    std::remove(options.output_path.c_str());
+    auto r = testing::Run({"curl", "-sS", "-f", "--max-time", "30", "-o", dir_ + "/scrape.txt",
+                           "-w", "%{size_download}", metrics_url_},
+                          options);
+    Sample sample{absl::ToUnixMillis(t0), absl::ToDoubleMilliseconds(absl::Now() - t0), false};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (r.ok() && r->exit_code == 0) {
+        sample.ok = true;
+        scrapes_.push_back(sample);
+        int64_t bytes = 0;
+        if (absl::SimpleAtoi(absl::StripAsciiWhitespace(r->output), &bytes)) scrape_bytes_ = bytes;
+      } else {
+        ++scrape_failed_;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(o_.scrape_interval_ms) - absl::Milliseconds(sample.ms));
   }
 }
 
@@ -510,6 +544,7 @@ int Bench::Run() {
   if (!o_.db_synchronous.empty()) {
     fleetd_argv.push_back(absl::StrCat("--db-synchronous=", o_.db_synchronous));
   }
+  if (o_.scrape_interval_ms > 0) fleetd_argv.push_back("--metrics-listen=127.0.0.1:0");
   auto fleetd = testing::Spawn(PinnedTo(o_.fleetd_cpus, fleetd_argv), fleetd_options);
   if (!fleetd.ok()) {
     std::cerr << "daemon_bench: " << fleetd.status() << "\n";
@@ -528,7 +563,25 @@ int Bench::Run() {
   auto db = sqlite::Database::Open(state_dir_ + "/fleet.db");
   if (db.ok()) db_ = *std::move(db);
 
+  if (o_.scrape_interval_ms > 0) {
+    // fleetd logs the metrics' address before it serves fleet.proto.
+    const std::string log_text = ReadAll(dir_ + "/fleetd.log");
+    const size_t at = log_text.find("metrics: http://");
+    if (at == std::string::npos) {
+      std::cerr << "daemon_bench: fleetd did not say where its metrics are\n" << log_text;
+      Stop(&fleetd_);
+      Stop(&sim_);
+      return 1;
+    }
+    metrics_url_ = log_text.substr(at + 9, log_text.find(' ', at + 9) - (at + 9));
+    std::cerr << "daemon_bench: scraping " << metrics_url_ << " every " << o_.scrape_interval_ms
+              << " ms\n";
+  }
+
   // 3. Measure while the events flow.
+  std::thread scrape_thread([this] {
+    if (o_.scrape_interval_ms > 0) ScrapeLoop();
+  });
   std::thread status_thread([this] { StatusLoop(); });
   std::thread cli_thread([this] { CliLoop(); });
   std::thread proc_thread([this] { ProcLoop(); });
@@ -587,6 +640,7 @@ int Bench::Run() {
   stop_ = true;
   status_thread.join();
   cli_thread.join();
+  scrape_thread.join();
   if (fleetd_ > 0 && !timed_out) {
     auto stub = FleetStub();
     for (int i = 0; i < 50; ++i) {
@@ -704,6 +758,17 @@ int Bench::Run() {
     summary[absl::StrCat(name, "_p90_ms")] = d.p90;
     summary[absl::StrCat(name, "_p99_ms")] = d.p99;
     summary[absl::StrCat(name, "_max_ms")] = d.max;
+  }
+  if (o_.scrape_interval_ms > 0) {
+    std::vector<double> scrape_ms;
+    for (const Sample& x : scrapes_) scrape_ms.push_back(x.ms);
+    const Dist scrape = Percentiles(scrape_ms);
+    summary["scrape_interval_ms"] = o_.scrape_interval_ms;
+    summary["scrape_n"] = static_cast<int64_t>(scrape.n);
+    summary["scrape_p50_ms"] = scrape.p50;
+    summary["scrape_p99_ms"] = scrape.p99;
+    summary["scrape_bytes"] = scrape_bytes_;
+    summary["scrape_failed"] = scrape_failed_;
   }
   summary["status_rpc_failed"] = rpc_failed;
   summary["status_cli_failed"] = cli_failed;
@@ -871,6 +936,8 @@ int main(int argc, char** argv) {
                "must resume each from its cursor",
                "N");
   flags.AddInt("status-interval-ms", '\0', &o.status_interval_ms, "Fleet.Status every N ms");
+  flags.AddInt("scrape-interval-ms", '\0', &o.scrape_interval_ms,
+               "fleetd serves metrics, scraped every N ms (0: no metrics)");
   flags.AddInt("cli-interval-ms", '\0', &o.cli_interval_ms, "fleetctl status every N ms");
   flags.AddInt("timeout", '\0', &o.timeout_s, "give up after this many seconds", "S");
   flags.AddInt(

@@ -15,6 +15,9 @@
 #   DURATION=10 bench/daemon/run.sh                   seconds of event flow per N (default 20)
 #   DB_SYNC=normal bench/daemon/run.sh                fleet.db commits synchronous=NORMAL
 #                                                     (default: fleetd's, FULL)
+#   SCRAPE_MS=1000 bench/daemon/run.sh                fleetd serves Prometheus metrics
+#                                                     (--metrics-listen), scraped every 1000 ms
+#                                                     while the events flow (default 0: none)
 #   REPEAT=5 PIN=1 bench/daemon/run.sh                each run made 5 times, the table gives
 #                                                     each figure's median; fleetd pinned to the
 #                                                     last CPU, the agents and the driver to the
@@ -50,6 +53,7 @@ break_ms=${BREAK_MS:-1000}
 db_sync=${DB_SYNC:-full}
 start_timeout=${START_TIMEOUT:-120}
 repeat=${REPEAT:-1}
+scrape_ms=${SCRAPE_MS:-0}
 pin=${PIN:-0}
 out=.bench
 pin_args=() driver=()
@@ -110,6 +114,7 @@ for run in "${runs[@]}"; do
       --events-per-server "$per_server" --break-ms "$breaks" --fleetd "$build/daemon/fleetd" \
       --fleetctl "$build/cli/fleetctl" --sim "$build/bench/daemon/fleet-sim-agents" \
       --db-synchronous "$db_sync" --start-timeout "$start_timeout" ${pin_args[@]+"${pin_args[@]}"} \
+      --scrape-interval-ms "$scrape_ms" \
       --json "$json" >/dev/null; then
       echo "$label (run $rep of $repeat): FAILED" >&2
       failed+=("$label.$rep")
@@ -151,6 +156,11 @@ done
 f="n$largest"
 if ls "$out/daemon-$f".[0-9]*.json >/dev/null 2>&1; then
   holds() { awk "BEGIN {print ($1) ? \"true\" : \"false\"}"; }
+  if [ "$scrape_ms" != 0 ]; then
+    echo "$f: /metrics scraped every $scrape_ms ms: p50 $(printf '%.1f' "$(field "$f" scrape_p50_ms)") ms," \
+      "p99 $(printf '%.1f' "$(field "$f" scrape_p99_ms)") ms, $(field "$f" scrape_bytes) bytes," \
+      "$(field "$f" scrape_n) scrapes, $(field "$f" scrape_failed) failed"
+  fi
   p99=$(field "$f" status_rpc_p99_ms)
   cli99=$(field "$f" status_cli_p99_ms)
   ingest=$(field "$f" ingest_events_per_s)

@@ -220,6 +220,25 @@ FleetMetrics::FleetMetrics(Daemon* daemon)
                         .Name("fleet_remediations_total")
                         .Help("Remediation plans by class and final status")
                         .Register(*registry_)) {
+  // Series that exist from the start at 0, so that the first observation of each is a change
+  // `rate()` and `increase()` see: the start phases, and each template's outcomes.
+  for (fleet::v1::ServerState p = fleet::v1::SERVER_STATE_STARTING;
+       p <= fleet::v1::SERVER_STATE_CAPTURING_GRAPHS;
+       p = static_cast<fleet::v1::ServerState>(p + 1)) {
+    phase_.Add({{"phase", std::string(StateName(p))}}, StartupBuckets());
+  }
+  std::set<std::string> templates;
+  for (const FleetSnapshot::ServerInfo& s : daemon_->Snapshot().servers) {
+    if (!s.template_name.empty()) templates.insert(s.template_name);
+  }
+  for (const std::string& t : templates) {
+    for (const char* outcome : {"ready", "failed"}) {
+      for (const char* cache : {"warm", "cold"}) {
+        startup_.Add({{"template", t}, {"outcome", outcome}, {"jit_cache", cache}},
+                     StartupBuckets());
+      }
+    }
+  }
   daemon_->journal().AddListener(this);
 }
 
@@ -290,12 +309,12 @@ std::string FleetMetrics::Targets() const {
                                       : absl::StrCat(host, ":", s.port)});
     Json labels;
     labels["__metrics_path__"] = "/metrics";
-    labels["fleet_server"] = s.name;
-    labels["fleet_host"] = s.host;
-    labels["fleet_ctid"] = s.ctid;
-    labels["fleet_gpu"] = absl::StrCat(s.gpu);
-    labels["fleet_engine"] = s.engine;
-    labels["fleet_template"] = s.template_name;
+    labels["server"] = s.name;
+    labels["host"] = s.host;
+    labels["ctid"] = s.ctid;
+    labels["gpu"] = absl::StrCat(s.gpu);
+    labels["engine"] = s.engine;
+    labels["template"] = s.template_name;
     group["labels"] = std::move(labels);
     out.push_back(std::move(group));
   }
