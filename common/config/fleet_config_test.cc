@@ -1004,5 +1004,62 @@ TEST(FleetConfigLimits, AliasesWithinTheLimitsStillWork) {
   EXPECT_EQ(config.hosts(0).containers(1).env().at("HF_HOME"), "/hf");
 }
 
+// --- notify (webhooks) ------------------------------------------------------------------------
+
+TEST(FleetConfig, ReadsANotifyEntry) {
+  const FleetConfig config = Parse(absl::StrCat(kMinimal, R"(notify:
+  - name: oncall
+    url: https://hooks.example.com/T0/B0
+    events: [gave_up, agent_lost]
+    secret_file: /etc/gpu-fleet/webhook.key
+    ca_file: /etc/gpu-fleet/hooks-ca.pem
+    timeout: 5s
+    max_attempts: 3
+)"));
+  ASSERT_EQ(config.notify_size(), 1);
+  const fleet::v1::Notify& n = config.notify(0);
+  EXPECT_EQ(n.name(), "oncall");
+  EXPECT_EQ(n.url(), "https://hooks.example.com/T0/B0");
+  EXPECT_THAT(n.events(), ElementsAre("gave_up", "agent_lost"));
+  EXPECT_EQ(n.secret_file(), "/etc/gpu-fleet/webhook.key");
+  EXPECT_EQ(n.ca_file(), "/etc/gpu-fleet/hooks-ca.pem");
+  EXPECT_EQ(D(n.timeout()), absl::Seconds(5));
+  EXPECT_EQ(n.max_attempts(), 3);
+}
+
+TEST(FleetConfigErrors, NotifyEventsUrlsAndFiles) {
+  const auto with = [](const std::string& entry) {
+    return absl::StrCat(kMinimal, "notify:\n  - name: oncall\n", entry);
+  };
+  EXPECT_EQ(ErrorOf(with("    url: https://h.example/x\n    events: [gave_up, gaveup]\n")),
+            "fleet.yaml:15: notify[0].events[1]: unknown event 'gaveup' (did you mean "
+            "'gave_up'?); known: gave_up, remediation_awaiting_approval, remediation_failed, "
+            "agent_lost, recovered");
+  EXPECT_EQ(ErrorOf(with("    url: https://h.example/x\n    secret_file: keys/webhook.key\n")),
+            "fleet.yaml:15: notify[0].secret_file: must be an absolute path");
+  EXPECT_EQ(ErrorOf(with("    url: https://h.example/x\n    ca_file: ca.pem\n")),
+            "fleet.yaml:15: notify[0].ca_file: must be an absolute path");
+  EXPECT_EQ(ErrorOf(with("    url: http://hooks.example.com/x\n")),
+            "fleet.yaml:14: notify[0].url: http:// to hooks.example.com: plain http only to a "
+            "loopback address; use https");
+  EXPECT_EQ(ErrorOf(with("    url: https://u:p@h.example/x\n")),
+            "fleet.yaml:14: notify[0].url: a user or password in the URL: use secret_file for a "
+            "key");
+  EXPECT_THAT(ErrorOf(with("    events: [gave_up]\n")),
+              HasSubstr("notify[0].url: a webhook needs a url (https://...)"));
+  EXPECT_THAT(ErrorOf(with("    url: https://h.example/x\n    max_attempts: 0\n    "
+                           "timeout: 0s\n")),
+              HasSubstr("notify[0].timeout: "));
+  EXPECT_THAT(ErrorOf(with("    url: https://h.example/x\n    max_attempts: 101\n")),
+              HasSubstr("notify[0].max_attempts: must be 1 to 100 (or left out: 8), got 101"));
+  EXPECT_THAT(ErrorOf(absl::StrCat(kMinimal, R"(notify:
+  - name: a
+    url: https://h.example/x
+  - name: a
+    url: https://h.example/y
+)")),
+              HasSubstr("notify[1].name: duplicate notify name 'a' (first at line 13)"));
+}
+
 }  // namespace
 }  // namespace fleet::config

@@ -4,10 +4,13 @@
 // container and a daemon on a state dir there, and drives everything through fleetctl as a user
 // would: deploy and watch, a world that cannot start (GAVE_UP with its diagnosis, explain, logs),
 // restart and stop, fleetd killed with SIGKILL mid-deploy, the agent killed and restarted under
-// a following daemon, and config errors. Waits are on conditions with deadlines, never on sleeps;
-// everything started is killed when a test ends.
+// a following daemon, config errors, and a give-up POSTed to a webhook receiver that then hangs.
+// Waits are on conditions with deadlines, never on sleeps; everything started is killed when a
+// test ends.
 #include <dirent.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -26,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -43,6 +47,7 @@
 #include "tests/sim/port_pick.h"
 #include "tests/sim/sim_test_support.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/webhook_receiver.h"
 
 namespace fleet {
 namespace {
@@ -139,6 +144,7 @@ struct WorldOptions {
   bool canary = false;      // one GPU first while the JIT cache is cold (the seed scenario's)
   std::string policy_yaml;  // more lines of the default policy ("    key: value\n")
   std::map<std::string, std::string> env;  // more server environment (FLEET_SIM_FAULT, ...)
+  std::string extra_yaml;  // more top-level sections of the config ("notify:\n  - ...")
 };
 
 // One test's fleet: a simulated container world, its agent, fleetd, and fleetctl to drive them.
@@ -243,7 +249,7 @@ class Fleet {
                     "    backoff_max: 1s\n"
                     "    remediation: ",
                     options_.remediation, "\n", "    canary: ", options_.canary ? "true" : "false",
-                    "\n", options_.policy_yaml);
+                    "\n", options_.policy_yaml, options_.extra_yaml);
     return yaml;
   }
 
@@ -1212,6 +1218,133 @@ TEST(FleetE2e, APolicyWithoutAptInstallsNinjaWithPip) {
   EXPECT_TRUE(pip_ninja) << Describe(plans);
   // The world's apt-get was never run.
   EXPECT_EQ(testing::ReadFile(fleet.world().Path("sim/apt-installed")), "");
+}
+
+// A row of fleet.db's deliveries (the webhooks' record).
+struct DeliveryRow {
+  std::string event_type;
+  std::string server;
+  std::string status;
+  int64_t attempts = 0;
+  int64_t http_status = 0;
+  std::string error;
+  std::string body;
+};
+
+std::vector<DeliveryRow> DeliveryRows(const std::string& db_path) {
+  std::vector<DeliveryRow> rows;
+  auto db = OpenDb(db_path);
+  if (db == nullptr) return rows;
+  auto st = db->Prepare(
+      "SELECT event_type, server, status, attempts, coalesce(http_status, 0), error, body "
+      "FROM deliveries ORDER BY id");
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (!st.ok()) return rows;
+  while (true) {
+    auto more = st->Step();
+    EXPECT_TRUE(more.ok()) << more.status();
+    if (!more.ok() || !*more) break;
+    rows.push_back({st->ColumnText(0), st->ColumnText(1), st->ColumnText(2), st->ColumnInt(3),
+                    st->ColumnInt(4), st->ColumnText(5), st->ColumnText(6)});
+  }
+  return rows;
+}
+
+std::string HmacHex(const std::string& key, const std::string& body) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(body.data()), body.size(), mac, &length);
+  return absl::BytesToHexString(std::string(reinterpret_cast<const char*>(mac), length));
+}
+
+// 7. Webhooks: a server that gives up is POSTed to the config's receiver (a real HTTP server in
+// the test) with its class and the command to run, signed, and recorded delivered in fleet.db.
+// Then the receiver hangs with the connection open: fleetd still answers fleetctl at once, the
+// delivery waits pending, and once the receiver answers again (a 503, then 200) it is retried
+// and recorded delivered on its second try.
+TEST(FleetE2e, AGiveUpIsPostedToTheWebhookAndAHangingReceiverHoldsNothing) {
+  auto receiver = testing::WebhookReceiver::Start();
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  testing::TempDir keys;
+  keys.WriteFile("webhook.key", "e2e key\n");
+  Fleet fleet({.gpus = 1,
+               .state = "fixed",
+               .breaks = {"ptxas"},  // every start fails; remediation off: it gives up at once
+               .extra_yaml = absl::StrCat("notify:\n"
+                                          "  - name: oncall\n"
+                                          "    url: ",
+                                          (*receiver)->url(),
+                                          "\n"
+                                          "    events: [gave_up]\n"
+                                          "    secret_file: ",
+                                          Quoted(keys.Join("webhook.key")),
+                                          "\n"
+                                          "    timeout: 60s\n")});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+
+  ASSERT_TRUE((*receiver)->WaitForRequests(1, absl::Seconds(60))) << fleet.Diagnostics();
+  const testing::ReceivedRequest first = (*receiver)->Requests()[0];
+  EXPECT_EQ(first.headers.at("x-fleet-event"), "gave_up");
+  EXPECT_EQ(first.headers.at("x-fleet-signature-256"), "sha256=" + HmacHex("e2e key", first.body));
+  const Struct body = ParseJson(first.body);
+  EXPECT_EQ(Str(body, "type"), "gave_up");
+  EXPECT_EQ(Str(body, "server"), ServerName(0));
+  EXPECT_EQ(Str(body, "state"), "GAVE_UP");
+  EXPECT_EQ(Str(body, "class"), "ptx_version_unsupported");
+  EXPECT_EQ(Str(body, "command"), "fleetctl explain --server " + ServerName(0));
+  EXPECT_TRUE(absl::StrContains(Str(body, "root_cause_line"), "Unsupported .version 9.2"))
+      << first.body;
+  EXPECT_TRUE(absl::StrContains(Str(body, "text"), "ptx_version_unsupported")) << first.body;
+  ASSERT_TRUE(Eventually([&] {
+    const std::vector<DeliveryRow> rows = DeliveryRows(fleet.db_path());
+    return rows.size() == 1 && rows[0].status == "delivered";
+  })) << fleet.Diagnostics();
+  {
+    const DeliveryRow row = DeliveryRows(fleet.db_path())[0];
+    EXPECT_EQ(row.event_type, "gave_up");
+    EXPECT_EQ(row.server, ServerName(0));
+    EXPECT_EQ(row.attempts, 1);
+    EXPECT_EQ(row.http_status, 200);
+    EXPECT_EQ(row.body, first.body);
+  }
+
+  // The receiver hangs; a restart gives up again and its delivery waits on the open connection.
+  (*receiver)->Hold();
+  ASSERT_EQ(fleet.Ctl({"restart", ServerName(0)}).code(), 0);
+  ASSERT_TRUE((*receiver)->WaitForHeld(1, absl::Seconds(60))) << fleet.Diagnostics();
+  // fleetd answers as ever (fleetctl's default 10 s deadline; the POST may hang for 60 s).
+  const auto asked = SteadyClock::now();
+  const CtlResult status = fleet.Ctl({"status", "-o", "json"}, std::chrono::seconds(10));
+  EXPECT_EQ(status.code(), 0) << status.output;
+  EXPECT_LT(SteadyClock::now() - asked, std::chrono::seconds(10));
+  EXPECT_TRUE(AllInState(fleet.Status(), 1, "GAVE_UP")) << fleet.Diagnostics();
+  {
+    // Made in the commit of its event, pending while the receiver holds it.
+    const std::vector<DeliveryRow> rows = DeliveryRows(fleet.db_path());
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[1].status, "pending");
+    EXPECT_EQ(rows[1].attempts, 0);
+  }
+
+  // The receiver comes back: the held request is answered 503, the retry 200.
+  (*receiver)->AnswerNext({503});
+  (*receiver)->Release();
+  ASSERT_TRUE(Eventually([&] {
+    const std::vector<DeliveryRow> rows = DeliveryRows(fleet.db_path());
+    return rows.size() == 2 && rows[1].status == "delivered";
+  })) << fleet.Diagnostics();
+  const DeliveryRow retried = DeliveryRows(fleet.db_path())[1];
+  EXPECT_EQ(retried.attempts, 2);
+  EXPECT_EQ(retried.http_status, 200);
+  const std::vector<testing::ReceivedRequest> got = (*receiver)->Requests();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1].body, retried.body);
+  EXPECT_EQ(got[2].body, retried.body);
+  EXPECT_EQ(got[1].headers.at("x-fleet-delivery"), got[2].headers.at("x-fleet-delivery"));
 }
 
 }  // namespace
