@@ -20,7 +20,8 @@ std::string TableLine(const v1::FleetEvent& e) {
                                           : e.host();
   std::string detail;
   if (!e.state().empty()) {
-    detail = e.previous_state().empty() ? e.state() : absl::StrCat(e.previous_state(), "->", e.state());
+    detail =
+        e.previous_state().empty() ? e.state() : absl::StrCat(e.previous_state(), "->", e.state());
   }
   if (!e.outcome().empty()) absl::StrAppend(&detail, detail.empty() ? "" : " ", e.outcome());
   if (!e.plan_id().empty()) {
@@ -28,8 +29,9 @@ std::string TableLine(const v1::FleetEvent& e) {
   }
   if (!e.diagnosis_class().empty()) absl::StrAppend(&detail, " ", e.diagnosis_class());
   if (!e.reason().empty() && e.type() != "server_state") absl::StrAppend(&detail, ": ", e.reason());
-  return absl::StrCat(e.index(), "  ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", at, absl::UTCTimeZone()),
-                      "  ", e.type(), "  ", where, "  ", detail, "\n");
+  return absl::StrCat(e.index(), "  ",
+                      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", at, absl::UTCTimeZone()), "  ",
+                      e.type(), "  ", where, "  ", detail, "\n");
 }
 
 }  // namespace

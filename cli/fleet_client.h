@@ -63,8 +63,7 @@ class FleetClient {
   // The fleet's events (FleetEvents RPC): as Logs, the deadline only until the first message
   // when following.
   using EventsCallback = std::function<bool(const v1::FleetEventsResponse&)>;
-  absl::Status FleetEvents(const v1::FleetEventsRequest& request,
-                           const EventsCallback& on_message);
+  absl::Status FleetEvents(const v1::FleetEventsRequest& request, const EventsCallback& on_message);
 
  private:
   template <typename Request, typename Response>

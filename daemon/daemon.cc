@@ -13,9 +13,9 @@
 #include "common/config/fleet_config.h"
 #include "common/config/server_name.h"
 #include "common/diagnosis/diagnosis_class.h"
+#include "common/events/fleet_event_json.h"
 #include "common/log/log.h"
 #include "daemon/events/fleet_events.h"
-#include "common/events/fleet_event_json.h"
 #include "daemon/server_state.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -329,8 +329,7 @@ std::vector<fleet::v1::FleetEvent> Daemon::WriteJournal(absl::Time now,
   return batch;
 }
 
-absl::StatusOr<std::vector<fleet::v1::FleetEvent>> Daemon::FleetEvents(int64_t since,
-                                                                       size_t limit,
+absl::StatusOr<std::vector<fleet::v1::FleetEvent>> Daemon::FleetEvents(int64_t since, size_t limit,
                                                                        int64_t* oldest) {
   std::vector<fleet::v1::FleetEvent> out;
   absl::MutexLock lock(&store_mu_);
@@ -363,7 +362,8 @@ void Daemon::SetDeliverySink(DeliverySink* sink) {
   delivery_sink_ = sink;
   sink->Configure(std::move(notify));
   if (!pending.ok()) {
-    log::Get(log::Component::kDaemon).error("webhooks: the pending deliveries: {}", pending.status());
+    log::Get(log::Component::kDaemon)
+        .error("webhooks: the pending deliveries: {}", pending.status());
     return;
   }
   if (!pending->empty()) sink->Deliver(*std::move(pending));
@@ -398,8 +398,8 @@ FleetSnapshot Daemon::Snapshot() const {
     info.gpu = s.record.gpu;
     info.state = s.record.state;
     info.state_since = s.record.state_since;
-    info.diagnosis_class = s.record.last_class.empty() ? diagnosis::classes::kNone
-                                                       : s.record.last_class;
+    info.diagnosis_class =
+        s.record.last_class.empty() ? diagnosis::classes::kNone : s.record.last_class;
     info.template_name = TemplateOf(s.record);
     info.ready = s.record.state == v1::SERVER_STATE_READY;
     info.port = s.record.spec.port();

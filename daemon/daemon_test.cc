@@ -1616,9 +1616,9 @@ TEST_F(DaemonTest, AGiveUpIsToldAsEventsInOrderWithItsClassAndRootCauseUnderCont
     if (e.type() == "attempt_finished") finished = &e;
     if (e.type() == "gave_up") gave_up = &e;
   }
-  EXPECT_THAT(gpu0, ::testing::IsSupersetOf({"attempt_started", "attempt_finished",
-                                             "server_state:FAILED", "server_state:GAVE_UP",
-                                             "gave_up"}));
+  EXPECT_THAT(gpu0,
+              ::testing::IsSupersetOf({"attempt_started", "attempt_finished", "server_state:FAILED",
+                                       "server_state:GAVE_UP", "gave_up"}));
   ASSERT_NE(finished, nullptr);
   EXPECT_EQ(finished->outcome(), "failed");
   EXPECT_EQ(finished->diagnosis_class(), "ptx_version_unsupported");
@@ -1734,14 +1734,16 @@ TEST_F(DaemonTest, MetricsCountAttemptsByClassAndShowEachServersStateAndDiagnosi
   daemon_->Step();
   daemon_->Step();
   const std::string text = metrics.Text();
-  EXPECT_THAT(text, HasSubstr("fleet_attempts_total{class=\"ptx_version_unsupported\","
-                              "outcome=\"failed\",server=\"local/200/gpu0\",trigger=\"initial\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("fleet_attempts_total{class=\"ptx_version_unsupported\","
+                        "outcome=\"failed\",server=\"local/200/gpu0\",trigger=\"initial\"} 1"));
   EXPECT_THAT(text, HasSubstr("fleet_server_state{ctid=\"200\",gpu=\"0\",host=\"local\","
                               "server=\"local/200/gpu0\",state=\"GAVE_UP\"} 1"));
   EXPECT_THAT(text, HasSubstr("fleet_server_state{ctid=\"200\",gpu=\"0\",host=\"local\","
                               "server=\"local/200/gpu0\",state=\"READY\"} 0"));
-  EXPECT_THAT(text, HasSubstr("fleet_server_diagnosis_info{class=\"ptx_version_unsupported\","
-                              "ctid=\"200\",gpu=\"0\",host=\"local\",server=\"local/200/gpu0\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("fleet_server_diagnosis_info{class=\"ptx_version_unsupported\","
+                        "ctid=\"200\",gpu=\"0\",host=\"local\",server=\"local/200/gpu0\"} 1"));
   EXPECT_THAT(text, HasSubstr("fleet_agent_connected{ctid=\"200\",host=\"local\"} 1"));
   EXPECT_THAT(text, HasSubstr("fleet_startup_duration_seconds_count{jit_cache=\"cold\","
                               "outcome=\"failed\",template=\"sglang\"} 1"));

@@ -402,7 +402,6 @@ int main(int argc, char** argv) {
     mo.cert_file = metrics_cert;
     mo.key_file = metrics_key;
     mo.ca_file = metrics_ca;
-    mo.state_dir = state_dir;
     auto started = fleet::daemon::MetricsServer::Start(metrics.get(), mo);
     if (!started.ok()) {
       Log().error("{}", started.status().message());

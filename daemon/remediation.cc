@@ -248,8 +248,7 @@ namespace {
 
 // The fleet events of a plan recorded: its status (remediation), and what a person may have to
 // act on: a plan the policy `ask` holds for `fleetctl apply`, a fix that failed.
-void JournalPlan(FleetJournal& journal, const fleet::v1::Plan& plan, bool created,
-                 absl::Time now) {
+void JournalPlan(FleetJournal& journal, const fleet::v1::Plan& plan, bool created, absl::Time now) {
   journal.Add(events::PlanEvent(events::kRemediation, plan, now));
   const fleet::v1::PlanStatus status = PlanStatusOf(plan);
   if (created && status == fleet::v1::PLAN_STATUS_PROPOSED && plan.trigger() != "manual") {

@@ -1,5 +1,4 @@
 #include "common/config/fleet_config.h"
-#include "common/config/webhook_url.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -27,6 +26,7 @@
 #include "common/config/config_error.h"
 #include "common/config/placeholders.h"
 #include "common/config/server_name.h"
+#include "common/config/webhook_url.h"
 #include "common/config/yaml_message_reader.h"
 
 namespace fleet::config {

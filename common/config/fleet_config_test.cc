@@ -268,13 +268,14 @@ TEST(FleetConfigErrors, UnknownKeyNamesTheKnownOnesAndSuggests) {
   EXPECT_EQ(ErrorOf(Edit("gpus: [0, 1]", "gpu: [0, 1]")),
             "fleet.yaml:5: hosts[0].containers[0]: unknown field 'gpu' (did you mean 'gpus'?); "
             "Container has: ctid, channel, gpus, template, policy, base_port, env, env_from_file, "
-            "tools");
+            "tools, server_address");
   EXPECT_EQ(ErrorOf(Edit("base_port:", "basePort:")),
             "fleet.yaml:7: hosts[0].containers[0]: unknown field 'basePort' (did you mean "
             "'base_port'?); Container has: ctid, channel, gpus, template, policy, base_port, env, "
-            "env_from_file, tools");
+            "env_from_file, tools, server_address");
   EXPECT_EQ(ErrorOf(absl::StrCat(kMinimal, "servers: []\n")),
-            "fleet.yaml:12: unknown field 'servers'; FleetConfig has: hosts, templates, policies");
+            "fleet.yaml:12: unknown field 'servers'; FleetConfig has: hosts, templates, policies, "
+            "notify");
 }
 
 TEST(FleetConfigErrors, WrongKinds) {

@@ -50,8 +50,7 @@ Json FleetEventJson(const fleet::v1::FleetEvent& e) {
   j["plan_id"] = e.plan_id();
   j["plan_status"] = e.plan_status();
   j["plan_summary"] = e.plan_summary();
-  j["duration_seconds"] =
-      static_cast<double>(e.duration().seconds()) + e.duration().nanos() / 1e9;
+  j["duration_seconds"] = static_cast<double>(e.duration().seconds()) + e.duration().nanos() / 1e9;
   j["template"] = e.template_();
   j["jit_cache"] = e.jit_cache();
   return j;

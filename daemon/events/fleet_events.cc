@@ -54,8 +54,8 @@ fleet::v1::FleetEvent ServerEvent(std::string_view type, const ServerRecord& ser
     e.set_trigger(TriggerLabel(attempt.trigger));
   }
   const fleet::v1::Diagnosis& d = attempt.diagnosis;
-  const std::string& cls = !attempt.diagnosis_class.empty() ? attempt.diagnosis_class
-                                                            : d.diagnosis_class();
+  const std::string& cls =
+      !attempt.diagnosis_class.empty() ? attempt.diagnosis_class : d.diagnosis_class();
   if (!cls.empty() && cls != diagnosis::classes::kNone) {
     e.set_diagnosis_class(cls);
     e.set_summary(Bounded(!attempt.summary.empty() ? attempt.summary : d.summary()));
@@ -92,8 +92,8 @@ fleet::v1::FleetEvent PlanEvent(std::string_view type, const fleet::v1::Plan& pl
   e.set_plan_id(plan.id());
   e.set_plan_status(std::string(PlanStatusText(plan)));
   e.set_plan_summary(Bounded(plan.summary()));
-  e.set_reason(Bounded(!plan.outcome_reason().empty() ? plan.outcome_reason()
-                                                      : plan.report_only()));
+  e.set_reason(
+      Bounded(!plan.outcome_reason().empty() ? plan.outcome_reason() : plan.report_only()));
   e.set_attempt_id(plan.attempt_id());
   return e;
 }

@@ -40,8 +40,7 @@ inline constexpr size_t kMaxText = 512;
 fleet::v1::FleetEvent ServerEvent(std::string_view type, const ServerRecord& server,
                                   const AttemptRecord& attempt, absl::Time now);
 // A plan's event (remediation*): its container, server, class, status and summary.
-fleet::v1::FleetEvent PlanEvent(std::string_view type, const fleet::v1::Plan& plan,
-                                absl::Time now);
+fleet::v1::FleetEvent PlanEvent(std::string_view type, const fleet::v1::Plan& plan, absl::Time now);
 // A container's agent link (agent_connected, agent_lost).
 fleet::v1::FleetEvent LinkEvent(std::string_view type, std::string_view container,
                                 std::string_view reason, absl::Time now);

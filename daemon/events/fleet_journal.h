@@ -55,8 +55,7 @@ class FleetJournal {
   // No call reaches `listener` after this returns.
   void RemoveListener(FleetEventListener* listener) ABSL_LOCKS_EXCLUDED(listeners_mu_);
   // Tells the listeners (the committing thread calls it after Committed, without daemon locks).
-  void Publish(const std::vector<fleet::v1::FleetEvent>& events)
-      ABSL_LOCKS_EXCLUDED(listeners_mu_);
+  void Publish(const std::vector<fleet::v1::FleetEvent>& events) ABSL_LOCKS_EXCLUDED(listeners_mu_);
 
  private:
   const size_t recent_limit_;

@@ -1,12 +1,8 @@
 #include "daemon/metrics/fleet_metrics.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "CivetServer.h"
@@ -19,13 +15,13 @@
 #include "common/log/log.h"
 #include "common/state/states.h"
 #include "daemon/events/fleet_events.h"
+#include "daemon/metrics/tls_metrics_server.h"
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
 #include "prometheus/text_serializer.h"
 
 namespace fleet::daemon {
 namespace {
-
 
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
@@ -167,14 +163,6 @@ bool SplitListen(const std::string& listen, std::string* host, std::string* port
   return !host->empty() && port->find_first_not_of("0123456789") == std::string::npos;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 }  // namespace
 
 const std::vector<double>& StartupBuckets() {
@@ -193,11 +181,12 @@ FleetMetrics::FleetMetrics(Daemon* daemon)
     : daemon_(daemon),
       registry_(std::make_shared<prometheus::Registry>()),
       state_(std::make_shared<StateCollectable>(daemon)),
-      attempts_(prometheus::BuildCounter()
-                    .Name("fleet_attempts_total")
-                    .Help("Start attempts by server, outcome (ready, failed, stopped, lost: counted "
-                          "once, when decided), diagnosis class and trigger")
-                    .Register(*registry_)),
+      attempts_(
+          prometheus::BuildCounter()
+              .Name("fleet_attempts_total")
+              .Help("Start attempts by server, outcome (ready, failed, stopped, lost: counted "
+                    "once, when decided), diagnosis class and trigger")
+              .Register(*registry_)),
       restarts_(prometheus::BuildCounter()
                     .Name("fleet_server_restarts_total")
                     .Help("Attempts after a server's first that no deploy asked for, by the class "
@@ -258,7 +247,9 @@ void FleetMetrics::OnFleetEvents(const std::vector<fleet::v1::FleetEvent>& batch
       last_class_[e.server()] = cls;
       if (e.outcome() == "ready" || e.outcome() == "failed") {
         startup_
-            .Add({{"template", e.template_()}, {"outcome", e.outcome()}, {"jit_cache", e.jit_cache()}},
+            .Add({{"template", e.template_()},
+                  {"outcome", e.outcome()},
+                  {"jit_cache", e.jit_cache()}},
                  StartupBuckets())
             .Observe(Seconds(e.duration()));
       }
@@ -267,14 +258,15 @@ void FleetMetrics::OnFleetEvents(const std::vector<fleet::v1::FleetEvent>& batch
         auto it = last_class_.find(e.server());
         restarts_
             .Add({{"server", e.server()},
-                  {"class", e.trigger() == "restart" || it == last_class_.end() ? "none"
-                                                                                : it->second}})
+                  {"class",
+                   e.trigger() == "restart" || it == last_class_.end() ? "none" : it->second}})
             .Increment();
       }
     } else if (e.type() == events::kServerState) {
       const std::optional<fleet::v1::ServerState> left = ParseServerState(e.previous_state());
       if (left && IsStartPhase(*left) && e.has_duration()) {
-        phase_.Add({{"phase", e.previous_state()}}, StartupBuckets()).Observe(Seconds(e.duration()));
+        phase_.Add({{"phase", e.previous_state()}}, StartupBuckets())
+            .Observe(Seconds(e.duration()));
       }
     } else if (e.type() == events::kStalled) {
       stalls_.Increment();
@@ -304,9 +296,9 @@ std::string FleetMetrics::Targets() const {
     const std::string& host = address[{s.host, s.ctid}];
     if (host.empty()) continue;
     Json group;
-    group["targets"] = Json::array(
-        {absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", s.port)
-                                      : absl::StrCat(host, ":", s.port)});
+    group["targets"] =
+        Json::array({absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", s.port)
+                                                  : absl::StrCat(host, ":", s.port)});
     Json labels;
     labels["__metrics_path__"] = "/metrics";
     labels["server"] = s.name;
@@ -328,8 +320,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics-listen '", options.listen, "': give HOST:PORT (port 0: any)"));
   }
-  const bool tls = !options.cert_file.empty() || !options.key_file.empty() ||
-                   !options.ca_file.empty();
+  const bool tls =
+      !options.cert_file.empty() || !options.key_file.empty() || !options.ca_file.empty();
   if (tls && (options.cert_file.empty() || options.key_file.empty() || options.ca_file.empty())) {
     return absl::InvalidArgumentError(
         "--metrics-listen with TLS needs --metrics-cert, --metrics-key and --metrics-ca together");
@@ -340,29 +332,26 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
         " is not a loopback address: give --metrics-cert, --metrics-key and --metrics-ca (the "
         "scraper presents a certificate the CA signed), or --insecure-listen to serve plaintext"));
   }
+  if (tls) {
+    // Not civetweb's TLS: Debian 12's cannot use OpenSSL 3 (tls_metrics_server.h).
+    auto front = TlsMetricsServer::Start(metrics, host, port, options.cert_file, options.key_file,
+                                         options.ca_file);
+    if (!front.ok()) return front.status();
+    std::unique_ptr<MetricsServer> server(new MetricsServer());
+    server->port_ = (*front)->port();
+    server->tls_ = true;
+    server->tls_server_ = *std::move(front);
+    return server;
+  }
   std::vector<std::string> civet = {
       "listening_ports",
-      absl::StrCat(absl::StrContains(host, ':') ? absl::StrCat("[", host, "]") : host, ":", port,
-                   tls ? "s" : ""),
-      "num_threads", "4", "request_timeout_ms", "10000", "enable_keep_alive", "yes"};
-  if (tls) {
-    // civetweb reads the certificate and its key from one PEM file: written private (0600).
-    auto cert = ReadFile(options.cert_file);
-    if (!cert.ok()) return cert.status();
-    auto key = ReadFile(options.key_file);
-    if (!key.ok()) return key.status();
-    const std::string pem = absl::StrCat(options.state_dir, "/metrics-tls.pem");
-    const int fd = open(pem.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot write ", pem));
-    const std::string text = absl::StrCat(*cert, "\n", *key);
-    const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    close(fd);
-    if (!written) return absl::InternalError(absl::StrCat("cannot write ", pem));
-    for (const char* o : {"ssl_certificate", pem.c_str(), "ssl_ca_file", options.ca_file.c_str(),
-                          "ssl_verify_peer", "yes", "ssl_protocol_version", "4"}) {
-      civet.push_back(o);
-    }
-  }
+      absl::StrCat(absl::StrContains(host, ':') ? absl::StrCat("[", host, "]") : host, ":", port),
+      "num_threads",
+      "4",
+      "request_timeout_ms",
+      "10000",
+      "enable_keep_alive",
+      "yes"};
   static CivetCallbacks callbacks = [] {
     CivetCallbacks c{};
     c.begin_request = BeginRequest;
@@ -379,7 +368,6 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   server->exposer_->RegisterCollectable(metrics->state());
   const std::vector<int> ports = server->exposer_->GetListeningPorts();
   server->port_ = ports.empty() ? 0 : ports.front();
-  server->tls_ = tls;
   {
     absl::MutexLock lock(&targets_mu);
     targets_source = metrics;
@@ -388,11 +376,12 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
 }
 
 MetricsServer::~MetricsServer() {
-  {
+  if (exposer_ != nullptr) {
     absl::MutexLock lock(&targets_mu);
     targets_source = nullptr;
   }
   exposer_.reset();
+  tls_server_.reset();
 }
 
 }  // namespace fleet::daemon

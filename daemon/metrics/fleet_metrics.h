@@ -7,9 +7,9 @@
 // or free text.
 //
 // MetricsServer serves them on `fleetd --metrics-listen ADDR` (civetweb, through prometheus-cpp's
-// Exposer): /metrics, and /metrics/targets (Prometheus HTTP service discovery: every READY
-// server's own metrics endpoint). Off loopback it needs TLS (the fleet's certificates: the
-// scraper must present one the fleet CA signed) unless told --insecure-listen.
+// Exposer; with TLS, TlsMetricsServer): /metrics, and /metrics/targets (Prometheus HTTP service
+// discovery: every READY server's own metrics endpoint). Off loopback it needs TLS (the fleet's
+// certificates: the scraper must present one the fleet CA signed) unless told --insecure-listen.
 #pragma once
 
 #include <map>
@@ -32,6 +32,8 @@ class Exposer;
 }
 
 namespace fleet::daemon {
+
+class TlsMetricsServer;
 
 // 10 s to 2 h: a start with a warm cache takes seconds to a minute, a cold JIT build tens of
 // minutes, and the default startup deadline is 90 min.
@@ -77,20 +79,20 @@ struct MetricsServerOptions {
   // TLS (all three, or none): the server's certificate and key, and the CA a scraper's client
   // certificate must be signed by.
   std::string cert_file, key_file, ca_file;
-  std::string state_dir;  // where the combined PEM civetweb reads is written (0600)
 };
 
 class MetricsServer {
  public:
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(FleetMetrics* metrics,
-                                                             const MetricsServerOptions& options);
+                                                              const MetricsServerOptions& options);
   ~MetricsServer();
   int port() const { return port_; }
   bool tls() const { return tls_; }
 
  private:
   MetricsServer() = default;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<prometheus::Exposer> exposer_;  // plaintext (civetweb)
+  std::unique_ptr<TlsMetricsServer> tls_server_;  // mutual TLS (OpenSSL)
   int port_ = 0;
   bool tls_ = false;
 };

@@ -1,11 +1,10 @@
 // MetricsServer over real HTTP (curl, as a scraper): /metrics and /metrics/targets on loopback,
 // a non-loopback address refused without TLS, and mutual TLS with the fleet's certificates
 // (`fleetctl certs init`): a scraper without a client certificate the CA signed gets nothing.
-#include "daemon/metrics/fleet_metrics.h"
-
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/metrics/fleet_metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_clock.h"
@@ -35,7 +34,7 @@ class MetricsServerTest : public ::testing::Test {
 
   // curl's output (the body) and exit code.
   std::pair<int, std::string> Get(const std::string& url, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {"curl", "-sS", "-f", "--max-time", "10", "-o",
+    std::vector<std::string> argv = {"curl",           "-sS", "-f", "--max-time", "10", "-o",
                                      dir_.Join("body")};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.push_back(url);
@@ -56,7 +55,6 @@ class MetricsServerTest : public ::testing::Test {
 TEST_F(MetricsServerTest, ServesMetricsAndTargetsOnLoopbackOnThePortTheKernelGave) {
   MetricsServerOptions o;
   o.listen = "127.0.0.1:0";
-  o.state_dir = dir_.path();
   auto server = MetricsServer::Start(metrics_.get(), o);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->port(), 0);
@@ -75,7 +73,6 @@ TEST_F(MetricsServerTest, ServesMetricsAndTargetsOnLoopbackOnThePortTheKernelGav
 TEST_F(MetricsServerTest, ANonLoopbackAddressNeedsTlsOrInsecureListen) {
   MetricsServerOptions o;
   o.listen = "0.0.0.0:0";
-  o.state_dir = dir_.path();
   auto refused = MetricsServer::Start(metrics_.get(), o);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(), HasSubstr("--insecure-listen"));
@@ -89,12 +86,11 @@ TEST_F(MetricsServerTest, ANonLoopbackAddressNeedsTlsOrInsecureListen) {
 
 TEST_F(MetricsServerTest, WithTlsAScraperNeedsACertificateTheFleetCaSigned) {
   const std::string pki = dir_.Join("pki");
-  auto made = testing::Run({testing::BuildPath("cli/fleetctl"), "certs", "init", "--dir", pki,
-                            "--agents", "127.0.0.1"});
+  auto made = testing::Run(
+      {testing::BuildPath("cli/fleetctl"), "certs", "init", "--dir", pki, "--agents", "127.0.0.1"});
   ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->output : "");
   MetricsServerOptions o;
   o.listen = "127.0.0.1:0";
-  o.state_dir = dir_.path();
   o.cert_file = pki + "/agent-127.0.0.1.crt";
   o.key_file = pki + "/agent-127.0.0.1.key";
   o.ca_file = pki + "/ca.crt";
@@ -102,8 +98,8 @@ TEST_F(MetricsServerTest, WithTlsAScraperNeedsACertificateTheFleetCaSigned) {
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE((*server)->tls());
   const std::string url = absl::StrCat("https://127.0.0.1:", (*server)->port(), "/metrics");
-  auto [rc, body] = Get(url, {"--cacert", o.ca_file, "--cert", pki + "/fleetd.crt", "--key",
-                              pki + "/fleetd.key"});
+  auto [rc, body] = Get(
+      url, {"--cacert", o.ca_file, "--cert", pki + "/fleetd.crt", "--key", pki + "/fleetd.key"});
   EXPECT_EQ(rc, 0);
   EXPECT_THAT(body, HasSubstr("fleet_build_info{"));
   auto [anonymous, nothing] = Get(url, {"--cacert", o.ca_file});

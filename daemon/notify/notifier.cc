@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/proto_time.h"
 #include "common/base/version.h"
-#include "common/log/log.h"
 #include "common/config/webhook_url.h"
+#include "common/log/log.h"
 
 namespace fleet::daemon {
 namespace {
@@ -27,8 +27,7 @@ int Abort(void* stop, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 }
 
 bool Retryable(const PostResult& r) {
-  return r.http_status == 0 || r.http_status == 408 || r.http_status == 429 ||
-         r.http_status >= 500;
+  return r.http_status == 0 || r.http_status == 408 || r.http_status == 429 || r.http_status >= 500;
 }
 
 }  // namespace
@@ -63,8 +62,8 @@ PostResult CurlPost(const fleet::v1::Notify& notify, const std::string& body,
   for (const auto& [name, value] : headers) {
     list = curl_slist_append(list, absl::StrCat(name, ": ", value).c_str());
   }
-  const absl::Duration timeout = notify.has_timeout() ? FromProtoDuration(notify.timeout())
-                                                      : absl::Seconds(10);
+  const absl::Duration timeout =
+      notify.has_timeout() ? FromProtoDuration(notify.timeout()) : absl::Seconds(10);
   char error[CURL_ERROR_SIZE] = {};
   curl_easy_setopt(curl, CURLOPT_URL, notify.url().c_str());
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -74,8 +73,9 @@ PostResult CurlPost(const fleet::v1::Notify& notify, const std::string& body,
   curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
   curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout)));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(std::min(timeout, absl::Seconds(5)))));
+  curl_easy_setopt(
+      curl, CURLOPT_CONNECTTIMEOUT_MS,
+      static_cast<long>(absl::ToInt64Milliseconds(std::min(timeout, absl::Seconds(5)))));
   curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);
   curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);
   if (!notify.ca_file().empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, notify.ca_file().c_str());
@@ -248,7 +248,8 @@ void Notifier::Try(DeliveryRecord& d, const fleet::v1::Notify* notify) {
   d.error = r.http_status >= 200 && r.http_status < 300
                 ? ""
                 : (!r.error.empty() ? r.error : absl::StrCat("HTTP ", r.http_status));
-  const int max_attempts = notify->max_attempts() > 0 ? notify->max_attempts() : options_.max_attempts;
+  const int max_attempts =
+      notify->max_attempts() > 0 ? notify->max_attempts() : options_.max_attempts;
   if (r.http_status >= 200 && r.http_status < 300) {
     d.status = "delivered";
     d.finished_at = absl::Now();
@@ -260,8 +261,8 @@ void Notifier::Try(DeliveryRecord& d, const fleet::v1::Notify* notify) {
     Log().info("{} webhook {}: delivery {} ({}) try {} failed: {} (again in {})",
                log::LogFields{.server = d.server}, d.notify, d.id, d.event_type, d.attempts,
                d.error, absl::FormatDuration(std::min(wait, options_.backoff_max)));
-  } else if (stop_) {
-    d.next_at = now;  // stays pending: the next start delivers it
+  } else if (stop_ && Retryable(r)) {
+    d.next_at = now;  // cut off by the stop: stays pending, the next start delivers it
   } else {
     d.status = "failed";
     d.finished_at = absl::Now();

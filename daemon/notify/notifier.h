@@ -37,9 +37,9 @@ struct PostResult {
 using Headers = std::vector<std::pair<std::string, std::string>>;
 // A POST of `body` to notify.url, honouring notify.timeout and notify.ca_file; returns early
 // once `*stop` is set.
-using PostFunction = std::function<PostResult(const fleet::v1::Notify& notify,
-                                              const std::string& body, const Headers& headers,
-                                              const std::atomic<bool>* stop)>;
+using PostFunction =
+    std::function<PostResult(const fleet::v1::Notify& notify, const std::string& body,
+                             const Headers& headers, const std::atomic<bool>* stop)>;
 // The real one: libcurl, TLS checked, no redirects, http(s) only.
 PostResult CurlPost(const fleet::v1::Notify& notify, const std::string& body,
                     const Headers& headers, const std::atomic<bool>* stop);
@@ -52,8 +52,7 @@ struct NotifierOptions {
   size_t queue_limit = 10000;
   absl::Duration backoff_initial = absl::Seconds(1);
   absl::Duration backoff_max = absl::Minutes(5);
-  absl::Duration timeout = absl::Seconds(10);  // Notify.timeout's default
-  int max_attempts = 8;                        // Notify.max_attempts' default
+  int max_attempts = 8;  // Notify.max_attempts' default
 };
 
 class Notifier : public DeliverySink {
@@ -80,8 +79,8 @@ class Notifier : public DeliverySink {
   std::atomic<bool> stop_{false};
   mutable absl::Mutex mu_;
   std::map<std::string, fleet::v1::Notify> notify_ ABSL_GUARDED_BY(mu_);  // by name
-  std::vector<DeliveryRecord> queue_ ABSL_GUARDED_BY(mu_);  // waiting (not in flight)
-  std::map<std::string, int> busy_ ABSL_GUARDED_BY(mu_);    // receivers with one in flight
+  std::vector<DeliveryRecord> queue_ ABSL_GUARDED_BY(mu_);                // waiting (not in flight)
+  std::map<std::string, int> busy_ ABSL_GUARDED_BY(mu_);  // receivers with one in flight
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // moves when a worker may have work

@@ -930,9 +930,9 @@ absl::Status FleetStore::RecordGap(const std::string& container, const AgentCurs
 }
 
 absl::Status FleetStore::PruneEvents(absl::Time older_than, int64_t max_events) {
-  for (const char* sql : {"DELETE FROM events WHERE received_at < ?1",
-                          "DELETE FROM fleet_events WHERE at < ?1",
-                          "DELETE FROM deliveries WHERE status != 'pending' AND created_at < ?1"}) {
+  for (const char* sql :
+       {"DELETE FROM events WHERE received_at < ?1", "DELETE FROM fleet_events WHERE at < ?1",
+        "DELETE FROM deliveries WHERE status != 'pending' AND created_at < ?1"}) {
     auto old = Prepare(sql);
     if (!old.ok()) return old.status();
     (*old)->Bind(1, std::string_view(TimeText(older_than)));
@@ -1052,8 +1052,8 @@ DeliveryRecord ReadDelivery(const sqlite::Statement& st) {
 }  // namespace
 
 absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::PendingDeliveries(int64_t limit) {
-  auto st = Prepare(
-      absl::StrCat(kDeliveryColumns, "WHERE status = 'pending' ORDER BY id LIMIT ?1"));
+  auto st =
+      Prepare(absl::StrCat(kDeliveryColumns, "WHERE status = 'pending' ORDER BY id LIMIT ?1"));
   if (!st.ok()) return st.status();
   (*st)->Bind(1, limit);
   std::vector<DeliveryRecord> out;
@@ -1067,8 +1067,8 @@ absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::PendingDeliveries(int64_
 }
 
 absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::Deliveries(int64_t limit) {
-  auto st = Prepare(absl::StrCat(
-      "SELECT * FROM (", kDeliveryColumns, "ORDER BY id DESC LIMIT ?1) ORDER BY id"));
+  auto st = Prepare(
+      absl::StrCat("SELECT * FROM (", kDeliveryColumns, "ORDER BY id DESC LIMIT ?1) ORDER BY id"));
   if (!st.ok()) return st.status();
   (*st)->Bind(1, limit);
   std::vector<DeliveryRecord> out;

@@ -1,4 +1,5 @@
-// libFuzzer target for the readiness HTTP parser (agent/http_client.h, ParseHttpResponse): the
+// libFuzzer target for the readiness HTTP parser (agent/http_client.h, ParseHttpResponse) and, on
+// the same bytes, the TLS metrics listener's request line (common/net/http_request_line.h): the
 // answer of a server under test is untrusted input (fleet-http-probe reads whatever listens on the
 // port). Its first bytes choose where the rest is cut into the pieces recv() would return; the
 // parser is run on each prefix as SendHttpRequest runs it, then on the whole with the connection
@@ -13,6 +14,7 @@
 #include <string_view>
 
 #include "agent/http_client.h"
+#include "common/net/http_request_line.h"
 
 namespace fleet::agent {
 namespace {
@@ -36,6 +38,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr size_t kScheduleBytes = 2;
   if (size < kScheduleBytes) return 0;
   const size_t step = 1 + (static_cast<size_t>(data[0]) | static_cast<size_t>(data[1]) << 8);
+  {
+    // The same bytes as a request head for fleetd's TLS metrics listener (common/net): a line it
+    // takes has a method without spaces and a path starting with '/'.
+    const std::string_view head(reinterpret_cast<const char*>(data), size);
+    std::string method, path;
+    if (fleet::net::ParseRequestLine(head, &method, &path) &&
+        (method.empty() || path.empty() || path[0] != '/' ||
+         method.find(' ') != std::string::npos)) {
+      std::fprintf(stderr, "invariant broken: a request line taken with a bad method or path\n");
+      std::abort();
+    }
+  }
   std::string_view input(reinterpret_cast<const char*>(data + kScheduleBytes),
                          size - kScheduleBytes);
   if (input.size() > fleet::agent::kMaxHttpResponseBytes) {
