@@ -57,10 +57,12 @@ class StateCollectable : public prometheus::Collectable {
                        "When the server entered its current state (unix seconds)",
                        MetricType::Gauge,
                        {}};
-    MetricFamily info{"fleet_server_diagnosis_info",
-                      "Always 1: the class of the server's last diagnosis (\"none\" when none)",
-                      MetricType::Gauge,
-                      {}};
+    MetricFamily info{
+        "fleet_server_diagnosis_info",
+        "Always 1: the class of the diagnosis of the server's current attempt (\"none\" when it "
+        "has none)",
+        MetricType::Gauge,
+        {}};
     state.metric.reserve(snap.servers.size() * 12);
     for (const FleetSnapshot::ServerInfo& s : snap.servers) {
       const std::string gpu = absl::StrCat(s.gpu);
@@ -190,7 +192,7 @@ FleetMetrics::FleetMetrics(Daemon* daemon)
       restarts_(prometheus::BuildCounter()
                     .Name("fleet_server_restarts_total")
                     .Help("Attempts after a server's first that no deploy asked for, by the class "
-                          "of the attempt before (\"none\": a manual restart)")
+                          "of the attempt before (\"none\" when it had not failed)")
                     .Register(*registry_)),
       startup_(prometheus::BuildHistogram()
                    .Name("fleet_startup_duration_seconds")
@@ -244,7 +246,9 @@ void FleetMetrics::OnFleetEvents(const std::vector<fleet::v1::FleetEvent>& batch
                 {"class", cls},
                 {"trigger", e.trigger()}})
           .Increment();
-      last_class_[e.server()] = cls;
+      // Why the next attempt of the server is made: this one's class when it failed (a restart
+      // after backoff, a remediation's), "none" when it did not (a person's restart).
+      last_class_[e.server()] = e.outcome() == "failed" || e.outcome() == "lost" ? cls : "none";
       if (e.outcome() == "ready" || e.outcome() == "failed") {
         startup_
             .Add({{"template", e.template_()},
@@ -257,9 +261,7 @@ void FleetMetrics::OnFleetEvents(const std::vector<fleet::v1::FleetEvent>& batch
       if (e.attempt_number() > 1 && e.trigger() != "deploy" && e.trigger() != "initial") {
         auto it = last_class_.find(e.server());
         restarts_
-            .Add({{"server", e.server()},
-                  {"class",
-                   e.trigger() == "restart" || it == last_class_.end() ? "none" : it->second}})
+            .Add({{"server", e.server()}, {"class", it == last_class_.end() ? "none" : it->second}})
             .Increment();
       }
     } else if (e.type() == events::kServerState) {

@@ -63,7 +63,7 @@ TEST_F(MetricsServerTest, ServesMetricsAndTargetsOnLoopbackOnThePortTheKernelGav
   auto [rc, body] = Get(base + "/metrics");
   EXPECT_EQ(rc, 0);
   EXPECT_THAT(body, HasSubstr("fleet_build_info{"));
-  EXPECT_THAT(body, HasSubstr("# TYPE fleet_attempts_total counter"));
+  EXPECT_THAT(body, HasSubstr("# TYPE fleet_phase_duration_seconds histogram"));
   EXPECT_THAT(body, HasSubstr("fleet_stalls_total 0"));
   auto [rc2, targets] = Get(base + "/metrics/targets");
   EXPECT_EQ(rc2, 0);

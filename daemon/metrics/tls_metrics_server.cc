@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/string_view.h"
 #include "common/log/log.h"
 #include "common/net/http_request_line.h"
 #include "daemon/metrics/fleet_metrics.h"
@@ -33,7 +34,7 @@ std::string OpenSslError() {
 
 void Reply(SSL* ssl, std::string_view status, std::string_view type, std::string_view body) {
   const std::string head =
-      absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
+      absl::StrCat("HTTP/1.1 ", AsAbsl(status), "\r\nContent-Type: ", AsAbsl(type),
                    "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
   std::string all = head;
   all.append(body.data(), body.size());

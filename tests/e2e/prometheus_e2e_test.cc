@@ -642,7 +642,7 @@ TEST(PrometheusE2e, SeedScenarioThroughARealPrometheusRulesFireAndEveryExpressio
     std::set<std::string> servers;
     for (const Json& t : Member(*data, "activeTargets")) {
       if (Str(t, "scrapePool") == "gpu-fleet-servers") {
-        servers.insert(Str(Member(t, "labels"), "fleet_server"));
+        servers.insert(Str(Member(t, "labels"), "server"));
       }
     }
     return servers.size() == kGpus && servers.count(ServerName(0)) && servers.count(ServerName(7));

@@ -160,9 +160,10 @@ TEST(Dashboard, HasTheOverviewStatesStartupDurationsAndAttemptsByClass) {
               HasPanel(dashboard, "timeseries",
                        {"histogram_quantile", "fleet_startup_duration_seconds_bucket"}));
   // Attempts by class.
-  EXPECT_TRUE(
-      HasPanel(dashboard, "timeseries", {"sum by (class)", "increase(fleet_attempts_total"}) ||
-      HasPanel(dashboard, "barchart", {"sum by (class)", "increase(fleet_attempts_total"}));
+  EXPECT_TRUE(HasPanel(dashboard, "timeseries",
+                       {"sum by (class)", "fleet_attempts_total{outcome=\"failed\""}) ||
+              HasPanel(dashboard, "barchart",
+                       {"sum by (class)", "fleet_attempts_total{outcome=\"failed\""}));
 }
 
 TEST(FleetRules, EveryAlertHasSeverityAClassInItsSummaryAndACommand) {
