@@ -195,19 +195,35 @@ absl::StatusOr<v1::ListHostsResponse> FleetClient::ListHosts(const v1::ListHosts
   return Call("ListHosts", &v1::Fleet::Stub::ListHosts, request);
 }
 
-absl::Status FleetClient::Watch(const v1::FleetStatusRequest& request,
-                                const WatchCallback& on_message) {
+namespace {
+
+// A server stream read to its end, each message given to `on_message` (false stops it). The
+// deadline: `timeout` for the first message, then none (`first_disarms`: Watch, whose first
+// message is the table); or `timeout` between messages, none at all when following.
+struct StreamEnd {
+  grpc::Status status;
+  bool timed_out = false;
+  bool stopped_by_caller = false;  // on_message said stop: not an error
+};
+
+template <typename Response, typename Open>
+StreamEnd ReadStream(absl::Duration timeout, bool follow, bool first_disarms, Open open,
+                     const std::function<bool(const Response&)>& on_message) {
   grpc::ClientContext context;
   bool stopped_by_caller = false;
   bool timed_out = false;
   grpc::Status status;
   {
-    StreamWatchdog watchdog(&context, timeout_);
-    std::unique_ptr<grpc::ClientReader<v1::FleetStatusResponse>> reader =
-        stub_->Watch(&context, request);
-    v1::FleetStatusResponse message;
+    StreamWatchdog watchdog(&context, timeout);
+    if (follow) watchdog.Disarm();
+    std::unique_ptr<grpc::ClientReader<Response>> reader = open(&context);
+    Response message;
     while (reader->Read(&message)) {
-      watchdog.Disarm();
+      if (first_disarms) {
+        watchdog.Disarm();
+      } else {
+        watchdog.Touch();
+      }
       if (!on_message(message)) {
         stopped_by_caller = true;
         context.TryCancel();
@@ -217,61 +233,36 @@ absl::Status FleetClient::Watch(const v1::FleetStatusRequest& request,
     status = reader->Finish();
     timed_out = watchdog.fired();
   }
-  if (stopped_by_caller) return absl::OkStatus();
-  return Translate(status, "Watch", timed_out);
+  return {status, timed_out, stopped_by_caller};
+}
+
+}  // namespace
+
+absl::Status FleetClient::Watch(const v1::FleetStatusRequest& request,
+                                const WatchCallback& on_message) {
+  const StreamEnd end = ReadStream<v1::FleetStatusResponse>(
+      timeout_, /*follow=*/false, /*first_disarms=*/true,
+      [&](grpc::ClientContext* c) { return stub_->Watch(c, request); }, on_message);
+  if (end.stopped_by_caller) return absl::OkStatus();
+  return Translate(end.status, "Watch", end.timed_out);
 }
 
 absl::Status FleetClient::Logs(const v1::ServerLogsRequest& request,
                                const LogsCallback& on_message) {
-  grpc::ClientContext context;
-  bool stopped_by_caller = false;
-  bool timed_out = false;
-  grpc::Status status;
-  {
-    StreamWatchdog watchdog(&context, timeout_);
-    if (request.follow()) watchdog.Disarm();
-    std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader = stub_->Logs(&context, request);
-    v1::LogChunk chunk;
-    while (reader->Read(&chunk)) {
-      watchdog.Touch();
-      if (!on_message(chunk)) {
-        stopped_by_caller = true;
-        context.TryCancel();
-        break;
-      }
-    }
-    status = reader->Finish();
-    timed_out = watchdog.fired();
-  }
-  if (stopped_by_caller) return absl::OkStatus();
-  return Translate(status, "Logs", timed_out);
+  const StreamEnd end = ReadStream<v1::LogChunk>(
+      timeout_, request.follow(), /*first_disarms=*/false,
+      [&](grpc::ClientContext* c) { return stub_->Logs(c, request); }, on_message);
+  if (end.stopped_by_caller) return absl::OkStatus();
+  return Translate(end.status, "Logs", end.timed_out);
 }
 
 absl::Status FleetClient::FleetEvents(const v1::FleetEventsRequest& request,
                                       const EventsCallback& on_message) {
-  grpc::ClientContext context;
-  bool stopped_by_caller = false;
-  bool timed_out = false;
-  grpc::Status status;
-  {
-    StreamWatchdog watchdog(&context, timeout_);
-    if (request.follow()) watchdog.Disarm();
-    std::unique_ptr<grpc::ClientReader<v1::FleetEventsResponse>> reader =
-        stub_->FleetEvents(&context, request);
-    v1::FleetEventsResponse message;
-    while (reader->Read(&message)) {
-      watchdog.Touch();
-      if (!on_message(message)) {
-        stopped_by_caller = true;
-        context.TryCancel();
-        break;
-      }
-    }
-    status = reader->Finish();
-    timed_out = watchdog.fired();
-  }
-  if (stopped_by_caller) return absl::OkStatus();
-  return Translate(status, "FleetEvents", timed_out);
+  const StreamEnd end = ReadStream<v1::FleetEventsResponse>(
+      timeout_, request.follow(), /*first_disarms=*/false,
+      [&](grpc::ClientContext* c) { return stub_->FleetEvents(c, request); }, on_message);
+  if (end.stopped_by_caller) return absl::OkStatus();
+  return Translate(end.status, "FleetEvents", end.timed_out);
 }
 
 }  // namespace fleet::cli

@@ -17,6 +17,17 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// A daemon over `store` whose containers have no agent (the record is all it answers from).
+absl::StatusOr<std::unique_ptr<Daemon>> DaemonWithoutAgents(std::unique_ptr<FleetStore> store,
+                                                            Clock* clock) {
+  return Daemon::Create(
+      std::move(store),
+      [](const std::string&, const fleet::v1::Host&, const fleet::v1::Container&) {
+        return std::unique_ptr<AgentClient>();
+      },
+      clock, DaemonOptions());
+}
+
 TEST(FleetService, AStoredPlanIsAnsweredWithItsSecretEnvValuesRedacted) {
   fleet::testing::TempDir dir;
   auto store = FleetStore::Open(dir.Join("fleet.db"));
@@ -35,12 +46,7 @@ TEST(FleetService, AStoredPlanIsAnsweredWithItsSecretEnvValuesRedacted) {
   ASSERT_TRUE(created.ok()) << created.status();
 
   fleet::testing::FakeClock clock;
-  auto daemon = Daemon::Create(
-      *std::move(store),
-      [](const std::string&, const fleet::v1::Host&, const fleet::v1::Container&) {
-        return std::unique_ptr<AgentClient>();
-      },
-      &clock, DaemonOptions());
+  auto daemon = DaemonWithoutAgents(*std::move(store), &clock);
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   FleetService service(daemon->get(), dir.path());
   grpc::ServerBuilder builder;
@@ -83,12 +89,7 @@ TEST(FleetService, FleetEventsResumeFromAnIndexAndSayResyncWhenItWasPruned) {
   ASSERT_TRUE((*store)->db().Exec("DELETE FROM fleet_events WHERE idx <= 3").ok());
 
   fleet::testing::FakeClock clock;
-  auto daemon = Daemon::Create(
-      *std::move(store),
-      [](const std::string&, const fleet::v1::Host&, const fleet::v1::Container&) {
-        return std::unique_ptr<AgentClient>();
-      },
-      &clock, DaemonOptions());
+  auto daemon = DaemonWithoutAgents(*std::move(store), &clock);
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   FleetService service(daemon->get(), dir.path());
   grpc::ServerBuilder builder;

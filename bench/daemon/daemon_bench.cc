@@ -656,6 +656,11 @@ int Bench::Run() {
   // 4. Check the record.
   Json verify_json = Json::object();
   bool ok = !timed_out && db_ != nullptr && Verify(report, &verify_json);
+  if (o_.scrape_interval_ms > 0 && (scrapes_.empty() || scrape_failed_ > 0)) {
+    std::cerr << "daemon_bench: FAILED: " << scrapes_.size() << " scrapes of " << metrics_url_
+              << " answered, " << scrape_failed_ << " failed\n";
+    ok = false;
+  }
 
   // Times: from the agents' first event to the moment the record holds every event (the
   // stored cursors, looked at every 20 ms).

@@ -1049,6 +1049,17 @@ DeliveryRecord ReadDelivery(const sqlite::Statement& st) {
   return d;
 }
 
+absl::StatusOr<std::vector<DeliveryRecord>> ReadDeliveries(sqlite::Statement& st) {
+  std::vector<DeliveryRecord> out;
+  while (true) {
+    auto row = st.Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    out.push_back(ReadDelivery(st));
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::PendingDeliveries(int64_t limit) {
@@ -1056,14 +1067,7 @@ absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::PendingDeliveries(int64_
       Prepare(absl::StrCat(kDeliveryColumns, "WHERE status = 'pending' ORDER BY id LIMIT ?1"));
   if (!st.ok()) return st.status();
   (*st)->Bind(1, limit);
-  std::vector<DeliveryRecord> out;
-  while (true) {
-    auto row = (*st)->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    out.push_back(ReadDelivery(**st));
-  }
-  return out;
+  return ReadDeliveries(**st);
 }
 
 absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::Deliveries(int64_t limit) {
@@ -1071,14 +1075,7 @@ absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::Deliveries(int64_t limit
       absl::StrCat("SELECT * FROM (", kDeliveryColumns, "ORDER BY id DESC LIMIT ?1) ORDER BY id"));
   if (!st.ok()) return st.status();
   (*st)->Bind(1, limit);
-  std::vector<DeliveryRecord> out;
-  while (true) {
-    auto row = (*st)->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    out.push_back(ReadDelivery(**st));
-  }
-  return out;
+  return ReadDeliveries(**st);
 }
 
 absl::Status FleetStore::UpdateDelivery(const DeliveryRecord& d) {

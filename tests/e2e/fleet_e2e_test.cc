@@ -1089,6 +1089,41 @@ TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
     EXPECT_GE(time_of(by_server.at(ServerName(g)).at(1)), canary_ready - absl::Milliseconds(200))
         << ServerName(g);
   }
+
+  // The fleet's events, as `fleetctl events -o json` gives them: one object per line, indexes one
+  // apart from 1; the canary's failure, the remediation applied for it, its recovery, and eight
+  // servers READY. --since resumes after an index.
+  const CtlResult events = fleet.Ctl({"events", "-o", "json"});
+  ASSERT_EQ(events.code(), 0) << events.output;
+  int64_t next = 1;
+  int ready = 0;
+  bool canary_failed = false, applied = false, recovered = false;
+  for (absl::string_view line : absl::StrSplit(events.output, '\n', absl::SkipEmpty())) {
+    const Struct e = ParseJson(std::string(line));
+    EXPECT_EQ(Int(e, "index"), next++) << line;
+    const std::string type = Str(e, "type");
+    if (type == "server_state" && Str(e, "state") == "READY") ++ready;
+    if (type == "attempt_finished" && Str(e, "outcome") == "failed") {
+      canary_failed =
+          Str(e, "class") == "ptx_version_unsupported" && Str(e, "server") == ServerName(0);
+    }
+    if (type == "remediation" && Str(e, "plan_id") == plans[1].id() &&
+        Str(e, "plan_status") == "applied") {
+      applied = true;
+    }
+    if (type == "recovered") {
+      recovered = Str(e, "server") == ServerName(0) &&
+                  Str(e, "class") == "ptx_version_unsupported" &&
+                  Str(e, "trigger") == "remediation";
+    }
+  }
+  EXPECT_EQ(ready, 8) << events.output;
+  EXPECT_TRUE(canary_failed) << events.output;
+  EXPECT_TRUE(applied) << events.output;
+  EXPECT_TRUE(recovered) << events.output;
+  const CtlResult last = fleet.Ctl({"events", "--since", std::to_string(next - 2), "-o", "json"});
+  ASSERT_EQ(last.code(), 0) << last.output;
+  EXPECT_EQ(Int(ParseJson(last.output), "index"), next - 1) << last.output;
 }
 
 struct SingleProblem {
