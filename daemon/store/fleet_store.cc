@@ -16,37 +16,17 @@
 #include "common/base/string_view.h"
 #include "common/log/log.h"
 #include "common/state/states.h"
+#include "daemon/store/fleet_store_internal.h"
 #include "daemon/store/fleet_store_schema.h"
 
 namespace fleet::daemon {
+
+using store_internal::BindTime;
+using store_internal::ColumnTime;
+using store_internal::ParseTime;
+using store_internal::TimeText;
+
 namespace {
-
-// Times are stored as ISO-8601 UTC text, so sqlite3's date functions work on them.
-std::string TimeText(absl::Time t) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
-}
-
-absl::Time ParseTime(const std::string& text) {
-  absl::Time t;
-  std::string err;
-  if (text.empty() ||
-      !absl::ParseTime("%Y-%m-%dT%H:%M:%E*SZ", text, absl::UTCTimeZone(), &t, &err)) {
-    return absl::InfinitePast();
-  }
-  return t;
-}
-
-void BindTime(sqlite::Statement& st, int index, absl::Time t) {
-  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) {
-    st.BindNull(index);
-  } else {
-    st.Bind(index, std::string_view(TimeText(t)));
-  }
-}
-
-absl::Time ColumnTime(const sqlite::Statement& st, int index) {
-  return st.ColumnIsNull(index) ? absl::InfinitePast() : ParseTime(st.ColumnText(index));
-}
 
 std::string RandomHex(int bytes) {
   unsigned char buf[16] = {};
@@ -107,38 +87,6 @@ std::string EventSummary(const fleet::v1::AgentEvent& e) {
 
 }  // namespace
 
-struct FleetStore::Cached {
-  sqlite::Statement statement;
-  bool busy = false;  // a Query holds it
-};
-
-class FleetStore::Query {
- public:
-  // `cached` is reset and released when the query goes; `owned` (when the cached one was busy)
-  // is finalized.
-  explicit Query(Cached* cached) : cached_(cached), st_(&cached->statement) {}
-  explicit Query(sqlite::Statement owned)
-      : owned_(std::make_unique<sqlite::Statement>(std::move(owned))), st_(owned_.get()) {}
-  Query(Query&& o) noexcept
-      : cached_(std::exchange(o.cached_, nullptr)),
-        owned_(std::move(o.owned_)),
-        st_(std::exchange(o.st_, nullptr)) {}
-  Query& operator=(Query&&) = delete;
-  ~Query() {
-    if (cached_ != nullptr) {
-      cached_->statement.Reset();
-      cached_->busy = false;
-    }
-  }
-  sqlite::Statement* operator->() const { return st_; }
-  sqlite::Statement& operator*() const { return *st_; }
-
- private:
-  Cached* cached_ = nullptr;
-  std::unique_ptr<sqlite::Statement> owned_;
-  sqlite::Statement* st_ = nullptr;
-};
-
 absl::StatusOr<FleetStore::Query> FleetStore::Prepare(const std::string& sql) {
   auto it = statements_.find(sql);
   if (it == statements_.end()) {
@@ -158,40 +106,6 @@ absl::StatusOr<FleetStore::Query> FleetStore::Prepare(const std::string& sql) {
 }
 
 // One write: a transaction of its own, or a savepoint inside the one that is open (a Batch).
-class FleetStore::Scope {
- public:
-  static absl::StatusOr<std::unique_ptr<Scope>> Begin(FleetStore* store) {
-    const bool outer = store->depth_ == 0;
-    if (absl::Status s = store->db_->Exec(outer ? "BEGIN IMMEDIATE" : "SAVEPOINT fleet_write");
-        !s.ok()) {
-      return s;
-    }
-    ++store->depth_;
-    return std::unique_ptr<Scope>(new Scope(store, outer));
-  }
-  ~Scope() {
-    if (done_) return;
-    store_->db_->Exec(outer_ ? "ROLLBACK" : "ROLLBACK TO fleet_write; RELEASE fleet_write")
-        .IgnoreError();
-    --store_->depth_;
-    // Rows this scope inserted are gone; so are their ids.
-    store_->container_ids_.clear();
-  }
-  absl::Status Commit() {
-    absl::Status s = store_->db_->Exec(outer_ ? "COMMIT" : "RELEASE fleet_write");
-    if (s.ok()) {
-      done_ = true;
-      --store_->depth_;
-    }
-    return s;
-  }
-
- private:
-  Scope(FleetStore* store, bool outer) : store_(store), outer_(outer) {}
-  FleetStore* const store_;
-  const bool outer_;
-  bool done_ = false;
-};
 
 FleetStore::Batch::Batch(FleetStore* store) : store_(store) {
   if (store_->depth_ > 0) return;  // already inside one
@@ -948,159 +862,6 @@ absl::Status FleetStore::PruneEvents(absl::Time older_than, int64_t max_events) 
     if (absl::Status s = (*excess)->Run(); !s.ok()) return s;
   }
   return absl::OkStatus();
-}
-
-absl::Status FleetStore::AppendFleetEvents(const std::vector<fleet::v1::FleetEvent>& events,
-                                           std::vector<DeliveryRecord>* deliveries,
-                                           absl::Time now) {
-  if (events.empty() && (deliveries == nullptr || deliveries->empty())) return absl::OkStatus();
-  auto scope = Scope::Begin(this);
-  if (!scope.ok()) return scope.status();
-  auto insert = Prepare(
-      "INSERT INTO fleet_events (idx, at, type, server, container, event) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
-  if (!insert.ok()) return insert.status();
-  for (const fleet::v1::FleetEvent& e : events) {
-    (*insert)->Reset();
-    (*insert)
-        ->Bind(1, e.index())
-        .Bind(2, std::string_view(TimeText(absl::FromUnixSeconds(e.at().seconds()) +
-                                           absl::Nanoseconds(e.at().nanos()))))
-        .Bind(3, std::string_view(e.type()))
-        .Bind(4, std::string_view(e.server()))
-        .Bind(5, std::string_view(e.ctid().empty() ? std::string()
-                                                   : absl::StrCat(e.host(), "/", e.ctid())))
-        .BindBlob(6, e.SerializeAsString());
-    if (absl::Status s = (*insert)->Run(); !s.ok()) return s;
-  }
-  if (deliveries != nullptr) {
-    auto add = Prepare(
-        "INSERT INTO deliveries (event_idx, notify, event_type, server, status, created_at, "
-        "next_at, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
-    if (!add.ok()) return add.status();
-    for (DeliveryRecord& d : *deliveries) {
-      d.created_at = now;
-      (*add)->Reset();
-      (*add)
-          ->Bind(1, d.event_index)
-          .Bind(2, std::string_view(d.notify))
-          .Bind(3, std::string_view(d.event_type))
-          .Bind(4, std::string_view(d.server))
-          .Bind(5, std::string_view(d.status))
-          .Bind(6, std::string_view(TimeText(now)));
-      BindTime(**add, 7, d.next_at);
-      (*add)->BindBlob(8, d.body);
-      if (absl::Status s = (*add)->Run(); !s.ok()) return s;
-      d.id = db_->LastInsertRowId();
-    }
-  }
-  return (*scope)->Commit();
-}
-
-absl::StatusOr<std::vector<fleet::v1::FleetEvent>> FleetStore::FleetEvents(int64_t since,
-                                                                           int64_t limit) {
-  auto st = Prepare("SELECT idx, event FROM fleet_events WHERE idx > ?1 ORDER BY idx LIMIT ?2");
-  if (!st.ok()) return st.status();
-  (*st)->Bind(1, since).Bind(2, limit);
-  std::vector<fleet::v1::FleetEvent> out;
-  while (true) {
-    auto row = (*st)->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    fleet::v1::FleetEvent e;
-    if (!e.ParseFromString((*st)->ColumnBlob(1))) {
-      return absl::DataLossError(absl::StrCat("fleet event ", (*st)->ColumnInt(0), " unreadable"));
-    }
-    e.set_index((*st)->ColumnInt(0));
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-absl::StatusOr<std::pair<int64_t, int64_t>> FleetStore::FleetEventRange() {
-  auto st = Prepare("SELECT coalesce(min(idx), 0), coalesce(max(idx), 0) FROM fleet_events");
-  if (!st.ok()) return st.status();
-  auto row = (*st)->Step();
-  if (!row.ok()) return row.status();
-  return std::make_pair((*st)->ColumnInt(0), (*st)->ColumnInt(1));
-}
-
-namespace {
-
-constexpr char kDeliveryColumns[] =
-    "SELECT id, event_idx, notify, event_type, server, status, attempts, http_status, error, "
-    "created_at, next_at, finished_at, body FROM deliveries ";
-
-DeliveryRecord ReadDelivery(const sqlite::Statement& st) {
-  DeliveryRecord d;
-  d.id = st.ColumnInt(0);
-  d.event_index = st.ColumnInt(1);
-  d.notify = st.ColumnText(2);
-  d.event_type = st.ColumnText(3);
-  d.server = st.ColumnText(4);
-  d.status = st.ColumnText(5);
-  d.attempts = static_cast<int32_t>(st.ColumnInt(6));
-  d.http_status = static_cast<int32_t>(st.ColumnInt(7));
-  d.error = st.ColumnText(8);
-  d.created_at = ColumnTime(st, 9);
-  d.next_at = ColumnTime(st, 10);
-  d.finished_at = ColumnTime(st, 11);
-  d.body = st.ColumnBlob(12);
-  return d;
-}
-
-absl::StatusOr<std::vector<DeliveryRecord>> ReadDeliveries(sqlite::Statement& st) {
-  std::vector<DeliveryRecord> out;
-  while (true) {
-    auto row = st.Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    out.push_back(ReadDelivery(st));
-  }
-  return out;
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::PendingDeliveries(int64_t limit) {
-  auto st =
-      Prepare(absl::StrCat(kDeliveryColumns, "WHERE status = 'pending' ORDER BY id LIMIT ?1"));
-  if (!st.ok()) return st.status();
-  (*st)->Bind(1, limit);
-  return ReadDeliveries(**st);
-}
-
-absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::Deliveries(int64_t limit) {
-  auto st = Prepare(
-      absl::StrCat("SELECT * FROM (", kDeliveryColumns, "ORDER BY id DESC LIMIT ?1) ORDER BY id"));
-  if (!st.ok()) return st.status();
-  (*st)->Bind(1, limit);
-  return ReadDeliveries(**st);
-}
-
-absl::Status FleetStore::UpdateDelivery(const DeliveryRecord& d) {
-  auto st = Prepare(
-      "UPDATE deliveries SET status = ?2, attempts = ?3, http_status = ?4, error = ?5, "
-      "next_at = ?6, finished_at = ?7 WHERE id = ?1");
-  if (!st.ok()) return st.status();
-  (*st)->Bind(1, d.id).Bind(2, std::string_view(d.status)).Bind(3, int64_t{d.attempts});
-  if (d.http_status > 0) {
-    (*st)->Bind(4, int64_t{d.http_status});
-  } else {
-    (*st)->BindNull(4);
-  }
-  (*st)->Bind(5, std::string_view(d.error));
-  BindTime(**st, 6, d.next_at);
-  BindTime(**st, 7, d.finished_at);
-  return (*st)->Run();
-}
-
-absl::StatusOr<int64_t> FleetStore::EventCount() {
-  auto st = Prepare("SELECT count(*) FROM events");
-  if (!st.ok()) return st.status();
-  auto row = (*st)->Step();
-  if (!row.ok()) return row.status();
-  return (*st)->ColumnInt(0);
 }
 
 }  // namespace fleet::daemon

@@ -46,6 +46,7 @@
 #include "proto/fleet.pb.h"
 #include "tests/sim/port_pick.h"
 #include "tests/sim/sim_test_support.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/webhook_receiver.h"
 
@@ -68,12 +69,7 @@ constexpr char kCtid[] = "sim";
 // Re-checks `holds` every 50 ms until it is true or `timeout` passed: for conditions that have
 // no event to wait on (a row in fleetd's status, a process gone).
 bool Eventually(const std::function<bool()>& holds, std::chrono::milliseconds timeout = kDeadline) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (!holds()) {
-    if (SteadyClock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
+  return testing::Eventually(holds, timeout, std::chrono::milliseconds(50));
 }
 
 // The environment of fleetd, the agent and fleetctl: a plain PATH, plus the sanitizers' options

@@ -48,6 +48,7 @@
 #include "tests/prometheus/promql_expressions.h"
 #include "tests/sim/port_pick.h"
 #include "tests/sim/sim_test_support.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet {
@@ -115,12 +116,7 @@ std::optional<std::string> Selector(const std::string& expr) {
 // Re-checks `holds` every 250 ms until it is true or `timeout` passed: Prometheus' answers change
 // at its scrapes and rule evaluations, with nothing to wait on.
 bool Eventually(const std::function<bool()>& holds, std::chrono::milliseconds timeout = kDeadline) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (!holds()) {
-    if (SteadyClock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  return true;
+  return testing::Eventually(holds, timeout, std::chrono::milliseconds(250));
 }
 
 Env ToolEnv() { return {{"PATH", "/usr/bin:/bin"}}; }
