@@ -33,6 +33,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/agent.grpc.pb.h"
+#include "tests/sim/startup_script.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/loopback_server.h"
 #include "tests/testing/subprocess.h"
@@ -1233,6 +1234,21 @@ void ExpectTheSimulatedServerGetsReady(ReadinessProber* prober) {
   EXPECT_TRUE(AgentHarness::HasPhase(events, "JIT_COMPILING"));
   EXPECT_TRUE(AgentHarness::HasPhase(events, "CAPTURING_GRAPHS"));
   EXPECT_NE(AgentHarness::Find(events, [](auto& e) { return e.has_progress(); }), nullptr);
+  // The weight shards count while the weights load (tqdm's bar, redrawn with "\r"); every phase
+  // starts from no steps, so the build's first n/m comes after a JIT phase of its own.
+  std::string phase;
+  int64_t shards_seen = 0;
+  for (const AgentEvent& e : events) {
+    if (e.has_phase()) phase = e.phase().state();
+    if (!e.has_progress()) continue;
+    if (e.progress().total() == fleet::sim::kWeightShards) {
+      EXPECT_EQ(phase, "LOADING");
+      shards_seen = std::max(shards_seen, e.progress().step());
+    } else {
+      EXPECT_EQ(phase, "JIT_COMPILING");
+    }
+  }
+  EXPECT_EQ(shards_seen, fleet::sim::kWeightShards);
   // The simulated world runs the server with CUDA_VISIBLE_DEVICES=3.
   EXPECT_THAT(fleet::testing::ReadFile(spec.log_path()), HasSubstr("TP0"));
   h.Stop(3);

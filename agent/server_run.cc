@@ -90,6 +90,9 @@ void Agent::ServerRun::OnPhaseChanged(diagnosis::Phase phase, std::string_view d
   if (ready_ || exited_) return;
   state_ = StateOfPhase(phase);
   phase_detail_ = std::string(detail);
+  // Progress counts the steps of one phase (weight shards, one op's build): a new phase starts
+  // from none, never from the last phase's n/m.
+  progress_step_ = progress_total_ = 0;
   if (replaying_) return;
   AgentEvent e = NewEvent();
   auto* p = e.mutable_phase();

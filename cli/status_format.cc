@@ -103,8 +103,14 @@ std::string_view StateColor(v1::ServerState state) {
   }
 }
 
+// The steps of the phase a server is in (weight shards while LOADING, ninja's steps while
+// JIT_COMPILING); fleetd keeps only the current phase's.
+bool ShowsProgress(const v1::ServerRow& row) {
+  return IsStartPhase(ServerStateOf(row)) && row.progress_total() > 0;
+}
+
 std::string ProgressCell(const v1::ServerRow& row, int bar_width) {
-  if (ServerStateOf(row) != v1::SERVER_STATE_JIT_COMPILING || row.progress_total() <= 0) return "";
+  if (!ShowsProgress(row)) return "";
   const int64_t total = row.progress_total();
   const int64_t step = std::clamp<int64_t>(row.progress_step(), 0, total);
   if (bar_width <= 0) return absl::StrCat(step, "/", total);
@@ -246,7 +252,7 @@ std::string FormatChangeLine(absl::Time at, const v1::ServerRow& row) {
     if (!value.empty()) absl::StrAppend(&line, " ", AsAbsl(key), "=", LogfmtValue(value));
   };
   field("phase", row.phase_detail());
-  if (ServerStateOf(row) == v1::SERVER_STATE_JIT_COMPILING && row.progress_total() > 0) {
+  if (ShowsProgress(row)) {
     field("progress", absl::StrCat(row.progress_step(), "/", row.progress_total()));
   }
   if (row.attempt_number() > 0) field("attempt", absl::StrCat(row.attempt_number()));

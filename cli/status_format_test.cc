@@ -38,7 +38,7 @@ TEST(StatusFormat, AgesAreShort) {
   EXPECT_EQ(FormatAge(absl::Hours(51)), "2d03h");
 }
 
-TEST(StatusFormat, ProgressBarOnlyWhileJitCompiling) {
+TEST(StatusFormat, ProgressBarOnlyWhileAStartPhaseCountsSteps) {
   v1::ServerRow row = Row("pve1/200/gpu3", "JIT_COMPILING");
   row.set_progress_step(12);
   row.set_progress_total(40);
@@ -47,9 +47,16 @@ TEST(StatusFormat, ProgressBarOnlyWhileJitCompiling) {
   EXPECT_EQ(ProgressCell(row), "[##########] 40/40");
   row.set_progress_total(0);
   EXPECT_EQ(ProgressCell(row), "");
+  // Weight shards while the weights load.
   row.set_state("LOADING");
-  row.set_progress_total(40);
-  EXPECT_EQ(ProgressCell(row), "");
+  row.set_progress_step(1);
+  row.set_progress_total(4);
+  EXPECT_EQ(ProgressCell(row), "[##........] 1/4");
+  // Past the start phases nothing counts steps.
+  for (const char* state : {"READY", "FAILED", "RESTARTING"}) {
+    row.set_state(state);
+    EXPECT_EQ(ProgressCell(row), "") << state;
+  }
 }
 
 TEST(StatusFormat, TableHasTheColumnsAndCells) {

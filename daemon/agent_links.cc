@@ -318,6 +318,8 @@ void Daemon::ApplyEvent(const std::string& container, const fleet::v1::AgentEven
   switch (e.kind_case()) {
     case fleet::v1::AgentEvent::kPhase: {
       s->record.phase_detail = e.phase().detail();
+      // Progress is the current phase's (the agent's rule too): a new phase starts from none.
+      s->record.progress_step = s->record.progress_total = 0;
       if (state == v1::SERVER_STATE_FAILED) {
         a.outcome = v1::ATTEMPT_OUTCOME_FAILED;
         a.ended_at = now;
@@ -341,7 +343,6 @@ void Daemon::ApplyEvent(const std::string& container, const fleet::v1::AgentEven
         }
       } else if (state == v1::SERVER_STATE_READY) {
         a.outcome = v1::ATTEMPT_OUTCOME_READY;
-        s->record.progress_step = s->record.progress_total = 0;
       }
       if (state == v1::SERVER_STATE_READY) {
         // Past the JIT phase (SGLang JIT-compiles during graph capture, so READY is the first

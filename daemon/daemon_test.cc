@@ -359,6 +359,15 @@ TEST_F(DaemonTest, EventsDriveTheStatesAndTheAttemptRecord) {
   EXPECT_EQ(row.phase_detail(), "batch_decode");
   EXPECT_EQ(row.progress_step(), 3);
   EXPECT_EQ(row.progress_total(), 12);
+  // The next phase starts with no steps counted, not with the build's 3/12.
+  AgentEvent next_op = Phase(launch, "JIT_COMPILING");
+  next_op.mutable_phase()->set_detail("batch_prefill");
+  agent_.Say(next_op);
+  daemon_->Step();
+  row = Rows()["local/200/gpu0"];
+  EXPECT_EQ(row.phase_detail(), "batch_prefill");
+  EXPECT_EQ(row.progress_step(), 0);
+  EXPECT_EQ(row.progress_total(), 0);
   AgentEvent ready;
   *ready.mutable_server() = launch.spec().server();
   ready.set_attempt_id(launch.attempt_id());

@@ -47,6 +47,24 @@ std::string_view RightTrim(std::string_view s) {
   return s;
 }
 
+// The last state of a line that redraws itself ("\r" + the new state, as tqdm's progress bars
+// write): the text after its last '\r' that is followed by more than spaces. Only steps are read
+// from it; causes are looked for in the whole line (a '\r' can sit anywhere in a broken line).
+std::string_view ShownText(std::string_view line) {
+  const void* first = std::memchr(line.data(), '\r', line.size());
+  if (first == nullptr) return line;
+  size_t end = line.size();
+  while (end > 0) {
+    const size_t cr = line.rfind('\r', end - 1);
+    const size_t begin = cr == std::string_view::npos ? 0 : cr + 1;
+    std::string_view state = line.substr(begin, end - begin);
+    if (state.find_first_not_of(" \t") != std::string_view::npos) return state;
+    if (cr == std::string_view::npos) break;
+    end = cr;
+  }
+  return line;
+}
+
 // "[12/345] ..." as ninja prints a step.
 bool IsNinjaStep(std::string_view s) {
   s = LeftTrim(s);
@@ -92,6 +110,7 @@ void Classifier::AddBytes(std::string_view data) {
       const void* nl = std::memchr(data.data(), '\n', data.size());
       if (nl == nullptr) {
         AppendCarry(data);
+        ScanRedraw(data);
         return;
       }
       const size_t n = static_cast<const char*>(nl) - data.data();
@@ -103,6 +122,7 @@ void Classifier::AddBytes(std::string_view data) {
     const void* last = memrchr(data.data(), '\n', data.size());
     if (last == nullptr) {
       AppendCarry(data);
+      ScanRedraw(data);
       return;
     }
     const size_t n = static_cast<const char*>(last) - data.data() + 1;
@@ -131,7 +151,40 @@ void Classifier::AppendCarry(std::string_view bytes) {
   }
 }
 
+void Classifier::ScanRedraw(std::string_view added) {
+  if (!carry_redraws_ && std::memchr(added.data(), '\r', added.size()) == nullptr) return;
+  carry_redraws_ = true;
+  // The state the terminal shows now: after the last '\r', or before it when nothing follows.
+  const std::string_view carry(carry_);
+  size_t end = carry.size();
+  size_t cr = carry.rfind('\r');
+  if (cr == std::string_view::npos) return;  // cut off with the line's end (kMaxLineBytes)
+  if (cr + 1 == end) {
+    end = cr;
+    cr = cr == 0 ? std::string_view::npos : carry.rfind('\r', cr - 1);
+  }
+  const size_t begin = cr == std::string_view::npos ? 0 : cr + 1;
+  if (begin >= end) return;
+  OnRedraw(carry.substr(begin, end - begin));
+}
+
+void Classifier::OnRedraw(std::string_view state) {
+  hits_.clear();
+  matcher_->Match(state, &hits_);
+  const int n = matcher_->size();
+  for (int h : hits_) {
+    if (h >= n) break;
+    const Signature& sig = matcher_->signatures()[static_cast<size_t>(h)];
+    // Only a phase's own steps: a build's steps need the line they end on.
+    if (sig.role == SignatureRole::kProgress && sig.enters_phase &&
+        sig.phase != Phase::kJitCompiling) {
+      OnProgress(h, state, line_no_ + 1);
+    }
+  }
+}
+
 void Classifier::FlushCarry() {
+  carry_redraws_ = false;
   std::string line = std::move(carry_);
   carry_.clear();
   if (carry_cut_bytes_ > 0) {
@@ -310,12 +363,19 @@ void Classifier::ProcessLine(std::string_view raw) {
       matcher_->Extract(h, raw, &context_);
     }
   }
-  for (int h : hits_) {
-    if (h >= n) break;
-    const SignatureRole role = sigs[h].role;
-    if (code_line) break;
-    if (role == SignatureRole::kProgress) OnProgress(h, raw);
-    if (role == SignatureRole::kPhase) OnPhase(h, raw);
+  // Phases first: a line that enters a phase and counts its steps ("Loading safetensors
+  // checkpoint shards: 0% Completed | 0/4") counts them inside it.
+  for (const SignatureRole wanted : {SignatureRole::kPhase, SignatureRole::kProgress}) {
+    for (int h : hits_) {
+      if (h >= n || code_line) break;
+      if (sigs[h].role != wanted) continue;
+      if (wanted == SignatureRole::kPhase) {
+        OnPhase(h, raw);
+      } else {
+        // A bar redrawn on one line ("\r" between its states) counts its last state.
+        OnProgress(h, ShownText(raw), line_no_);
+      }
+    }
   }
 
   if (unit_) {
@@ -502,12 +562,20 @@ void Classifier::OnPhase(int index, std::string_view raw) {
   }
 }
 
-void Classifier::OnProgress(int index, std::string_view raw) {
+void Classifier::OnProgress(int index, std::string_view raw, int64_t line) {
   Facts facts;
   matcher_->Extract(index, raw, &facts);
   int64_t step = 0, total = 0;
   if (!absl::SimpleAtoi(AsAbsl(facts.First("step")), &step) ||
       !absl::SimpleAtoi(AsAbsl(facts.First("total")), &total) || total <= 0) {
+    return;
+  }
+  const Signature& sig = matcher_->signatures()[static_cast<size_t>(index)];
+  if (sig.enters_phase && sig.phase != Phase::kJitCompiling) {
+    // Steps of another phase (weight shards): shown while that phase runs; never a build step,
+    // so neither the JIT phase nor the diagnosis's "last build step" moves.
+    if (CurrentPhase() != sig.phase) return;
+    if (listener_ != nullptr) listener_->OnProgress(step, total, line);
     return;
   }
   progress_step_ = step;
@@ -533,7 +601,7 @@ void Classifier::OnProgress(int index, std::string_view raw) {
       listener_->OnPhaseChanged(CurrentPhase(), phases_.empty() ? "" : phases_.back().detail,
                                 line_no_);
     }
-    listener_->OnProgress(step, total, line_no_);
+    listener_->OnProgress(step, total, line);
   }
 }
 

@@ -139,7 +139,11 @@ class Classifier {
   void OnRoot(int index, std::string_view raw, bool on_warning);
   void OnSymptom(int index, std::string_view raw, bool ends_traceback);
   void OnPhase(int index, std::string_view raw);
-  void OnProgress(int index, std::string_view raw);
+  // `line`: the line the steps are counted on (a redraw counts on the unfinished next line).
+  void OnProgress(int index, std::string_view raw, int64_t line);
+  // Bytes were added to an unfinished line: if it redraws itself, its current state counts.
+  void ScanRedraw(std::string_view added);
+  void OnRedraw(std::string_view state);
   void ResetForReady();
   Phase CurrentPhase() const;
   Finding MakeFinding(int index, std::string_view raw) const;
@@ -155,6 +159,7 @@ class Classifier {
   int64_t unit_serial_ = 0;
   std::string carry_;
   int64_t carry_cut_bytes_ = 0;
+  bool carry_redraws_ = false;  // the unfinished line has a '\r' (a progress bar's redraws)
   std::string scratch_;
   std::vector<int> hits_;
   std::optional<OpenUnit> unit_;

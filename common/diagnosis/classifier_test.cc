@@ -419,5 +419,63 @@ TEST(Classifier, ListenerGetsPhasesProgressAndProvisionalThenFinal) {
   EXPECT_FALSE(c.Snapshot().provisional);
 }
 
+// SGLang's weight loading: tqdm's bar, each state on a line of its own (a log written with
+// newlines, as the simulator writes it).
+constexpr char kWeightLoading[] =
+    "[2026-12-02 10:00:01 TP0] Load weight begin. avail mem=93.12 GB\n"
+    "Loading safetensors checkpoint shards:   0% Completed | 0/4 [00:00<?, ?it/s]\n"
+    "Loading safetensors checkpoint shards:  25% Completed | 1/4 [00:01<00:03,  1.02s/it]\n"
+    "Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:04<00:00,  1.01s/it]\n"
+    "[2026-12-02 10:00:06 TP0] Load weight end. type=LlamaForCausalLM, avail mem=78.0 GB\n";
+
+TEST(Classifier, WeightShardsCountInsideTheLoadingPhaseOnly) {
+  const Classifier* self = nullptr;
+  RecordingListener listener(&self);
+  ClassifierOptions options;
+  options.offline = false;
+  Classifier c(&BuiltinMatcher(), options, &listener);
+  self = &c;
+  // A shard count before any loading phase is not a step of anything shown.
+  c.AddLine("Loading weights: 50% Completed | 1/2 [00:01<00:01,  1.0s/it] (stray)");
+  c.AddBytes(kWeightLoading);
+  EXPECT_THAT(listener.phases, ElementsAre("LOADING:@2", "STARTING:@6"));
+  EXPECT_THAT(listener.progress, ElementsAre("0/4@3", "1/4@4", "4/4@5"));
+  // Weight shards are not build steps: a failure's summary never reads "last build step 4/4".
+  EXPECT_EQ(c.Snapshot().progress_total, 0);
+}
+
+TEST(Classifier, ABarThatRedrawsItselfCountsEachStateAsItIsDrawn) {
+  const Classifier* self = nullptr;
+  RecordingListener listener(&self);
+  ClassifierOptions options;
+  options.offline = false;
+  Classifier c(&BuiltinMatcher(), options, &listener);
+  self = &c;
+  c.AddBytes("[2026-12-02 10:00:01 TP0] Load weight begin. avail mem=93.12 GB\n");
+  // tqdm writing to a file: "\r" and the new state, a newline only when the bar closes. Each
+  // state counts when it is written, on the line it will end up on (2), not when the line ends.
+  c.AddBytes("\rLoading safetensors checkpoint shards:   0% Completed | 0/3 [00:00<?, ?it/s]");
+  EXPECT_THAT(listener.progress, ElementsAre("0/3@2"));
+  c.AddBytes("\rLoading safetensors checkpoint shards:  33% Completed | 1/");
+  EXPECT_THAT(listener.progress, ElementsAre("0/3@2"));  // half a state: not "1/" anything
+  c.AddBytes("3 [00:01<00:02,  1.0s/it]");
+  EXPECT_THAT(listener.progress, ElementsAre("0/3@2", "1/3@2"));
+  c.AddBytes("\rLoading safetensors checkpoint shards: 100% Completed | 3/3 [00:03<00:00]\n");
+  EXPECT_THAT(listener.progress, ElementsAre("0/3@2", "1/3@2", "3/3@2"));
+  EXPECT_EQ(c.lines(), 2);
+  // The line as a whole is what the terminal showed last.
+  c.AddBytes("[2026-12-02 10:00:06 TP0] Load weight end. type=LlamaForCausalLM\n");
+  EXPECT_THAT(listener.phases, ElementsAre("LOADING:@1", "STARTING:@3"));
+}
+
+TEST(Classifier, ACauseBeforeARedrawOnItsLineStillCounts) {
+  // Steps come from a redrawn line's last state; a cause is looked for in all of it.
+  const Diagnosis d = ClassifyText(
+      "ImportError: libnvrtc.so.13: cannot open shared object file: No such file or directory"
+      "\rbuilding... |\rbuilding... /\r   \n");
+  EXPECT_EQ(d.diagnosis_class, "missing_shared_library");
+  EXPECT_EQ(d.root_cause_line, 1);
+}
+
 }  // namespace
 }  // namespace fleet::diagnosis

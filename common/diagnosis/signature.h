@@ -50,7 +50,8 @@ struct Signature {
   std::string summary;
   // Only counts inside this kind of unit (kNone: anywhere).
   UnitKind within = UnitKind::kNone;
-  // Phases: the phase a match enters, and/or one it ends.
+  // Phases: the phase a match enters, and/or one it ends. Progress: `phase` is the phase whose
+  // steps the match counts (enters_phase false: jit_compiling, a build's steps).
   bool enters_phase = false;
   Phase phase = Phase::kStarting;
   bool ends_phase = false;

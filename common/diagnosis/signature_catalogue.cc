@@ -66,9 +66,19 @@ absl::Status Validate(const Signature& s, const std::string& where, bool has_fix
     return error("field 'class' applies only to root_cause and symptom signatures");
   }
   if (!classifies && has_fix) return error("field 'fix' applies only to root_cause and symptom");
-  if (s.role != SignatureRole::kPhase &&
-      (s.enters_phase || s.ends_phase || !s.failure_class.empty())) {
-    return error("fields 'phase', 'ends' and 'failure_class' apply only to phase signatures");
+  if (s.role == SignatureRole::kProgress) {
+    if (s.ends_phase || !s.failure_class.empty()) {
+      return error("fields 'ends' and 'failure_class' apply only to phase signatures");
+    }
+    if (s.enters_phase && s.phase == Phase::kReady) {
+      return error(
+          "field 'phase': a progress signature counts loading, jit_compiling or "
+          "capturing_graphs");
+    }
+  } else if (s.role != SignatureRole::kPhase &&
+             (s.enters_phase || s.ends_phase || !s.failure_class.empty())) {
+    return error(
+        "fields 'phase', 'ends' and 'failure_class' apply only to phase and progress signatures");
   }
   if (s.role == SignatureRole::kPhase && !s.enters_phase && !s.ends_phase) {
     return error("a phase signature needs 'phase' or 'ends'");

@@ -12,6 +12,8 @@
 //   summary = ptxas accepts PTX ISA up to {ptx_supported} but was given {ptx_wanted}
 //   phase   = jit_compiling         # phase signatures: loading | jit_compiling |
 //   ends    = jit_compiling         #   capturing_graphs | ready
+//                                   # progress signatures: the phase the steps count
+//                                   #   (jit_compiling when not given)
 //   failure_class = jit_build_failed
 //   all_matches = true
 //

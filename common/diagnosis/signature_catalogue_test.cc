@@ -1,5 +1,6 @@
 #include "common/diagnosis/signature_catalogue.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/diagnosis/classifier.h"
 #include "common/diagnosis/signature_matcher.h"
 #include "gmock/gmock.h"
@@ -64,6 +65,20 @@ TEST(SignatureCatalogue, ErrorsNameFileLineAndField) {
             "my.conf:3: signature a: field 'pattern': a progress pattern captures 'step' and "
             "'total'");
   EXPECT_EQ(ErrorOf(""), "my.conf: no signatures");
+}
+
+TEST(SignatureCatalogue, ProgressCountsTheStepsOfOnePhase) {
+  const char kShards[] = "[a]\nrole = progress\npattern = (?P<step>\\d+)/(?P<total>\\d+)\n";
+  EXPECT_EQ(ErrorOf(absl::StrCat(kShards, "phase = loading\n")), "");
+  EXPECT_EQ(ErrorOf(absl::StrCat(kShards, "phase = ready\n")),
+            "my.conf:1: signature a: field 'phase': a progress signature counts loading, "
+            "jit_compiling or capturing_graphs");
+  EXPECT_EQ(ErrorOf(absl::StrCat(kShards, "ends = loading\n")),
+            "my.conf:1: signature a: fields 'ends' and 'failure_class' apply only to phase "
+            "signatures");
+  EXPECT_EQ(ErrorOf("[a]\nrole = context\npattern = x\nphase = loading\n"),
+            "my.conf:1: signature a: fields 'phase', 'ends' and 'failure_class' apply only to "
+            "phase and progress signatures");
 }
 
 TEST(SignatureCatalogue, CustomCatalogueDrivesTheClassifier) {

@@ -100,6 +100,10 @@ class Scheduler {
       case StepKind::kLoadWeights:
         log_.Record("Init torch distributed ends. mem usage=0.09 GB");
         log_.Record(absl::StrFormat("Load weight begin. avail mem=%.2f GB", AvailAtStart()));
+        if (setup_.rank == 0) log_.Redraw(ShardBar(0));
+        return true;
+      case StepKind::kWeightShard:
+        if (setup_.rank == 0) log_.Redraw(ShardBar(step.step), step.step == kWeightShards);
         return true;
       case StepKind::kWeightsLoaded:
         return WeightsLoaded();
@@ -130,6 +134,18 @@ class Scheduler {
         return true;
     }
     return true;
+  }
+
+  // tqdm's bar over the checkpoint shards, as SGLang's rank 0 draws it.
+  static std::string ShardBar(int done) {
+    const double per_shard = 2.5;  // seconds at speed 1
+    const int elapsed = static_cast<int>(done * per_shard);
+    const int left = static_cast<int>((kWeightShards - done) * per_shard);
+    return absl::StrFormat(
+        "Loading safetensors checkpoint shards: %3d%% Completed | %d/%d [00:%02d<%s, %s]",
+        done * 100 / kWeightShards, done, kWeightShards, elapsed,
+        done == 0 ? "?" : absl::StrFormat("00:%02d", left),
+        done == 0 ? "?it/s" : absl::StrFormat("%.2fs/it", per_shard));
   }
 
   bool InitDistributed() {

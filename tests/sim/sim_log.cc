@@ -41,6 +41,10 @@ void SimLog::Record(std::string_view message) const {
   WriteAll(fd_, line);
 }
 
+void SimLog::Redraw(std::string_view state, bool close) const {
+  WriteAll(fd_, absl::StrCat("\r", AsAbsl(state), close ? "\n" : ""));
+}
+
 void SimLog::Raw(std::string_view text) const {
   std::string out(text);
   if (out.empty() || out.back() != '\n') out.push_back('\n');

@@ -20,6 +20,9 @@ class SimLog {
   void Record(std::string_view message) const;
   // `text` as it is (newline added when missing): output of a tool (ninja, uvicorn's own lines).
   void Raw(std::string_view text) const;
+  // A terminal redraw, as tqdm writes its progress bar to a file: "\r" and `state`, no newline
+  // (`close` adds the one tqdm writes when the bar is done).
+  void Redraw(std::string_view state, bool close = false) const;
 
  private:
   int fd_;

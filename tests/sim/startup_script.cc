@@ -30,9 +30,13 @@ std::vector<Step> BuildStartupScript(const ServerArgs& args, const std::vector<J
   const bool graphs = !args.disable_cuda_graph;
   std::vector<Step> script = {
       {StepKind::kInitDistributed, kInitSeconds},
-      {StepKind::kLoadWeights, kWeightsSeconds},
-      {StepKind::kWeightsLoaded, kMemoryPoolSeconds},
+      {StepKind::kLoadWeights, kWeightsSeconds / kWeightShards},
   };
+  for (int shard = 1; shard <= kWeightShards; ++shard) {
+    script.push_back({StepKind::kWeightShard,
+                      shard < kWeightShards ? kWeightsSeconds / kWeightShards : 0, -1, shard});
+  }
+  script.push_back({StepKind::kWeightsLoaded, kMemoryPoolSeconds});
   // Without CUDA graphs the JIT ops are built by the warm-up's first forward pass instead.
   if (graphs) script.push_back({StepKind::kCaptureBegin, kCaptureSeconds * 0.4});
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {

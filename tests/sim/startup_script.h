@@ -36,6 +36,7 @@ enum class StepKind {
   kPause,            // nothing to do: the launcher only waits
   kInitDistributed,  // GPU and NCCL set-up
   kLoadWeights,      // weights start loading
+  kWeightShard,      // shard `step` of the weights is in (rank 0 redraws tqdm's bar)
   kWeightsLoaded,    // weights in, KV cache allocated, attention backend chosen
   kCaptureBegin,     // CUDA graph capture starts
   kJitOpBegin,       // flashinfer loads op `op`: from the cache, or by starting its build
@@ -51,6 +52,9 @@ struct Step {
   int op = -1;               // kJit*: index into the ops
   int step = 0;              // kJitStepDone: 1-based ninja step that finished
 };
+
+// The simulated model's checkpoint shards (safetensors files): an 8B model's four.
+inline constexpr int kWeightShards = 4;
 
 // Seconds the launcher spends before its first record (Python imports) and in uvicorn's start.
 inline constexpr double kImportSeconds = 1.5;
