@@ -2,7 +2,6 @@
 // the body and headers as they arrive, the signature checked with OpenSSL's HMAC, retries after
 // 503s, a receiver that hangs (the timeout, and the stop flag); and over HTTPS with a test CA
 // made by the openssl CLI: accepted with Notify.ca_file, refused (never sent) without it.
-#include <dlfcn.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
@@ -211,21 +210,6 @@ TEST(CurlPost, RefusesAUrlThatIsNotAWebhookUrl) {
   EXPECT_THAT(r.error, HasSubstr("url: http:// to 192.0.2.1"));
 }
 
-// Why civetweb cannot finish a TLS handshake here, or "". civetweb dlopens libssl.so at run time
-// and looks up OpenSSL 1.1's functions by name; Debian 12's civetweb 1.15 calls
-// SSL_get_peer_certificate after each handshake, which OpenSSL 3 no longer exports (a macro for
-// SSL_get1_peer_certificate there): the pointer is null and the server's worker crashes.
-std::string CivetwebTlsProblem() {
-  void* ssl = dlopen("libssl.so", RTLD_LAZY | RTLD_LOCAL);
-  if (ssl == nullptr) return absl::StrCat("civetweb cannot dlopen libssl.so: ", dlerror());
-  const bool missing = dlsym(ssl, "SSL_get_peer_certificate") == nullptr;
-  dlclose(ssl);
-  if (!missing) return "";
-  return "civetweb (1.15) completes a TLS handshake by calling SSL_get_peer_certificate, which "
-         "the libssl.so it dlopens (OpenSSL 3) does not export: the handshake would crash the "
-         "receiver";
-}
-
 // A test CA and a certificate for IP 127.0.0.1 it signed, made by the openssl CLI; the
 // receiver's PEM holds the certificate and its key.
 class CurlPostTls : public ::testing::Test {
@@ -273,11 +257,7 @@ class CurlPostTls : public ::testing::Test {
     dir_.WriteFile("server.pem", absl::StrCat(testing::ReadFile(dir_.Join("server.crt")),
                                               testing::ReadFile(dir_.Join("server.key"))));
     auto receiver = WebhookReceiver::Start(dir_.Join("server.pem"));
-    if (!receiver.ok()) {
-      // civetweb loads OpenSSL when its first server starts: a plain one before (another test of
-      // this process) leaves it without TLS (see CivetwebTlsProblem).
-      GTEST_SKIP() << "civetweb cannot serve TLS here: " << receiver.status();
-    }
+    ASSERT_TRUE(receiver.ok()) << receiver.status();
     receiver_ = *std::move(receiver);
   }
 
@@ -289,7 +269,6 @@ class CurlPostTls : public ::testing::Test {
 };
 
 TEST_F(CurlPostTls, TheReceiversCertificateIsCheckedWithTheEntrysCa) {
-  if (const std::string problem = CivetwebTlsProblem(); !problem.empty()) GTEST_SKIP() << problem;
   ASSERT_THAT(receiver_->url(), ::testing::StartsWith("https://127.0.0.1:"));
   Notifier notifier(records_.Function(), CurlPost, Fast());
   fleet::v1::Notify hook = Hook(receiver_->url());
