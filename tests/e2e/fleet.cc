@@ -36,6 +36,9 @@ int ConsecutiveFreePorts(int count) {
   return base.value_or(0);
 }
 
+// fleetd's log line that names its metrics port: "metrics: SCHEME://HOST:PORT/metrics ...".
+constexpr char kMetricsLine[] = "metrics: http";
+
 }  // namespace
 
 bool Eventually(const std::function<bool()>& holds, std::chrono::milliseconds timeout) {
@@ -105,7 +108,7 @@ std::string Fleet::log_path(int gpu) const {
   return dir_.Join(absl::StrCat("logs/gpu", gpu, ".log"));
 }
 
-std::string Fleet::ConfigYaml() const {
+std::string Fleet::ConfigYaml(const std::map<std::string, std::string>& more_env) const {
   Env env = world_->ServerEnv(0, options_.speed);
   env.erase("CUDA_VISIBLE_DEVICES");  // from `gpus`, never from env
   std::vector<std::string> gpus;
@@ -164,6 +167,7 @@ std::string Fleet::ConfigYaml() const {
       "\n"
       "    env:\n");
   for (const auto& [name, value] : options_.env) env[name] = value;
+  for (const auto& [name, value] : more_env) env[name] = value;
   for (const auto& [name, value] : env) {
     absl::StrAppend(&yaml, "      ", name, ": ", Quoted(value), "\n");
   }
@@ -237,6 +241,21 @@ void Fleet::KillFleetd() {
   EXPECT_EQ(e->signal, SIGKILL);
 }
 
+int Fleet::MetricsPort() const {
+  if (!fleetd_) return 0;
+  const std::string log = fleetd_->Log();
+  const size_t line = log.find(kMetricsLine);
+  if (line == std::string::npos) return 0;
+  const size_t end = log.find("/metrics", line + sizeof(kMetricsLine) - 1);
+  const size_t colon = log.rfind(':', end);
+  int port = 0;
+  if (end == std::string::npos || colon == std::string::npos || colon < line ||
+      !absl::SimpleAtoi(log.substr(colon + 1, end - colon - 1), &port)) {
+    return 0;
+  }
+  return port;
+}
+
 CtlResult Fleet::Ctl(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
   std::vector<std::string> argv = {testing::BuildPath("cli/fleetctl"), "--socket",
                                    state_dir() + "/fleetd.sock"};
@@ -265,6 +284,14 @@ void Fleet::Deploy() {
   for (int g = 0; g < options_.gpus; ++g) {
     EXPECT_TRUE(absl::StrContains(r.output, ServerName(g))) << r.output;
   }
+}
+
+CtlResult Fleet::DeployConfig(const std::string& yaml, const std::vector<std::string>& more) {
+  const std::string name = absl::StrCat("fleet.", ++configs_, ".yaml");
+  dir_.WriteFile(name, yaml);
+  std::vector<std::string> args = {"deploy", "-f", dir_.Join(name)};
+  args.insert(args.end(), more.begin(), more.end());
+  return Ctl(args);
 }
 
 CtlResult Fleet::StartDeployAndWatch() {

@@ -1,4 +1,4 @@
-// The whole fleet of an end-to-end test (fleet_e2e_test): a simulated
+// The whole fleet of an end-to-end test (fleet_e2e_test, prometheus_e2e_test): a simulated
 // container world (tests/sim/) in the test's own temp dir, the real fleet-agent for its container,
 // the real fleetd on a state dir there, and fleetctl to drive them as a user would, with the JSON
 // helpers that read fleetctl's `-o json`. Waits are on conditions with deadlines, never on sleeps.
@@ -82,14 +82,17 @@ class Fleet {
   bool ok() const { return world_.has_value() && base_port_ > 0; }
   const sim::testing::SimWorld& world() const { return *world_; }
   int port(int gpu) const { return base_port_ + gpu; }
+  // A path inside the fleet's temp dir.
+  std::string Join(const std::string& relative) const { return dir_.Join(relative); }
   std::string state_dir() const { return dir_.Join("state"); }
   std::string db_path() const { return dir_.Join("state/fleet.db"); }
   std::string log_path(int gpu) const;
   std::string agent_socket() const { return dir_.Join("agent.sock"); }
 
   // The fleet config of this world: one local container whose agent listens on a unix socket,
-  // the world's server (the simulated `python -m sglang.launch_server`) on each GPU.
-  std::string ConfigYaml() const;
+  // the world's server (the simulated `python -m sglang.launch_server`) on each GPU. `more_env`
+  // is more server environment, over the options' (a fault for a later deploy).
+  std::string ConfigYaml(const std::map<std::string, std::string>& more_env = {}) const;
 
   // ConfigYaml() written to the fleet's fleet.yaml; its path.
   std::string WriteConfig() const;
@@ -101,6 +104,9 @@ class Fleet {
   // fleetd on this fleet's state dir with `extra` flags, serving once this returns.
   void StartFleetd(const std::vector<std::string>& extra = {});
   void KillFleetd();
+  // The port of fleetd's metrics server (started with --metrics-listen HOST:0), from the line
+  // fleetd logs before it serves; 0 when its log has none.
+  int MetricsPort() const;
 
   // `fleetctl --socket STATE_DIR/fleetd.sock ARGS...`, its stdout and stderr (not a terminal).
   CtlResult Ctl(const std::vector<std::string>& args,
@@ -110,6 +116,8 @@ class Fleet {
 
   // `fleetctl deploy -f` of WriteConfig(): exits 0 and names every server.
   void Deploy();
+  // `fleetctl deploy -f FILE MORE...` of `yaml`, written to a file of its own.
+  CtlResult DeployConfig(const std::string& yaml, const std::vector<std::string>& more = {});
 
   // The agent, fleetd, `fleetctl deploy`, and `fleetctl status --watch --until-ready` to its end.
   CtlResult StartDeployAndWatch();
@@ -150,6 +158,7 @@ class Fleet {
   int agent_runs_ = 0;
   int fleetd_runs_ = 0;
   int tool_runs_ = 0;
+  int configs_ = 0;
 };
 
 }  // namespace fleet::e2e
