@@ -86,6 +86,15 @@ std::string Quoted(const std::string& s) {
 
 std::string ServerName(int gpu) { return absl::StrCat(kHost, "/", kCtid, "/gpu", gpu); }
 
+WorldOptions SeedScenario() {
+  return {.gpus = kSeedGpus,
+          .state = "seed",
+          .speed = 100,
+          .remediation = "auto",
+          .canary = true,
+          .policy_yaml = "    max_attempts: 3\n"};
+}
+
 Fleet::Fleet(WorldOptions options) : options_(std::move(options)) {
   std::filesystem::create_directories(dir_.Join("logs"));
   std::filesystem::create_directories(dir_.Join("out"));

@@ -69,6 +69,11 @@ struct WorldOptions {
   std::string extra_yaml;  // more top-level sections of the config ("notify:\n  - ...")
 };
 
+// The seed scenario (docs/design.md): 8 GPUs of a container in the seed state, remediation auto,
+// a canary while the JIT cache is cold, 3 attempts a server.
+inline constexpr int kSeedGpus = 8;
+WorldOptions SeedScenario();
+
 // One test's fleet: a simulated container world, its agent, fleetd, and fleetctl to drive them.
 // The destructor kills all of it, the servers the agent started included (they live in sessions
 // of their own, and outlive a killed agent on purpose).

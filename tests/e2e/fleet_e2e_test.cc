@@ -628,12 +628,7 @@ bool PipInstalls(const v1::Plan& plan, const std::string& package, const std::st
 }
 
 TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
-  Fleet fleet({.gpus = 8,
-               .state = "seed",
-               .speed = 100,
-               .remediation = "auto",
-               .canary = true,
-               .policy_yaml = "    max_attempts: 3\n"});
+  Fleet fleet(e2e::SeedScenario());
   ASSERT_TRUE(fleet.ok());
   CtlResult watch;
   ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());

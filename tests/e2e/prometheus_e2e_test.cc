@@ -65,7 +65,7 @@ using Json = nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr char kPrometheus[] = "/usr/bin/prometheus";
-constexpr int kGpus = 8;
+constexpr int kGpus = e2e::kSeedGpus;
 // The server made to give up, and why.
 constexpr int kGiveUpGpu = 7;
 constexpr char kGiveUpClass[] = "cuda_out_of_memory";
@@ -348,14 +348,9 @@ TEST(PrometheusE2e, SeedScenarioThroughARealPrometheusRulesFireAndEveryExpressio
     GTEST_SKIP() << kPrometheus << " is not installed (deploy/install-deps.sh installs it)";
   }
   // The seed scenario's fleet (as
-  // FleetE2e.SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded runs it): 8 GPUs in the
-  // seed state, remediation auto, a canary, 3 attempts; fleetd with metrics on a port it picks.
-  Fleet fleet({.gpus = kGpus,
-               .state = "seed",
-               .speed = 100,
-               .remediation = "auto",
-               .canary = true,
-               .policy_yaml = "    max_attempts: 3\n"});
+  // FleetE2e.SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded runs it), fleetd with
+  // metrics on a port it picks.
+  Fleet fleet(e2e::SeedScenario());
   ASSERT_TRUE(fleet.ok());
   ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
   ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd({"--metrics-listen", "127.0.0.1:0"}));
