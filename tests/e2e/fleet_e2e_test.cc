@@ -7,7 +7,6 @@
 // a following daemon, config errors, and a give-up POSTed to a webhook receiver that then hangs.
 // Waits are on conditions with deadlines, never on sleeps; everything started is killed when a
 // test ends.
-#include <dirent.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -18,7 +17,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -31,7 +29,6 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -39,407 +36,36 @@
 #include "common/sqlite/database.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
-#include "google/protobuf/util/json_util.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/agent.grpc.pb.h"
 #include "proto/fleet.pb.h"
-#include "tests/sim/port_pick.h"
+#include "tests/e2e/fleet.h"
 #include "tests/sim/sim_test_support.h"
-#include "tests/testing/eventually.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/webhook_receiver.h"
 
 namespace fleet {
 namespace {
 
+using e2e::CtlResult;
+using e2e::Eventually;
+using e2e::Field;
+using e2e::Fleet;
+using e2e::Int;
+using e2e::kDeadline;
+using e2e::Objects;
+using e2e::ParseJson;
+using e2e::Quoted;
+using e2e::ServerName;
+using e2e::Str;
+using e2e::ToolEnv;
+using e2e::WorldOptions;
 using fleet::sim::testing::BackgroundProcess;
-using fleet::sim::testing::Env;
-using fleet::sim::testing::ExitInfo;
-using fleet::sim::testing::SimWorld;
 using google::protobuf::Struct;
 using google::protobuf::Value;
 using SteadyClock = std::chrono::steady_clock;
 
-// Generous: the lead also runs this under AddressSanitizer on two cores.
-constexpr std::chrono::seconds kDeadline(60);
-constexpr char kHost[] = "local";
-constexpr char kCtid[] = "sim";
-
-// Re-checks `holds` every 50 ms until it is true or `timeout` passed: for conditions that have
-// no event to wait on (a row in fleetd's status, a process gone).
-bool Eventually(const std::function<bool()>& holds, std::chrono::milliseconds timeout = kDeadline) {
-  return testing::Eventually(holds, timeout, std::chrono::milliseconds(50));
-}
-
-// The environment of fleetd, the agent and fleetctl: a plain PATH, plus the sanitizers' options
-// of this run (a sanitizer build's ctest may set them) so they reach the binaries under test.
-Env ToolEnv() {
-  Env env = {{"PATH", "/usr/bin:/bin"}};
-  for (const char* name : {"ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"}) {
-    if (const char* value = std::getenv(name)) env[name] = value;
-  }
-  return env;
-}
-
 bool GroupGone(pid_t pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
-
-// `count` consecutive free ports outside the ephemeral range: a server's port is base_port + gpu.
-int ConsecutiveFreePorts(int count) {
-  const absl::StatusOr<int> base = fleet::sim::ConsecutiveFreePorts(count);
-  if (!base.ok()) ADD_FAILURE() << base.status();
-  return base.value_or(0);
-}
-
-Struct ParseJson(const std::string& text) {
-  Struct out;
-  const auto status = google::protobuf::util::JsonStringToMessage(text, &out);
-  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << text;
-  return out;
-}
-
-const Value& Field(const Struct& s, const std::string& key) {
-  static const Value kNull;
-  auto it = s.fields().find(key);
-  return it == s.fields().end() ? kNull : it->second;
-}
-std::string Str(const Struct& s, const std::string& key) { return Field(s, key).string_value(); }
-int64_t Int(const Struct& s, const std::string& key) {
-  return static_cast<int64_t>(Field(s, key).number_value());
-}
-std::vector<Struct> Objects(const Struct& s, const std::string& key) {
-  std::vector<Struct> out;
-  for (const Value& v : Field(s, key).list_value().values()) out.push_back(v.struct_value());
-  return out;
-}
-
-std::string Quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out + "\"";
-}
-
-std::string ServerName(int gpu) { return absl::StrCat(kHost, "/", kCtid, "/gpu", gpu); }
-
-struct CtlResult {
-  ExitInfo exit;
-  std::string output;  // stdout and stderr
-  int code() const { return exit.exited ? exit.exit_code : 128 + exit.signal; }
-};
-
-struct WorldOptions {
-  int gpus = 2;
-  std::string state = "fixed";
-  std::vector<std::string> breaks;
-  double speed = 500;  // FLEET_SIM_SPEED: a cold start takes about 50 s / speed
-  // The policy's remediation mode; "off" where a test is about the reconciler alone.
-  std::string remediation = "off";
-  bool canary = false;      // one GPU first while the JIT cache is cold (the seed scenario's)
-  std::string policy_yaml;  // more lines of the default policy ("    key: value\n")
-  std::map<std::string, std::string> env;  // more server environment (FLEET_SIM_FAULT, ...)
-  std::string extra_yaml;  // more top-level sections of the config ("notify:\n  - ...")
-};
-
-// One test's fleet: a simulated container world, its agent, fleetd, and fleetctl to drive them.
-// The destructor kills all of it, the servers the agent started included (they live in sessions
-// of their own, and outlive a killed agent on purpose).
-class Fleet {
- public:
-  explicit Fleet(WorldOptions options) : options_(std::move(options)) {
-    std::filesystem::create_directories(dir_.Join("logs"));
-    std::filesystem::create_directories(dir_.Join("out"));
-    auto world = SimWorld::Create(dir_.Join("world"), options_.state, options_.breaks);
-    if (!world.ok()) {
-      ADD_FAILURE() << world.status();
-      return;
-    }
-    world_.emplace(*std::move(world));
-    base_port_ = ConsecutiveFreePorts(options_.gpus);
-  }
-
-  ~Fleet() {
-    if (fleetd_) fleetd_->Stop(SIGKILL, std::chrono::seconds(10)).IgnoreError();
-    if (agent_) agent_->Stop(SIGKILL, std::chrono::seconds(10)).IgnoreError();
-    KillEverythingUnder(dir_.path());
-  }
-
-  bool ok() const { return world_.has_value() && base_port_ > 0; }
-  const SimWorld& world() const { return *world_; }
-  int port(int gpu) const { return base_port_ + gpu; }
-  std::string state_dir() const { return dir_.Join("state"); }
-  std::string db_path() const { return dir_.Join("state/fleet.db"); }
-  std::string log_path(int gpu) const { return dir_.Join(absl::StrCat("logs/gpu", gpu, ".log")); }
-  std::string agent_socket() const { return dir_.Join("agent.sock"); }
-
-  // The fleet config of this world: one local container whose agent listens on a unix socket,
-  // the world's server (the simulated `python -m sglang.launch_server`) on each GPU.
-  std::string ConfigYaml() const {
-    Env env = world_->ServerEnv(0, options_.speed);
-    env.erase("CUDA_VISIBLE_DEVICES");  // from `gpus`, never from env
-    std::vector<std::string> gpus;
-    for (int g = 0; g < options_.gpus; ++g) gpus.push_back(absl::StrCat(g));
-    std::string yaml = absl::StrCat(
-        "hosts:\n"
-        "  - name: ",
-        kHost,
-        "\n"
-        "    containers:\n"
-        "      - ctid: ",
-        kCtid,
-        "\n"
-        "        channel: {kind: loopback, address: ",
-        Quoted("unix:" + agent_socket()),
-        "}\n"
-        "        gpus: [",
-        absl::StrJoin(gpus, ", "),
-        "]\n"
-        "        template: sim\n"
-        "        base_port: ",
-        base_port_,
-        "\n"
-        // The world's own pip, apt-get and nvidia-smi: remediation acts on the world only.
-        "        tools:\n"
-        "          pip: [",
-        Quoted(world_->Path("venv/bin/pip")),
-        "]\n"
-        "          apt_get: [",
-        Quoted(world_->Path("bin/apt-get")),
-        "]\n"
-        "          nvidia_smi: [",
-        Quoted(world_->Path("bin/nvidia-smi")),
-        "]\n"
-        "          venv: ",
-        Quoted(world_->Path("venv")),
-        "\n"
-        "          jit_cache_roots: [",
-        Quoted(world_->Path("root/.cache")),
-        "]\n"
-        "          toolkit_roots: [",
-        Quoted(world_->Path("venv")),
-        "]\n"
-        "templates:\n"
-        "  - name: sim\n"
-        "    engine: sglang\n"
-        "    model: ",
-        Quoted(world_->Model()),
-        "\n"
-        "    argv: [",
-        Quoted(world_->Path("venv/bin/python")),
-        ", -m, sglang.launch_server, --model-path, \"{model}\", --host, 127.0.0.1,"
-        " --port, \"{port}\"]\n"
-        "    log_path: ",
-        Quoted(dir_.Join("logs/gpu{gpu}.log")),
-        "\n"
-        "    env:\n");
-    for (const auto& [name, value] : options_.env) env[name] = value;
-    for (const auto& [name, value] : env) {
-      absl::StrAppend(&yaml, "      ", name, ": ", Quoted(value), "\n");
-    }
-    absl::StrAppend(&yaml,
-                    "policies:\n"
-                    "  - name: default\n"
-                    "    backoff_initial: 100ms\n"
-                    "    backoff_max: 1s\n"
-                    "    remediation: ",
-                    options_.remediation, "\n", "    canary: ", options_.canary ? "true" : "false",
-                    "\n", options_.policy_yaml, options_.extra_yaml);
-    return yaml;
-  }
-
-  std::string WriteConfig() const {
-    const std::string path = dir_.Join("fleet.yaml");
-    dir_.WriteFile("fleet.yaml", ConfigYaml());
-    return path;
-  }
-
-  // The container's agent, on the unix socket of the config, serving once this returns.
-  void StartAgent() {
-    const std::string log = dir_.Join(absl::StrCat("agent.", ++agent_runs_, ".log"));
-    auto p = BackgroundProcess::Start(
-        {testing::BuildPath("agent/fleet-agent"), "--listen", "unix:" + agent_socket(),
-         "--state-dir", dir_.Join("agent-state"), "--host", kHost, "--container", kCtid,
-         "--readiness-interval", "0.1", "--sample-interval", "1", "--stop-grace", "5"},
-        ToolEnv(), log);
-    ASSERT_TRUE(p.ok()) << p.status();
-    agent_ = *std::move(p);
-    ASSERT_TRUE(agent_
-                    ->WaitForLog(
-                        [](const std::string& s) {
-                          return absl::StrContains(s, "serving agent.proto on ") &&
-                                 absl::StrContains(s, ", incarnation ") &&
-                                 s.find('\n', s.find(", incarnation ")) != std::string::npos;
-                        },
-                        kDeadline)
-                    .ok())
-        << agent_->Log();
-    stub_ = v1::Agent::NewStub(
-        grpc::CreateChannel("unix:" + agent_socket(), grpc::InsecureChannelCredentials()));
-  }
-
-  void KillAgent() {
-    auto e = agent_->Stop(SIGKILL, std::chrono::seconds(10));
-    ASSERT_TRUE(e.ok()) << e.status();
-    EXPECT_EQ(e->signal, SIGKILL);
-  }
-
-  // fleetd on this fleet's state dir, serving once this returns.
-  void StartFleetd(const std::vector<std::string>& extra = {}) {
-    const std::string log = dir_.Join(absl::StrCat("fleetd.", ++fleetd_runs_, ".log"));
-    std::vector<std::string> argv = {testing::BuildPath("daemon/fleetd"), "--state-dir",
-                                     state_dir()};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = BackgroundProcess::Start(argv, ToolEnv(), log);
-    ASSERT_TRUE(p.ok()) << p.status();
-    fleetd_ = *std::move(p);
-    ASSERT_TRUE(fleetd_
-                    ->WaitForLog(
-                        [](const std::string& s) {
-                          const size_t at = s.find(": serving on ");
-                          return at != std::string::npos && s.find('\n', at) != std::string::npos;
-                        },
-                        kDeadline)
-                    .ok())
-        << fleetd_->Log();
-  }
-
-  void KillFleetd() {
-    auto e = fleetd_->Stop(SIGKILL, std::chrono::seconds(10));
-    ASSERT_TRUE(e.ok()) << e.status();
-    EXPECT_EQ(e->signal, SIGKILL);
-  }
-
-  // `fleetctl --socket STATE_DIR/fleetd.sock ARGS...`, its stdout and stderr (not a terminal).
-  CtlResult Ctl(const std::vector<std::string>& args,
-                std::chrono::milliseconds timeout = kDeadline) {
-    std::vector<std::string> argv = {testing::BuildPath("cli/fleetctl"), "--socket",
-                                     state_dir() + "/fleetd.sock"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunTool(argv, timeout);
-  }
-
-  CtlResult RunTool(const std::vector<std::string>& argv,
-                    std::chrono::milliseconds timeout = kDeadline) {
-    CtlResult result;
-    const std::string log = dir_.Join(absl::StrCat("out/", ++tool_runs_, ".out"));
-    auto p = BackgroundProcess::Start(argv, ToolEnv(), log);
-    if (!p.ok()) {
-      ADD_FAILURE() << p.status();
-      return result;
-    }
-    auto e = (*p)->Wait(timeout);
-    EXPECT_TRUE(e.ok()) << absl::StrJoin(argv, " ") << ": " << e.status();
-    if (e.ok()) result.exit = *e;
-    result.output = testing::ReadFile(log);
-    return result;
-  }
-
-  void Deploy() {
-    const CtlResult r = Ctl({"deploy", "-f", WriteConfig()});
-    ASSERT_EQ(r.code(), 0) << r.output;
-    for (int g = 0; g < options_.gpus; ++g) {
-      EXPECT_TRUE(absl::StrContains(r.output, ServerName(g))) << r.output;
-    }
-  }
-
-  // The agent, fleetd, `fleetctl deploy`, and `fleetctl status --watch --until-ready` to its end.
-  CtlResult StartDeployAndWatch() {
-    StartAgent();
-    if (::testing::Test::HasFatalFailure()) return {};
-    StartFleetd();
-    if (::testing::Test::HasFatalFailure()) return {};
-    Deploy();
-    if (::testing::Test::HasFatalFailure()) return {};
-    return Ctl({"status", "--watch", "--until-ready"});
-  }
-
-  // `fleetctl status -o json`, its rows by server name.
-  std::map<std::string, Struct> Status() {
-    const CtlResult r = Ctl({"status", "-o", "json"});
-    std::map<std::string, Struct> rows;
-    if (r.code() != 0) {
-      ADD_FAILURE() << r.output;
-      return rows;
-    }
-    for (Struct& row : Objects(ParseJson(r.output), "servers")) rows[Str(row, "server")] = row;
-    return rows;
-  }
-
-  // Polls `fleetctl status -o json` until `holds(rows)`.
-  bool StatusEventually(const std::function<bool(const std::map<std::string, Struct>&)>& holds,
-                        std::chrono::milliseconds timeout = kDeadline) {
-    return Eventually([&] { return holds(Status()); }, timeout);
-  }
-
-  // `fleetctl attempts -o json`.
-  std::vector<Struct> Attempts() {
-    const CtlResult r = Ctl({"attempts", "-o", "json"});
-    if (r.code() != 0) {
-      ADD_FAILURE() << r.output;
-      return {};
-    }
-    return Objects(ParseJson(r.output), "attempts");
-  }
-
-  // What the agent runs, asked over its own gRPC socket (as fleetd does).
-  v1::StatusResponse AgentStatus() {
-    grpc::ClientContext c;
-    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::StatusResponse r;
-    const grpc::Status s = stub_->Status(&c, v1::StatusRequest(), &r);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return r;
-  }
-
-  // The agent's servers by GPU.
-  std::map<int, v1::ServerStatus> AgentServers() {
-    std::map<int, v1::ServerStatus> out;
-    const v1::StatusResponse status = AgentStatus();
-    for (const v1::ServerStatus& s : status.servers()) out[s.server().gpu()] = s;
-    return out;
-  }
-
-  std::string Diagnostics() {
-    std::string out = absl::StrCat("--- fleetd:\n", fleetd_ ? fleetd_->Log() : "", "--- agent:\n",
-                                   agent_ ? agent_->Log() : "");
-    for (int g = 0; g < options_.gpus; ++g) {
-      absl::StrAppend(&out, "--- ", log_path(g), ":\n", testing::ReadFile(log_path(g)));
-    }
-    return out;
-  }
-
-  // SIGKILL to every process whose command line names `root` and to its process group: the
-  // servers (session leaders) with their scheduler children. Only what this test started has its
-  // temp dir on the command line.
-  static void KillEverythingUnder(const std::string& root) {
-    DIR* proc = opendir("/proc");
-    if (proc == nullptr) return;
-    while (const dirent* entry = readdir(proc)) {
-      pid_t pid = 0;
-      if (!absl::SimpleAtoi(entry->d_name, &pid) || pid == getpid()) continue;
-      const std::string cmdline = testing::ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
-      if (!absl::StrContains(cmdline, root + "/")) continue;
-      const pid_t pgid = getpgid(pid);
-      if (pgid > 0 && pgid != getpgrp()) kill(-pgid, SIGKILL);
-      kill(pid, SIGKILL);
-    }
-    closedir(proc);
-  }
-
- private:
-  const WorldOptions options_;
-  testing::TempDir dir_;
-  std::optional<SimWorld> world_;
-  int base_port_ = 0;
-  std::unique_ptr<BackgroundProcess> agent_;
-  std::unique_ptr<BackgroundProcess> fleetd_;
-  std::unique_ptr<v1::Agent::Stub> stub_;
-  int agent_runs_ = 0;
-  int fleetd_runs_ = 0;
-  int tool_runs_ = 0;
-};
 
 bool AllInState(const std::map<std::string, Struct>& rows, size_t count, const std::string& state) {
   if (rows.size() != count) return false;
@@ -1002,12 +628,7 @@ bool PipInstalls(const v1::Plan& plan, const std::string& package, const std::st
 }
 
 TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
-  Fleet fleet({.gpus = 8,
-               .state = "seed",
-               .speed = 100,
-               .remediation = "auto",
-               .canary = true,
-               .policy_yaml = "    max_attempts: 3\n"});
+  Fleet fleet(e2e::SeedScenario());
   ASSERT_TRUE(fleet.ok());
   CtlResult watch;
   ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());

@@ -14,7 +14,6 @@
 // outside the ephemeral range, and one more on a bind failure. Every wait is a poll of a
 // condition with a deadline; everything started is killed when the test ends.
 #include <curl/curl.h>
-#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -38,15 +37,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/fleet.h"
 #include "tests/prometheus/promql_expressions.h"
-#include "tests/sim/port_pick.h"
 #include "tests/sim/sim_test_support.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/subprocess.h"
@@ -54,22 +52,23 @@
 namespace fleet {
 namespace {
 
+using e2e::CtlResult;
+using e2e::Fleet;
+using e2e::kCtid;
+using e2e::kDeadline;
+using e2e::kHost;
+using e2e::Quoted;
+using e2e::ServerName;
+using e2e::ToolEnv;
 using fleet::sim::testing::BackgroundProcess;
-using fleet::sim::testing::Env;
-using fleet::sim::testing::SimWorld;
 using Json = nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr char kPrometheus[] = "/usr/bin/prometheus";
-constexpr std::chrono::seconds kDeadline(60);
-constexpr int kGpus = 8;
-constexpr char kHost[] = "local";
-constexpr char kCtid[] = "sim";
+constexpr int kGpus = e2e::kSeedGpus;
 // The server made to give up, and why.
 constexpr int kGiveUpGpu = 7;
 constexpr char kGiveUpClass[] = "cuda_out_of_memory";
-// fleetd's log line that names its metrics port.
-constexpr char kMetricsLine[] = "metrics: http://127.0.0.1:";
 
 // The expressions that may have no data in this scenario, by origin (as ShippedExpressions names
 // them; " (selector)" for an expression's Selector), and why. Every other one must have data at
@@ -118,19 +117,6 @@ std::optional<std::string> Selector(const std::string& expr) {
 bool Eventually(const std::function<bool()>& holds, std::chrono::milliseconds timeout = kDeadline) {
   return testing::Eventually(holds, timeout, std::chrono::milliseconds(250));
 }
-
-Env ToolEnv() { return {{"PATH", "/usr/bin:/bin"}}; }
-
-std::string Quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out + "\"";
-}
-
-std::string ServerName(int gpu) { return absl::StrCat(kHost, "/", kCtid, "/gpu", gpu); }
 
 // --- nlohmann::json without exceptions
 
@@ -357,185 +343,21 @@ class Prometheus {
   int port_;
 };
 
-// --- The fleet
-
-// The seed scenario's fleet (as
-// FleetE2e.SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded runs it): a simulated
-// container with 8 GPUs in the seed state, its agent, fleetd with metrics, and fleetctl. The
-// destructor kills all of it, the servers included.
-class SeedFleet {
- public:
-  SeedFleet() {
-    std::filesystem::create_directories(dir_.Join("logs"));
-    std::filesystem::create_directories(dir_.Join("out"));
-    std::filesystem::create_directories(dir_.Join("prometheus"));
-    auto world = SimWorld::Create(dir_.Join("world"), "seed");
-    if (!world.ok()) {
-      ADD_FAILURE() << world.status();
-      return;
-    }
-    world_.emplace(*std::move(world));
-    const absl::StatusOr<int> base = sim::ConsecutiveFreePorts(kGpus);
-    if (!base.ok()) {
-      ADD_FAILURE() << base.status();
-      return;
-    }
-    base_port_ = *base;
-  }
-
-  ~SeedFleet() {
-    if (fleetd_) fleetd_->Stop(SIGKILL, std::chrono::seconds(10)).IgnoreError();
-    if (agent_) agent_->Stop(SIGKILL, std::chrono::seconds(10)).IgnoreError();
-    KillEverythingUnder(dir_.path());
-  }
-
-  bool ok() const { return world_.has_value() && base_port_ > 0; }
-  std::string Join(const std::string& relative) const { return dir_.Join(relative); }
-  int metrics_port() const { return metrics_port_; }
-
-  // The fleet config: the seed scenario's policy (remediation auto, a canary, 3 attempts); with
-  // `fault`, FLEET_SIM_FAULT for every server of the template.
-  std::string ConfigYaml(const std::string& fault = "") const {
-    Env env = world_->ServerEnv(0, /*speed=*/100);
-    env.erase("CUDA_VISIBLE_DEVICES");  // from `gpus`, never from env
-    if (!fault.empty()) env["FLEET_SIM_FAULT"] = fault;
-    std::vector<std::string> gpus;
-    for (int g = 0; g < kGpus; ++g) gpus.push_back(absl::StrCat(g));
-    std::string yaml = absl::StrCat(
-        "hosts:\n  - name: ", kHost, "\n    containers:\n      - ctid: ", kCtid,
-        "\n        channel: {kind: loopback, address: ", Quoted("unix:" + dir_.Join("agent.sock")),
-        "}\n        gpus: [", absl::StrJoin(gpus, ", "),
-        "]\n        template: sim\n        base_port: ", base_port_,
-        "\n        tools:\n          pip: [", Quoted(world_->Path("venv/bin/pip")),
-        "]\n          apt_get: [", Quoted(world_->Path("bin/apt-get")),
-        "]\n          nvidia_smi: [", Quoted(world_->Path("bin/nvidia-smi")),
-        "]\n          venv: ", Quoted(world_->Path("venv")), "\n          jit_cache_roots: [",
-        Quoted(world_->Path("root/.cache")), "]\n          toolkit_roots: [",
-        Quoted(world_->Path("venv")),
-        "]\ntemplates:\n  - name: sim\n    engine: sglang\n    model: ", Quoted(world_->Model()),
-        "\n    argv: [", Quoted(world_->Path("venv/bin/python")),
-        ", -m, sglang.launch_server, --model-path, \"{model}\", --host, 127.0.0.1, --port, "
-        "\"{port}\"]\n    log_path: ",
-        Quoted(dir_.Join("logs/gpu{gpu}.log")), "\n    env:\n");
-    for (const auto& [name, value] : env) {
-      absl::StrAppend(&yaml, "      ", name, ": ", Quoted(value), "\n");
-    }
-    absl::StrAppend(&yaml,
-                    "policies:\n  - name: default\n    backoff_initial: 100ms\n"
-                    "    backoff_max: 1s\n    remediation: auto\n    canary: true\n"
-                    "    max_attempts: 3\n");
-    return yaml;
-  }
-
-  void StartAgent() {
-    auto p = BackgroundProcess::Start(
-        {testing::BuildPath("agent/fleet-agent"), "--listen", "unix:" + dir_.Join("agent.sock"),
-         "--state-dir", dir_.Join("agent-state"), "--host", kHost, "--container", kCtid,
-         "--readiness-interval", "0.1", "--sample-interval", "1", "--stop-grace", "5"},
-        ToolEnv(), dir_.Join("agent.log"));
-    ASSERT_TRUE(p.ok()) << p.status();
-    agent_ = *std::move(p);
-    ASSERT_TRUE(agent_
-                    ->WaitForLog(
-                        [](const std::string& s) {
-                          const size_t at = s.find(", incarnation ");
-                          return at != std::string::npos && s.find('\n', at) != std::string::npos;
-                        },
-                        kDeadline)
-                    .ok())
-        << agent_->Log();
-  }
-
-  // fleetd with --metrics-listen 127.0.0.1:0, serving once this returns; metrics_port() is the
-  // port it logged.
-  void StartFleetd() {
-    auto p = BackgroundProcess::Start({testing::BuildPath("daemon/fleetd"), "--state-dir",
-                                       dir_.Join("state"), "--metrics-listen", "127.0.0.1:0"},
-                                      ToolEnv(), dir_.Join("fleetd.log"));
-    ASSERT_TRUE(p.ok()) << p.status();
-    fleetd_ = *std::move(p);
-    ASSERT_TRUE(fleetd_
-                    ->WaitForLog(
-                        [](const std::string& s) {
-                          const size_t at = s.find(": serving on ");
-                          return at != std::string::npos && s.find('\n', at) != std::string::npos &&
-                                 absl::StrContains(s, kMetricsLine);
-                        },
-                        kDeadline)
-                    .ok())
-        << fleetd_->Log();
-    const std::string log = fleetd_->Log();
-    const size_t at = log.find(kMetricsLine) + (sizeof(kMetricsLine) - 1);
-    const size_t end = log.find("/metrics", at);
-    ASSERT_NE(end, std::string::npos) << log;
-    ASSERT_TRUE(absl::SimpleAtoi(log.substr(at, end - at), &metrics_port_)) << log;
-    ASSERT_GT(metrics_port_, 0) << log;
-  }
-
-  // `fleetctl --socket STATE/fleetd.sock ARGS...`: its exit code and output.
-  std::pair<int, std::string> Ctl(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {testing::BuildPath("cli/fleetctl"), "--socket",
-                                     dir_.Join("state/fleetd.sock")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const std::string log = dir_.Join(absl::StrCat("out/", ++ctl_runs_, ".out"));
-    auto p = BackgroundProcess::Start(argv, ToolEnv(), log);
-    if (!p.ok()) return {-1, p.status().ToString()};
-    auto e = (*p)->Wait(kDeadline);
-    if (!e.ok()) return {-1, e.status().ToString()};
-    return {e->exited ? e->exit_code : 128 + e->signal, testing::ReadFile(log)};
-  }
-
-  std::pair<int, std::string> Deploy(const std::string& yaml,
-                                     const std::vector<std::string>& more = {}) {
-    const std::string path = dir_.Join(absl::StrCat("fleet.", ++configs_, ".yaml"));
-    dir_.WriteFile(absl::StrCat("fleet.", configs_, ".yaml"), yaml);
-    std::vector<std::string> args = {"deploy", "-f", path};
-    args.insert(args.end(), more.begin(), more.end());
-    return Ctl(args);
-  }
-
-  std::string Diagnostics() const {
-    return absl::StrCat("--- fleetd:\n", fleetd_ ? fleetd_->Log() : "", "--- agent:\n",
-                        agent_ ? agent_->Log() : "");
-  }
-
- private:
-  // SIGKILL to every process whose command line names `root`, and to its process group: the
-  // servers (session leaders of their own) with their children.
-  static void KillEverythingUnder(const std::string& root) {
-    DIR* proc = opendir("/proc");
-    if (proc == nullptr) return;
-    while (const dirent* entry = readdir(proc)) {
-      pid_t pid = 0;
-      if (!absl::SimpleAtoi(entry->d_name, &pid) || pid == getpid()) continue;
-      const std::string cmdline = testing::ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
-      if (!absl::StrContains(cmdline, root + "/")) continue;
-      const pid_t pgid = getpgid(pid);
-      if (pgid > 0 && pgid != getpgrp()) kill(-pgid, SIGKILL);
-      kill(pid, SIGKILL);
-    }
-    closedir(proc);
-  }
-
-  testing::TempDir dir_;
-  std::optional<SimWorld> world_;
-  int base_port_ = 0;
-  int metrics_port_ = 0;
-  std::unique_ptr<BackgroundProcess> agent_;
-  std::unique_ptr<BackgroundProcess> fleetd_;
-  int ctl_runs_ = 0;
-  int configs_ = 0;
-};
-
 TEST(PrometheusE2e, SeedScenarioThroughARealPrometheusRulesFireAndEveryExpressionHasData) {
   if (access(kPrometheus, X_OK) != 0) {
     GTEST_SKIP() << kPrometheus << " is not installed (deploy/install-deps.sh installs it)";
   }
-  SeedFleet fleet;
+  // The seed scenario's fleet (as
+  // FleetE2e.SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded runs it), fleetd with
+  // metrics on a port it picks.
+  Fleet fleet(e2e::SeedScenario());
   ASSERT_TRUE(fleet.ok());
   ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
-  auto prometheus = Prometheus::Start(fleet.Join("prometheus"), fleet.metrics_port());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd({"--metrics-listen", "127.0.0.1:0"}));
+  const int metrics_port = fleet.MetricsPort();
+  ASSERT_GT(metrics_port, 0) << fleet.Diagnostics();
+  std::filesystem::create_directories(fleet.Join("prometheus"));
+  auto prometheus = Prometheus::Start(fleet.Join("prometheus"), metrics_port);
   ASSERT_TRUE(prometheus.ok()) << prometheus.status();
   const Prometheus& prom = **prometheus;
 
@@ -572,8 +394,7 @@ TEST(PrometheusE2e, SeedScenarioThroughARealPrometheusRulesFireAndEveryExpressio
   const absl::Time start = absl::Now() + absl::Seconds(1);  // the range query's whole seconds
 
   // 1. The seed scenario: 8 READY in 9 launches, the one failure the canary's PTX.
-  const auto [deploy_code, deploy_out] = fleet.Deploy(fleet.ConfigYaml());
-  ASSERT_EQ(deploy_code, 0) << deploy_out;
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
   ASSERT_TRUE(prom.QueryEventually(R"(sum(fleet_server_state{state="READY"}))",
                                    [](const Json& r) { return Scalar(r) == kGpus; }, &last))
       << last << "\n"
@@ -624,7 +445,7 @@ TEST(PrometheusE2e, SeedScenarioThroughARealPrometheusRulesFireAndEveryExpressio
             (std::map<std::string, std::string>{
                 {"ctid", kCtid},
                 {"host", kHost},
-                {"instance", "127.0.0.1:" + std::to_string(fleet.metrics_port())},
+                {"instance", "127.0.0.1:" + std::to_string(fleet.MetricsPort())},
                 {"job", "gpu-fleet"}}))
       << Dump(*result);
   EXPECT_EQ(Samples(*result)[0].value, 1);
@@ -646,9 +467,9 @@ TEST(PrometheusE2e, SeedScenarioThroughARealPrometheusRulesFireAndEveryExpressio
       << last;
 
   // 3. One server gives up: deployed again with an OOM on every start, it spends its 3 attempts.
-  const auto [fault_code, fault_out] =
-      fleet.Deploy(fleet.ConfigYaml("oom"), {"--only", ServerName(kGiveUpGpu)});
-  ASSERT_EQ(fault_code, 0) << fault_out;
+  const CtlResult fault = fleet.DeployConfig(fleet.ConfigYaml({{"FLEET_SIM_FAULT", "oom"}}),
+                                             {"--only", ServerName(kGiveUpGpu)});
+  ASSERT_EQ(fault.code(), 0) << fault.output;
   Json alert;
   EXPECT_TRUE(Eventually([&] {
     absl::StatusOr<Json> data = prom.Api("alerts");
@@ -665,7 +486,7 @@ TEST(PrometheusE2e, SeedScenarioThroughARealPrometheusRulesFireAndEveryExpressio
     return false;
   })) << "FleetServerGaveUp did not fire for "
       << ServerName(kGiveUpGpu) << ": " << last << "\n"
-      << fleet.Ctl({"status", "-o", "wide"}).second;
+      << fleet.Ctl({"status", "-o", "wide"}).output;
   EXPECT_EQ(Str(Member(alert, "labels"), "class"), kGiveUpClass) << Dump(alert);
   EXPECT_EQ(Str(Member(alert, "labels"), "severity"), "critical") << Dump(alert);
   EXPECT_EQ(Str(Member(alert, "annotations"), "summary"),
