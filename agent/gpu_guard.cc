@@ -24,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "agent/proc.h"
 #include "common/base/clock.h"
+#include "common/base/pidfd.h"
 #include "common/base/unique_fd.h"
 
 namespace fleet::agent {
@@ -65,12 +66,6 @@ bool SessionIsStillPrevious(const PreviousServer& previous, const std::string& p
   if (previous.session <= 1) return false;
   const std::optional<ProcStat> leader = ReadProcStat(previous.session, proc_root);
   return !leader || leader->start_ticks == previous.start_ticks;
-}
-
-int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
-
-int PidfdSendSignal(int pidfd, int sig) {
-  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/errno_status.h"
 #include "common/base/status_macros.h"
+#include "common/base/unique_fd.h"
 
 namespace fleet::agent {
 namespace {
@@ -35,30 +36,6 @@ constexpr size_t kFingerprintBytes = 128;
 // Bounds the re-arming of the directory watch within one Poll when directories keep changing.
 constexpr int kMaxDirRearms = 64;
 
-class ScopedFd {
- public:
-  ScopedFd() = default;
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() { Reset(); }
-  ScopedFd(ScopedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ScopedFd& operator=(ScopedFd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
 // The directory part of `path` ("." for a bare name, "/" for a top-level entry); a fixed point at
 // "." and "/", which ends the walk up to the nearest existing ancestor.
 std::string Parent(const std::string& path) {
@@ -73,7 +50,7 @@ std::string Parent(const std::string& path) {
 
 class LogFollower::Impl {
  public:
-  Impl(std::string path, Sink* sink, Options options, ScopedFd inotify_fd)
+  Impl(std::string path, Sink* sink, Options options, UniqueFd inotify_fd)
       : path_(std::move(path)),
         sink_(sink),
         inotify_fd_(std::move(inotify_fd)),
@@ -90,7 +67,7 @@ class LogFollower::Impl {
  private:
   // One open file at the path (or once at the path: renamed away or deleted, still being read).
   struct File {
-    ScopedFd fd;
+    UniqueFd fd;
     int wd = -1;  // its inotify watch; -1 when adding it failed (retried on every Poll)
     dev_t dev = 0;
     ino_t ino = 0;
@@ -124,7 +101,7 @@ class LogFollower::Impl {
   // Constant after construction.
   const std::string path_;
   Sink* const sink_;
-  const ScopedFd inotify_fd_;
+  const UniqueFd inotify_fd_;
   // The most one read takes. The buffer is allocated per ReadAvailable, only as large as what is
   // there to read: an agent follows many logs that are quiet most of the time, and a buffer held
   // per follower would stay resident for each of them.
@@ -341,7 +318,7 @@ absl::StatusOr<bool> LogFollower::Impl::FollowPath() {
 
   // O_NONBLOCK: a FIFO swapped in at the path must not block the open; it is refused below.
   File next;
-  next.fd = ScopedFd(open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  next.fd = UniqueFd(open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!next.fd.valid()) {
     if (errno == ENOENT || errno == ENOTDIR) return false;  // gone again: its event is pending
     return ErrnoToStatus(errno, What("open"));
@@ -384,7 +361,7 @@ absl::StatusOr<std::unique_ptr<LogFollower>> LogFollower::Create(std::string pat
   if (options.chunk_bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat("log ", path, ": chunk_bytes is 0"));
   }
-  ScopedFd inotify_fd(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  UniqueFd inotify_fd(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!inotify_fd.valid()) return ErrnoToStatus(errno, absl::StrCat("log ", path, ": inotify"));
   auto impl = std::make_unique<Impl>(std::move(path), sink, options, std::move(inotify_fd));
   FLEET_RETURN_IF_ERROR(impl->Init(offset));

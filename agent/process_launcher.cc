@@ -13,18 +13,10 @@
 #include "agent/command_runner.h"
 #include "agent/proc.h"
 #include "common/base/errno_status.h"
+#include "common/base/pidfd.h"
 #include "common/base/spawn.h"
 
 namespace fleet::agent {
-namespace {
-
-int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
-
-int PidfdSendSignal(int pidfd, int sig) {
-  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
-}
-
-}  // namespace
 
 absl::StatusOr<ServerProcess> PosixProcessLauncher::Launch(const ServerCommand& command) {
   if (command.argv.empty()) return absl::InvalidArgumentError("launch: empty argv");

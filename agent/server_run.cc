@@ -48,7 +48,7 @@ void RedactDiagnosis(const std::map<std::string, std::string>& env, fleet::v1::D
   d->set_summary(RedactSecretValues(d->summary(), env));
 }
 
-spdlog::logger& Log() { return log::Get(log::Component::kAgent); }
+spdlog::logger& ServerLog() { return log::Get(log::Component::kAgent); }
 
 }  // namespace
 
@@ -300,7 +300,7 @@ void Agent::ServerRun::KillGroup(int sig) {
       SignalServerGroup(pid_, start_ticks_, pidfd_.get(), sig, agent_->options_.proc_root);
   if (s.ok()) return;
   if (s.code() == absl::StatusCode::kFailedPrecondition) group_unverified_ = true;
-  Log().warn("{} {}", log::LogFields{ServerMark(spec_, agent_->options_), attempt_id_}, s);
+  ServerLog().warn("{} {}", log::LogFields{ServerMark(spec_, agent_->options_), attempt_id_}, s);
 }
 
 bool Agent::ServerRun::ReapGroup() {

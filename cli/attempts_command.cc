@@ -16,8 +16,6 @@
 namespace fleet::cli {
 namespace {
 
-std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
-
 // sigabbrev_np is glibc 2.32+; Debian 12 has 2.36.
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);

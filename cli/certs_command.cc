@@ -31,7 +31,7 @@ extern char** environ;
 namespace fleet::cli {
 namespace {
 
-constexpr char kVerb[] = "certs init";
+constexpr char kCertsVerb[] = "certs init";
 constexpr int64_t kDefaultDays = 825;
 constexpr int64_t kCaMinDays = 3650;
 
@@ -242,7 +242,7 @@ absl::Status MakeCa(const std::string& dir, const Scratch& scratch, int64_t days
 }
 
 int Fail(std::ostream& err, absl::string_view message) {
-  err << "fleetctl " << kVerb << ": " << message << "\n";
+  err << "fleetctl " << kCertsVerb << ": " << message << "\n";
   return kExitError;
 }
 

@@ -1,7 +1,9 @@
 #include "cli/command_errors.h"
 
+#include <algorithm>
 #include <ostream>
 
+#include "absl/strings/str_join.h"
 #include "common/config/server_name.h"
 
 namespace fleet::cli {
@@ -25,6 +27,14 @@ bool CheckServerNames(std::string_view verb, const std::vector<std::string>& nam
     }
   }
   return true;
+}
+
+bool CheckOutput(std::string_view verb, const std::string& output,
+                 const std::vector<std::string>& allowed, std::ostream& err) {
+  if (std::find(allowed.begin(), allowed.end(), output) != allowed.end()) return true;
+  err << "fleetctl " << verb << ": flag -o/--output: '" << output << "' is not one of "
+      << absl::StrJoin(allowed, ", ") << "\n";
+  return false;
 }
 
 }  // namespace fleet::cli

@@ -20,6 +20,11 @@ inline constexpr int kExitNotReady = 2;  // status --until-ready: a server gave 
 // Writes the line and returns kExitError.
 int ReportError(std::string_view verb, const absl::Status& status, std::ostream& err);
 
+// Checks -o/--output against `allowed`: true when it is one of them, else reports
+// `fleetctl VERB: flag -o/--output: 'X' is not one of A, B` and returns false.
+bool CheckOutput(std::string_view verb, const std::string& output,
+                 const std::vector<std::string>& allowed, std::ostream& err);
+
 // config::ParseServerName on each (the rule the config and fleetd use); reports the first bad one.
 // True when all are well-formed.
 bool CheckServerNames(std::string_view verb, const std::vector<std::string>& names,

@@ -17,7 +17,7 @@
 namespace fleet::cli {
 namespace {
 
-constexpr char kVerb[] = "deploy";
+constexpr char kDeployVerb[] = "deploy";
 
 absl::StatusOr<std::string> ReadAll(const std::string& path, std::istream& in) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(in), {});
@@ -48,7 +48,7 @@ int RunDeployFrom(const std::vector<std::string>& args, const CommandContext& ct
   flags.AddRepeated("only", '\0', &only, "act on this server only (repeatable)", "SERVER");
   flags.AddBool("dry-run", '\0', &dry_run, "show what would change; change nothing");
   flags.AddString("output", 'o', &output, "table or json", "FORMAT");
-  if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kVerb, s, *ctx.err);
+  if (absl::Status s = flags.Parse(args); !s.ok()) return ReportError(kDeployVerb, s, *ctx.err);
   if (flags.help_requested()) {
     *ctx.out << flags.Help();
     return kExitOk;
@@ -62,12 +62,12 @@ int RunDeployFrom(const std::vector<std::string>& args, const CommandContext& ct
              << "' (the config is given with -f FILE)\n";
     return kExitError;
   }
-  if (!CheckServerNames(kVerb, only, *ctx.err)) return kExitError;
+  if (!CheckServerNames(kDeployVerb, only, *ctx.err)) return kExitError;
 
   v1::DeployRequest request;
   if (!file.empty()) {
     absl::StatusOr<std::string> yaml = ReadAll(file, in);
-    if (!yaml.ok()) return ReportError(kVerb, yaml.status(), *ctx.err);
+    if (!yaml.ok()) return ReportError(kDeployVerb, yaml.status(), *ctx.err);
     const std::string origin = file == "-" ? "<stdin>" : file;
     // Checked here, so a mistake is shown with its line before anything is sent.
     absl::StatusOr<v1::FleetConfig> config = config::ParseFleetConfig(*yaml, origin);
@@ -84,7 +84,7 @@ int RunDeployFrom(const std::vector<std::string>& args, const CommandContext& ct
 
   FleetClient client(ctx.socket_path, ctx.timeout);
   absl::StatusOr<v1::DeployResponse> response = client.Deploy(request);
-  if (!response.ok()) return ReportError(kVerb, response.status(), *ctx.err);
+  if (!response.ok()) return ReportError(kDeployVerb, response.status(), *ctx.err);
 
   std::ostream& out = *ctx.out;
   if (output == "json") {

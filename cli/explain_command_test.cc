@@ -19,7 +19,7 @@ struct Outcome {
   std::string err;
 };
 
-Outcome Explain(const std::vector<std::string>& args) {
+Outcome ExplainFiles(const std::vector<std::string>& args) {
   std::ostringstream out, err;
   const int code = RunExplain(args, /*stdout_is_tty=*/false, out, err);
   return {code, out.str(), err.str()};
@@ -29,7 +29,7 @@ TEST(ExplainCommand, JsonLinesOneObjectPerFile) {
   TempDir dir;
   dir.WriteFile("a.log", "ImportError: libnvrtc.so.13: cannot open shared object file: x\n");
   dir.WriteFile("b.log", "all fine\n");
-  const Outcome o = Explain({"-o", "json", dir.Join("a.log"), dir.Join("b.log")});
+  const Outcome o = ExplainFiles({"-o", "json", dir.Join("a.log"), dir.Join("b.log")});
   EXPECT_EQ(o.code, 0) << o.err;
   std::istringstream lines(o.out);
   std::string first, second, extra;
@@ -44,7 +44,8 @@ TEST(ExplainCommand, JsonLinesOneObjectPerFile) {
 TEST(ExplainCommand, UnreadableFileExitsTwoAndOthersAreStillReported) {
   TempDir dir;
   dir.WriteFile("a.log", "collect2: error: ld returned 1 exit status\n");
-  const Outcome o = Explain({"-o", "json", dir.Join("missing.log"), dir.Join("a.log"), dir.path()});
+  const Outcome o =
+      ExplainFiles({"-o", "json", dir.Join("missing.log"), dir.Join("a.log"), dir.path()});
   EXPECT_EQ(o.code, 2);
   EXPECT_THAT(o.err, HasSubstr("missing.log: open: No such file or directory"));
   EXPECT_THAT(o.err, HasSubstr("is a directory"));
@@ -52,10 +53,10 @@ TEST(ExplainCommand, UnreadableFileExitsTwoAndOthersAreStillReported) {
 }
 
 TEST(ExplainCommand, UsageErrorsExitOne) {
-  EXPECT_EQ(Explain({}).code, 1);
-  EXPECT_EQ(Explain({"-o", "yaml", "x"}).code, 1);
-  EXPECT_EQ(Explain({"--bogus", "x"}).code, 1);
-  const Outcome help = Explain({"--help"});
+  EXPECT_EQ(ExplainFiles({}).code, 1);
+  EXPECT_EQ(ExplainFiles({"-o", "yaml", "x"}).code, 1);
+  EXPECT_EQ(ExplainFiles({"--bogus", "x"}).code, 1);
+  const Outcome help = ExplainFiles({"--help"});
   EXPECT_EQ(help.code, 0);
   EXPECT_THAT(help.out, HasSubstr("usage: fleetctl explain"));
 }
@@ -64,7 +65,7 @@ TEST(ExplainCommand, BadCatalogueNamesFileAndLine) {
   TempDir dir;
   dir.WriteFile("sig.conf", "[x]\nrole = root_cause\nclass = nope\n");
   dir.WriteFile("a.log", "x\n");
-  const Outcome o = Explain({"--signatures", dir.Join("sig.conf"), dir.Join("a.log")});
+  const Outcome o = ExplainFiles({"--signatures", dir.Join("sig.conf"), dir.Join("a.log")});
   EXPECT_EQ(o.code, 1);
   EXPECT_THAT(o.err, HasSubstr(dir.Join("sig.conf") + ":3: field 'class'"));
 }
@@ -74,7 +75,7 @@ TEST(ExplainCommand, HumanReportShowsEvidence) {
   dir.WriteFile("a.log",
                 "FAILED: [code=1] x.o\nptxas fatal   : Unsupported .version 9.2; current version "
                 "is '9.0'\nninja: build stopped: subcommand failed.\n");
-  const Outcome o = Explain({dir.Join("a.log")});
+  const Outcome o = ExplainFiles({dir.Join("a.log")});
   EXPECT_EQ(o.code, 0);
   EXPECT_THAT(o.out, HasSubstr("ptx_version_unsupported"));
   EXPECT_THAT(o.out, HasSubstr("ptxas accepts PTX ISA up to 9.0 but was given PTX 9.2"));

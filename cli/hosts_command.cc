@@ -30,17 +30,6 @@ constexpr char kHostsHelp[] =
     "\n"
     "Run 'fleetctl hosts list --help' or 'fleetctl hosts trust --help' for their flags.\n";
 
-std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
-
-// Checks -o against `allowed`; reports and returns false when it is not one of them.
-bool CheckOutput(std::string_view verb, const std::string& output,
-                 const std::vector<std::string>& allowed, std::ostream& err) {
-  if (std::find(allowed.begin(), allowed.end(), output) != allowed.end()) return true;
-  err << "fleetctl " << verb << ": flag -o/--output: '" << output << "' is not one of "
-      << absl::StrJoin(allowed, ", ") << "\n";
-  return false;
-}
-
 // "address:port", an IPv6 literal in brackets; "" for no address.
 std::string AddressPort(const std::string& address, int port) {
   if (address.empty()) return "";

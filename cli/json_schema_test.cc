@@ -37,11 +37,14 @@
 #include "cli/status_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/cli_test_data.h"
 #include "tests/testing/fake_fleet_service.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::cli {
 namespace {
+
+using fleet::cli::testing::Explain;
 
 using ::fleet::cli::testing::FakeFleetEnv;
 using ::fleet::cli::testing::MakeRow;
@@ -383,10 +386,6 @@ const std::vector<std::string> kRoots = {"status",       "attempts", "deploy",
                                          "remediations", "hosts",    "hosts_trust"};
 
 // --- The verbs, with every field filled. ---
-
-int Explain(const std::vector<std::string>& args, const CommandContext& ctx) {
-  return RunExplain(args, ctx);
-}
 
 class JsonSchemaTest : public ::testing::Test {
  protected:

@@ -2,10 +2,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/cli_test_data.h"
 #include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
+
+using fleet::cli::testing::kNow;
 
 using ::fleet::cli::testing::AppliedPlan;
 using ::fleet::cli::testing::MakePlan;
@@ -13,8 +16,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
-
-const absl::Time kNow = absl::FromUnixSeconds(1800000000);
 
 TEST(DescribeAction, OneLinePerKind) {
   v1::Action a;

@@ -19,8 +19,6 @@
 namespace fleet::cli {
 namespace {
 
-std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
-
 // The colour of a remediation's status: applied green, failed and rolled back red, proposed and
 // applying yellow (as a server that is REMEDIATING).
 std::string_view StatusColor(v1::PlanStatus status) {
@@ -48,16 +46,6 @@ absl::Status CheckServerOrContainerName(const std::string& name) {
       "server or container name '", absl::CHexEscape(name),
       "': not two or three parts separated by '/' (expected HOST/CTID/gpuN or HOST/CTID, e.g. "
       "pve1/200/gpu3 or pve1/200)"));
-}
-
-// Checks -o against `allowed`; reports and returns false when it is not one of them.
-bool CheckOutput(std::string_view verb, const std::string& output,
-                 const std::vector<std::string>& allowed, std::ostream& err) {
-  if (std::find(allowed.begin(), allowed.end(), output) != allowed.end()) return true;
-  err << "fleetctl " << verb << ": flag -o/--output: '" << output << "' is not one of ";
-  for (size_t i = 0; i < allowed.size(); ++i) err << (i == 0 ? "" : ", ") << allowed[i];
-  err << "\n";
-  return false;
 }
 
 void PrintJson(const v1::Plan& plan, std::ostream& out) {

@@ -7,10 +7,13 @@
 #include "common/diagnosis/signature_matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/cli_test_data.h"
 #include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
+
+using fleet::cli::testing::Explain;
 
 using ::fleet::cli::testing::FakeFleetEnv;
 using ::testing::HasSubstr;
@@ -23,11 +26,6 @@ constexpr char kLog[] =
     "ptxas fatal   : Unsupported .version 9.2; current version is '9.0'\n"
     "ninja: build stopped: subcommand failed.\n"
     "Received sigquit from a child process. It usually means the child failed.\n";
-
-// RunExplain has two overloads; the harness wants the one with a context.
-int Explain(const std::vector<std::string>& args, const CommandContext& ctx) {
-  return RunExplain(args, ctx);
-}
 
 class ServerExplainTest : public ::testing::Test {
  protected:

@@ -30,7 +30,7 @@ using ::testing::Not;
 
 // Host and container names with '_', a leading '-' or '.', which the config allows. (The sockets
 // are config values only: nothing listens on them.)
-constexpr char kConfig[] = R"(hosts:
+constexpr char kNamesConfig[] = R"(hosts:
   - name: my_host
     containers:
       - ctid: "200"
@@ -100,7 +100,7 @@ std::vector<VerbCase> ServerVerbs() {
 }
 
 TEST(FleetctlServerNames, EveryVerbTakesEveryServerTheConfigExpandsTo) {
-  absl::StatusOr<v1::FleetConfig> config = config::ParseFleetConfig(kConfig, "fleet.yaml");
+  absl::StatusOr<v1::FleetConfig> config = config::ParseFleetConfig(kNamesConfig, "fleet.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   absl::StatusOr<std::vector<config::DesiredServer>> servers = config::ExpandServers(*config);
   ASSERT_TRUE(servers.ok()) << servers.status();
@@ -112,7 +112,7 @@ TEST(FleetctlServerNames, EveryVerbTakesEveryServerTheConfigExpandsTo) {
   for (const std::string& name : names) {
     for (const VerbCase& c : ServerVerbs()) {
       FakeFleetEnv env;
-      env.dir().WriteFile("fleet.yaml", kConfig);
+      env.dir().WriteFile("fleet.yaml", kNamesConfig);
       const auto o = env.Run(c.verb, c.args(name, env.dir().Join("fleet.yaml")));
       EXPECT_THAT(o.err, Not(HasSubstr("name '"))) << c.what << " " << name;
       EXPECT_EQ(c.requests(env.service()), 1u) << c.what << " " << name << ": " << o.err;
@@ -132,7 +132,7 @@ TEST(FleetctlServerNames, ANameTheConfigCouldNotProduceIsRefusedBeforeAnyCall) {
     ASSERT_FALSE(config::ParseServerName(name).ok()) << name;
     for (const VerbCase& c : ServerVerbs()) {
       FakeFleetEnv env;
-      env.dir().WriteFile("fleet.yaml", kConfig);
+      env.dir().WriteFile("fleet.yaml", kNamesConfig);
       const auto o = env.Run(c.verb, c.args(name, env.dir().Join("fleet.yaml")));
       EXPECT_EQ(o.code, 1) << c.what << " " << name;
       EXPECT_THAT(o.err, HasSubstr("name '")) << c.what << " " << name;

@@ -6,10 +6,13 @@
 #include "cli/text_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/cli_test_data.h"
 #include "tests/testing/fake_fleet_service.h"
 
 namespace fleet::cli {
 namespace {
+
+using fleet::cli::testing::kFlashinferOp;
 
 using ::fleet::cli::testing::FakeFleetEnv;
 using ::fleet::cli::testing::MakeRow;
@@ -260,10 +263,6 @@ TEST_F(StatusCommandTest, NoColorIsHonouredOnATerminal) {
   const auto not_tty = env_.Run(RunStatus, {});
   EXPECT_THAT(not_tty.out, Not(HasSubstr("\x1b[")));
 }
-
-constexpr char kFlashinferOp[] =
-    "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_"
-    "qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False_sm120";
 
 // The characters a terminal shows for `line`: its SGR escapes take none.
 size_t Shown(const std::string& line) {

@@ -32,8 +32,6 @@ constexpr v1::ServerState kStateOrder[] = {
     v1::SERVER_STATE_FAILED,        v1::SERVER_STATE_REMEDIATING,      v1::SERVER_STATE_RESTARTING,
     v1::SERVER_STATE_GAVE_UP,       v1::SERVER_STATE_STOPPED};
 
-std::string OrDash(std::string_view s) { return s.empty() ? "-" : std::string(s); }
-
 std::string Age(const google::protobuf::Timestamp& since, absl::Time now) {
   std::optional<absl::Time> t = FromProtoTime(since);
   return t ? FormatAge(now - *t) : "-";

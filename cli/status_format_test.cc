@@ -8,16 +8,18 @@
 #include "cli/text_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/cli_test_data.h"
 
 namespace fleet::cli {
 namespace {
+
+using fleet::cli::testing::kFlashinferOp;
+using fleet::cli::testing::kNow;
 
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-const absl::Time kNow = absl::FromUnixSeconds(1800000000);  // 2027-01-15T08:00:00Z
 
 v1::ServerRow Row(const std::string& server, const std::string& state) {
   v1::ServerRow row;
@@ -191,9 +193,6 @@ TEST(TextTable, ElidesTheMiddleOfShrinkableColumnsBeforeCutting) {
 }
 
 // The canary's JIT phase as flashinfer names it: 175 characters.
-constexpr char kFlashinferOp[] =
-    "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_"
-    "qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False_sm120";
 
 std::vector<v1::ServerRow> CanaryFleet() {
   std::vector<v1::ServerRow> rows;

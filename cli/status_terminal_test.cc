@@ -14,11 +14,14 @@
 #include "cli/text_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/cli_test_data.h"
 #include "tests/testing/fake_fleet_service.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::cli {
 namespace {
+
+using fleet::cli::testing::kFlashinferOp;
 
 using ::fleet::cli::testing::FakeFleetEnv;
 using ::fleet::cli::testing::MakeRow;
@@ -27,9 +30,6 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr char kFlashinferOp[] =
-    "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_head_dim_"
-    "qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False_sm120";
 constexpr char kEllipsis[] = "\xe2\x80\xa6";
 
 // `text` without its SGR escapes.

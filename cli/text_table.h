@@ -16,6 +16,9 @@
 
 namespace fleet::cli {
 
+// A cell's text: `s`, or "-" when it is empty.
+inline std::string OrDash(std::string_view s) { return s.empty() ? "-" : std::string(s); }
+
 class TextTable {
  public:
   struct Cell {

@@ -1570,8 +1570,6 @@ TEST_F(DaemonTest, AValueGivenByFileTravelsAndIsStoredAsItsPathOnly) {
   EXPECT_NE(db.find("/etc/gpu-fleet/hf_token"), std::string::npos);
 }
 
-}  // namespace
-
 // The fleet events (daemon/events/): what a give-up tells, in what order, under which indexes.
 class CollectEvents : public FleetEventListener {
  public:
@@ -1807,4 +1805,5 @@ TEST_F(DaemonTest, AServerReadyAfterAFailureIsToldRecoveredWithTheClassItRecover
   EXPECT_EQ(recovered[0]->trigger(), "restart");
 }
 
+}  // namespace
 }  // namespace fleet::daemon

@@ -10,7 +10,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string ErrorOf(const std::string& url) {
+std::string UrlErrorOf(const std::string& url) {
   const absl::Status s = CheckWebhookUrl(url);
   EXPECT_FALSE(s.ok()) << url;
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << url;
@@ -34,19 +34,19 @@ TEST(WebhookUrl, PlainHttpOnlyToALoopbackAddress) {
                           "http://localhost/hook", "http://LOCALHOST:1/"}) {
     EXPECT_TRUE(CheckWebhookUrl(url).ok()) << url;
   }
-  EXPECT_EQ(ErrorOf("http://hooks.example.com/x"),
+  EXPECT_EQ(UrlErrorOf("http://hooks.example.com/x"),
             "http:// to hooks.example.com: plain http only to a loopback address; use https");
   for (const char* url :
        {"http://10.0.0.1/x", "http://128.0.0.1/x", "http://[::2]/x",
         "http://localhost.example.com/x", "http://0.0.0.0/x", "http://127.0.0.1.example.com/x"}) {
-    EXPECT_THAT(ErrorOf(url), HasSubstr("plain http only to a loopback address")) << url;
+    EXPECT_THAT(UrlErrorOf(url), HasSubstr("plain http only to a loopback address")) << url;
   }
 }
 
 TEST(WebhookUrl, UserAndPasswordAreRefused) {
-  EXPECT_EQ(ErrorOf("https://user:pass@hooks.example.com/x"),
+  EXPECT_EQ(UrlErrorOf("https://user:pass@hooks.example.com/x"),
             "a user or password in the URL: use secret_file for a key");
-  EXPECT_THAT(ErrorOf("http://user@127.0.0.1/x"), HasSubstr("a user or password"));
+  EXPECT_THAT(UrlErrorOf("http://user@127.0.0.1/x"), HasSubstr("a user or password"));
   // An '@' after the host is part of the path, not a user.
   EXPECT_TRUE(CheckWebhookUrl("https://hooks.example.com/a@b").ok());
 }
@@ -58,18 +58,18 @@ TEST(WebhookUrl, ControlCharactersAndSpacesAreRefused) {
         std::string("https://hooks.example.com/\x7f"),
         std::string("https://hooks.example.com/a\tb"),
         std::string("https://hooks.example.com/a\0b", 28)}) {
-    EXPECT_EQ(ErrorOf(url), "contains a space or a control character");
+    EXPECT_EQ(UrlErrorOf(url), "contains a space or a control character");
   }
 }
 
 TEST(WebhookUrl, OtherSchemesNoHostAndTooLongAreRefused) {
-  EXPECT_EQ(ErrorOf("ftp://hooks.example.com/x"), "scheme 'ftp': https only");
-  EXPECT_EQ(ErrorOf("file:///etc/passwd"), "scheme 'file': https only");
-  EXPECT_EQ(ErrorOf("hooks.example.com/x"), "no scheme (https://...)");
-  EXPECT_EQ(ErrorOf("https:///x"), "no host");
-  EXPECT_EQ(ErrorOf("https://:443/x"), "no host");
-  EXPECT_EQ(ErrorOf("https://[::1/x"), "unclosed '[' in host");
-  EXPECT_EQ(ErrorOf("https://hooks.example.com/" + std::string(2048, 'a')),
+  EXPECT_EQ(UrlErrorOf("ftp://hooks.example.com/x"), "scheme 'ftp': https only");
+  EXPECT_EQ(UrlErrorOf("file:///etc/passwd"), "scheme 'file': https only");
+  EXPECT_EQ(UrlErrorOf("hooks.example.com/x"), "no scheme (https://...)");
+  EXPECT_EQ(UrlErrorOf("https:///x"), "no host");
+  EXPECT_EQ(UrlErrorOf("https://:443/x"), "no host");
+  EXPECT_EQ(UrlErrorOf("https://[::1/x"), "unclosed '[' in host");
+  EXPECT_EQ(UrlErrorOf("https://hooks.example.com/" + std::string(2048, 'a')),
             "longer than 2048 characters");
 }
 

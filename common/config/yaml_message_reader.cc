@@ -49,7 +49,7 @@ int LineOf(const YAML::Node& node) {
 }
 
 // A scalar as an error message quotes it: escaped, and cut when long.
-std::string Quoted(const std::string& text) {
+std::string QuotedExcerpt(const std::string& text) {
   constexpr size_t kMax = 60;
   std::string shown = absl::CHexEscape(text.size() > kMax ? text.substr(0, kMax) : text);
   return absl::StrCat("'", shown, text.size() > kMax ? "...'" : "'");
@@ -60,7 +60,7 @@ std::string Describe(const YAML::Node& node) {
     case YAML::NodeType::Null:
       return "nothing";
     case YAML::NodeType::Scalar:
-      return Quoted(node.Scalar());
+      return QuotedExcerpt(node.Scalar());
     case YAML::NodeType::Sequence:
       return "a list";
     case YAML::NodeType::Map:
@@ -171,7 +171,7 @@ class Reader {
       if (field == nullptr) {
         const std::vector<std::string> names = FieldNames(type);
         Error(key_line, path,
-              absl::StrCat("unknown field ", Quoted(name), DidYouMean(name, names), "; ",
+              absl::StrCat("unknown field ", QuotedExcerpt(name), DidYouMean(name, names), "; ",
                            type->name(), " has: ", absl::StrJoin(names, ", ")));
         continue;
       }
@@ -371,7 +371,7 @@ class Reader {
       case FieldDescriptor::CPPTYPE_FLOAT: {
         double v = 0;
         if (!absl::SimpleAtod(trimmed, &v)) {
-          Error(line, path, absl::StrCat("expected a number, got ", Quoted(text)));
+          Error(line, path, absl::StrCat("expected a number, got ", QuotedExcerpt(text)));
           return;
         }
         if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
@@ -391,7 +391,7 @@ class Reader {
         } else if (trimmed == "false" || trimmed == "False" || trimmed == "FALSE") {
           v = false;
         } else {
-          Error(line, path, absl::StrCat("expected true or false, got ", Quoted(text)));
+          Error(line, path, absl::StrCat("expected true or false, got ", QuotedExcerpt(text)));
           return;
         }
         repeated ? reflection->AddBool(message, field, v) : reflection->SetBool(message, field, v);
@@ -411,8 +411,8 @@ class Reader {
         }
         const std::vector<std::string> names = YamlEnumNames(type);
         Error(line, path,
-              absl::StrCat("expected one of ", absl::StrJoin(names, ", "), ", got ", Quoted(text),
-                           DidYouMean(text, names)));
+              absl::StrCat("expected one of ", absl::StrJoin(names, ", "), ", got ",
+                           QuotedExcerpt(text), DidYouMean(text, names)));
         return;
       }
       case FieldDescriptor::CPPTYPE_STRING:
@@ -428,7 +428,8 @@ class Reader {
                   const std::string& text) {
     const absl::string_view trimmed = absl::StripAsciiWhitespace(text);
     if (!LooksIntegral(trimmed)) {
-      Error(line, path, absl::StrCat("expected ", ExpectedKind(field), ", got ", Quoted(text)));
+      Error(line, path,
+            absl::StrCat("expected ", ExpectedKind(field), ", got ", QuotedExcerpt(text)));
       return;
     }
     std::string range;
@@ -448,7 +449,7 @@ class Reader {
         range = absl::StrCat("0..", std::numeric_limits<uint64_t>::max());
         break;
     }
-    Error(line, path, absl::StrCat("out of range: ", Quoted(text), " is not in ", range));
+    Error(line, path, absl::StrCat("out of range: ", QuotedExcerpt(text), " is not in ", range));
   }
 
   SourceMap* source_map_;

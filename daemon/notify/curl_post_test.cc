@@ -32,12 +32,12 @@ namespace {
 using ::testing::HasSubstr;
 using testing::WebhookReceiver;
 
-constexpr absl::Duration kDeadline = absl::Seconds(20);
+constexpr absl::Duration kPostDeadline = absl::Seconds(20);
 constexpr char kPath[] = "/usr/bin:/bin";
 constexpr char kKey[] = "a webhook key";
 
 // Every try's record, and a wait for the last one of a delivery.
-class Records {
+class PostRecords {
  public:
   Notifier::Recorder Function() {
     return [this](const DeliveryRecord& d) {
@@ -46,7 +46,7 @@ class Records {
       return absl::OkStatus();
     };
   }
-  // The records of delivery `id` once one is final (not pending); empty after kDeadline.
+  // The records of delivery `id` once one is final (not pending); empty after kPostDeadline.
   std::vector<DeliveryRecord> UntilFinal(int64_t id) const {
     absl::MutexLock lock(&mu_);
     auto done = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -55,7 +55,7 @@ class Records {
       }
       return false;
     };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&done), kDeadline)) return {};
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done), kPostDeadline)) return {};
     std::vector<DeliveryRecord> out;
     for (const DeliveryRecord& d : saved_) {
       if (d.id == id) out.push_back(d);
@@ -118,7 +118,7 @@ fleet::v1::Notify Hook(const std::string& url, const std::string& secret_file = 
   return n;
 }
 
-NotifierOptions Fast() {
+NotifierOptions FastRetries() {
   NotifierOptions o;
   o.backoff_initial = absl::Milliseconds(5);
   o.backoff_max = absl::Milliseconds(20);
@@ -131,8 +131,8 @@ TEST(CurlPost, ARealReceiverGetsTheSignedBodyAfterTwo503s) {
   (*receiver)->AnswerNext({503, 503});
   testing::TempDir dir;
   dir.WriteFile("secret", absl::StrCat(kKey, "\n"));
-  Records records;
-  Notifier notifier(records.Function(), CurlPost, Fast());
+  PostRecords records;
+  Notifier notifier(records.Function(), CurlPost, FastRetries());
   notifier.Configure({Hook((*receiver)->url(), dir.Join("secret"))});
   const DeliveryRecord d = Delivery(1, GaveUp());
   notifier.Deliver({d});
@@ -193,7 +193,7 @@ TEST(CurlPost, AHangingReceiverTimesOutAndTheStopFlagEndsThePostEarly) {
     stopped = CurlPost(hook, "{}", {}, &stop);
     returned = absl::Now();
   });
-  ASSERT_TRUE((*receiver)->WaitForHeld(2, kDeadline));
+  ASSERT_TRUE((*receiver)->WaitForHeld(2, kPostDeadline));
   const absl::Time asked = absl::Now();
   stop = true;
   post.join();
@@ -265,12 +265,12 @@ class CurlPostTls : public ::testing::Test {
 
   testing::TempDir dir_;
   std::unique_ptr<WebhookReceiver> receiver_;
-  Records records_;
+  PostRecords records_;
 };
 
 TEST_F(CurlPostTls, TheReceiversCertificateIsCheckedWithTheEntrysCa) {
   ASSERT_THAT(receiver_->url(), ::testing::StartsWith("https://127.0.0.1:"));
-  Notifier notifier(records_.Function(), CurlPost, Fast());
+  Notifier notifier(records_.Function(), CurlPost, FastRetries());
   fleet::v1::Notify hook = Hook(receiver_->url());
   hook.set_ca_file(ca());
   notifier.Configure({hook});
@@ -285,7 +285,7 @@ TEST_F(CurlPostTls, TheReceiversCertificateIsCheckedWithTheEntrysCa) {
 }
 
 TEST_F(CurlPostTls, WithoutTheCaTheCertificateIsRefusedAndNothingIsSent) {
-  Notifier notifier(records_.Function(), CurlPost, Fast());
+  Notifier notifier(records_.Function(), CurlPost, FastRetries());
   fleet::v1::Notify hook = Hook(receiver_->url());
   hook.set_max_attempts(2);  // the system's CAs do not know the test CA
   notifier.Configure({hook});

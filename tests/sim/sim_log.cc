@@ -11,8 +11,9 @@
 namespace fleet::sim {
 namespace {
 
-// Writes all of `text`; a log that cannot be written is not worth failing the simulation for.
-void WriteAll(int fd, std::string_view text) {
+// Writes all of `text` (one record); a log that cannot be written is not worth failing the
+// simulation for.
+void WriteRecord(int fd, std::string_view text) {
   while (!text.empty()) {
     const ssize_t n = write(fd, text.data(), text.size());
     if (n < 0) {
@@ -38,17 +39,17 @@ void SimLog::Record(std::string_view message) const {
   std::string line =
       absl::StrCat("[", LogTimestamp(), prefix_.empty() ? "" : " ", prefix_, "] ", AsAbsl(message));
   if (line.back() != '\n') line.push_back('\n');
-  WriteAll(fd_, line);
+  WriteRecord(fd_, line);
 }
 
 void SimLog::Redraw(std::string_view state, bool close) const {
-  WriteAll(fd_, absl::StrCat("\r", AsAbsl(state), close ? "\n" : ""));
+  WriteRecord(fd_, absl::StrCat("\r", AsAbsl(state), close ? "\n" : ""));
 }
 
 void SimLog::Raw(std::string_view text) const {
   std::string out(text);
   if (out.empty() || out.back() != '\n') out.push_back('\n');
-  WriteAll(fd_, out);
+  WriteRecord(fd_, out);
 }
 
 }  // namespace fleet::sim
