@@ -8,7 +8,9 @@
 // same lines as one scan per line: \s is RE2's [\t\n\f\r ] without '\n' (PCRE's \s also holds \v),
 // \S, \D and \W exclude '\n', and a negated class gets '\n'. A line never holds '\n', so these
 // match the same lines as the RE2 pattern does. Syntax it does not know is copied for the
-// compiler to judge.
+// compiler to judge. The '\n' in negated classes also works around a Vectorscan 5.4.9 bug: it
+// misses `x "[^"]*", y` when the class runs over more than 64 bytes (a class excluding two bytes
+// is found), so a prefilter built on it must keep being compared with RE2 (hs_patterns_test).
 //
 // CompileVectorscanCatalogue compiles them with HS_FLAG_PREFILTER (Vectorscan then accepts
 // constructs it cannot run exactly and may report a match RE2 would not, never miss one), each
