@@ -3,7 +3,7 @@
 // Vectorscan throughput of the catalogue").
 //
 //   hs_scan_bench [--signatures FILE] [--min-seconds S] [--generate-bytes N [--jit-percent P]]
-//                 [--skip-check] LOG...
+//                 [--skip-check] [--per-pattern] LOG...
 //
 // Compiles the catalogue (bench/classifier/hs_patterns.h) into two block-mode databases, timing
 // the compile and the database's serialisation and deserialisation (the prefilter would load it
@@ -13,15 +13,19 @@
 // for at least S seconds: the whole buffer in one hs_scan with every match; the same with the
 // per-line database (each pattern's first match only: the scan's own cost, almost no callbacks);
 // and one hs_scan per line ('\n' excluded, found with memchr). The callbacks only count. Prints
-// MB/s (10^6 bytes per second), matches, peak RSS (the log's buffer included).
+// MB/s (10^6 bytes per second) by wall and by CPU time, matches, peak RSS (the log's buffer
+// included).
 //
 // Unless --skip-check, each log is also checked (untimed) against SignatureMatcher::Match line
 // by line: every pattern RE2 matches on a line must be reported on that line by both scans, or
 // the run fails (exit 3). It prints how many lines RE2 matches and how many the prefilter passes.
 // --generate-bytes adds a log made in memory by StartupLogGenerator (seed 1), for the smoke run.
+// --per-pattern also times each pattern alone (one scan per line) and the catalogue without the
+// slowest 1, 3, 5 and 10 of them: which patterns bound the prefilter.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -120,6 +124,7 @@ absl::StatusOr<Database> Build(const char* name, const std::vector<std::string>&
     hs_free_database(copy);
   }
   std::sort(deserialise_ms.begin(), deserialise_ms.end());
+  if (name == nullptr) return db;  // a trial database, not reported
   std::cout << absl::StrFormat(
       "database %s: %zu patterns, compile_ms=%.1f size=%zu serialised=%zu serialise_ms=%.3f "
       "deserialise_ms=%.3f scratch=%zu\n",
@@ -163,23 +168,39 @@ bool ScanLines(const Database& db, std::string_view text, Counts* counts) {
   return true;
 }
 
-// Runs `scan` once untimed, then until `min_seconds` have passed. MB/s and one scan's counts.
+// Throughput of one kind of scan: by wall time, and by the process's CPU time (on a busy machine
+// the time the scan waited for a CPU is not its own).
+struct Rate {
+  double mbps = 0;
+  double cpu_mbps = 0;
+  Counts counts;  // of one scan
+};
+
+double CpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// Runs `scan` once untimed, then until `min_seconds` have passed.
 template <typename Scan>
-absl::StatusOr<std::pair<double, Counts>> Measure(std::string_view text, double min_seconds,
-                                                  Scan scan) {
-  Counts once;
-  if (!scan(text, &once)) return absl::InternalError("vectorscan: hs_scan failed");
+absl::StatusOr<Rate> Measure(std::string_view text, double min_seconds, Scan scan) {
+  Rate rate;
+  if (!scan(text, &rate.counts)) return absl::InternalError("vectorscan: hs_scan failed");
   int64_t runs = 0;
   Counts ignored;
   const Clock::time_point start = Clock::now();
+  const double cpu_start = CpuSeconds();
   double elapsed = 0;
   do {
     if (!scan(text, &ignored)) return absl::InternalError("vectorscan: hs_scan failed");
     ++runs;
     elapsed = Seconds(Clock::now() - start);
   } while (elapsed < min_seconds);
-  return std::make_pair(
-      static_cast<double>(text.size()) * static_cast<double>(runs) / elapsed / 1e6, once);
+  const double bytes = static_cast<double>(text.size()) * static_cast<double>(runs);
+  rate.mbps = bytes / elapsed / 1e6;
+  rate.cpu_mbps = bytes / std::max(CpuSeconds() - cpu_start, 1e-9) / 1e6;
+  return rate;
 }
 
 struct CheckResult {
@@ -251,6 +272,42 @@ CheckResult Check(const SignatureMatcher& m, const Database& per_line, const Dat
   return r;
 }
 
+// Which patterns bound the scan: each compiled pattern alone over `text` (one scan per line,
+// the prefilter's shape), slowest first; then the catalogue without the slowest k of them.
+bool RankPatterns(const std::vector<std::string>& patterns, const std::vector<int>& ids,
+                  std::string_view text, double min_seconds) {
+  std::vector<std::pair<double, int>> alone;  // MB/s, index
+  for (int id : ids) {
+    absl::StatusOr<Database> db =
+        Build(nullptr, {patterns[static_cast<size_t>(id)]}, HS_FLAG_SINGLEMATCH);
+    if (!db.ok()) return false;
+    auto r = Measure(text, min_seconds,
+                     [&](std::string_view t, Counts* c) { return ScanLines(*db, t, c); });
+    if (!r.ok()) return false;
+    alone.emplace_back(r->cpu_mbps, id);
+  }
+  std::sort(alone.begin(), alone.end());
+  for (size_t i = 0; i < alone.size() && i < 12; ++i) {
+    std::cout << absl::StrFormat("  alone %d: per_line_cpu_mbps=%.1f  %s\n", alone[i].second,
+                                 alone[i].first, patterns[static_cast<size_t>(alone[i].second)]);
+  }
+  for (size_t k : {1, 3, 5, 10}) {
+    if (k >= alone.size()) break;
+    std::vector<std::string> rest;
+    for (size_t i = k; i < alone.size(); ++i) {
+      rest.push_back(patterns[static_cast<size_t>(alone[i].second)]);
+    }
+    absl::StatusOr<Database> db = Build(nullptr, rest, HS_FLAG_SINGLEMATCH);
+    if (!db.ok()) return false;
+    auto r = Measure(text, min_seconds,
+                     [&](std::string_view t, Counts* c) { return ScanLines(*db, t, c); });
+    if (!r.ok()) return false;
+    std::cout << absl::StrFormat("  without the slowest %d: per_line_mbps=%.1f cpu=%.1f\n", k,
+                                 r->mbps, r->cpu_mbps);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -259,6 +316,7 @@ int main(int argc, char** argv) {
   int64_t generate_bytes = 0;
   int64_t jit_percent = 17;
   bool skip_check = false;
+  bool per_pattern = false;
   fleet::FlagSet flags(
       "hs_scan_bench [flags] LOG...",
       "Raw Vectorscan (hs_scan) throughput of the signature catalogue on each LOG: the whole\n"
@@ -271,6 +329,8 @@ int main(int argc, char** argv) {
                "also scan a startup log of N bytes generated in memory (seed 1)");
   flags.AddInt("jit-percent", '\0', &jit_percent, "the generated log's JIT share (0-100)");
   flags.AddBool("skip-check", '\0', &skip_check, "do not compare with RE2 line by line");
+  flags.AddBool("per-pattern", '\0', &per_pattern,
+                "also time each pattern alone per line, and the catalogue without the slowest");
   if (absl::Status s = flags.Parse(std::vector<std::string>(argv + 1, argv + argc)); !s.ok()) {
     std::cerr << "hs_scan_bench: " << s.message() << "\n";
     return 1;
@@ -345,10 +405,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::cout << absl::StrFormat(
-        "log %s: bytes=%zu lines=%d whole_mbps=%.1f whole_matches=%d first_match_mbps=%.1f "
-        "per_line_mbps=%.1f per_line_matches=%d per_line_lines=%d",
-        name, text.size(), lines, all->first, all->second.matches, first->first, by_line->first,
-        by_line->second.matches, by_line->second.lines);
+        "log %s: bytes=%zu lines=%d whole_mbps=%.1f (cpu %.1f) whole_matches=%d "
+        "first_match_mbps=%.1f (cpu %.1f) per_line_mbps=%.1f (cpu %.1f) per_line_matches=%d "
+        "per_line_lines=%d",
+        name, text.size(), lines, all->mbps, all->cpu_mbps, all->counts.matches, first->mbps,
+        first->cpu_mbps, by_line->mbps, by_line->cpu_mbps, by_line->counts.matches,
+        by_line->counts.lines);
     // Before the check, whose per-line bookkeeping is not the scan's.
     std::cout << " peak_rss_kib=" << PeakRssKib();
     if (!skip_check) {
@@ -358,6 +420,10 @@ int main(int argc, char** argv) {
       missed = missed || r.missed != 0;
     }
     std::cout << std::endl;
+    if (per_pattern && !RankPatterns(patterns, per_line->catalogue.ids, text, min_seconds)) {
+      std::cerr << "hs_scan_bench: " << name << ": ranking the patterns failed\n";
+      return 2;
+    }
   }
   return missed ? 3 : 0;
 }
