@@ -12,6 +12,8 @@ packages=(
   # Libraries.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev libfmt-dev libssh-dev libsqlite3-dev libgtest-dev libgmock-dev libre2-dev
+  # Vectorscan (the portable Hyperscan): the classifier's multi-pattern prefilter (issue 15).
+  libvectorscan-dev
   # Tests and benchmarks: real tools whose output the tests classify, and measurement.
   binutils grep coreutils time sqlite3 curl debootstrap
   # The daemon and the CLI: the fleet config is YAML (with line marks for errors); the -o json
