@@ -6,6 +6,9 @@
 #
 # CORPUS_DIR defaults to ../shared/corpus/dev next to the checkout; the script skips (exit 0)
 # when it does not exist. The corpus is read in place, never copied into the repository.
+# tests/corpus/fixtures holds the project's own fixtures (issue 15) in the same format:
+#   tests/corpus/eval.sh build tests/corpus/fixtures
+# Relative paths are taken from the repository root.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
