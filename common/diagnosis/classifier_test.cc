@@ -468,6 +468,26 @@ TEST(Classifier, ABarThatRedrawsItselfCountsEachStateAsItIsDrawn) {
   EXPECT_THAT(listener.phases, ElementsAre("LOADING:@1", "STARTING:@3"));
 }
 
+TEST(Classifier, AnEmptyGpuArchitectureIsAMalformedListNotAnOldCompiler) {
+  // 'compute_' with no number: TORCH_CUDA_ARCH_LIST (or the -gencode flags) came out empty. A
+  // newer nvcc would fail the same way: never a toolchain fix.
+  const Diagnosis d = ClassifyText(
+      "[1/2] /usr/local/cuda/bin/nvcc -gencode=arch=compute_,code=sm_ -c k.cu -o k.cuda.o\n"
+      "FAILED: k.cuda.o\n"
+      "nvcc fatal   : Unsupported gpu architecture 'compute_'\n"
+      "ninja: build stopped: subcommand failed.\n");
+  EXPECT_EQ(d.diagnosis_class, "jit_build_failed");
+  EXPECT_EQ(d.root_cause_line, 3);
+  EXPECT_FALSE(d.toolchain_fix);
+  EXPECT_THAT(d.summary, HasSubstr("empty GPU architecture ('compute_')"));
+  // A real one stays what it was: the compiler is older than the GPU.
+  const Diagnosis real = ClassifyText(
+      "FAILED: k.cuda.o\nnvcc fatal   : Unsupported gpu architecture 'compute_120a'\n"
+      "ninja: build stopped: subcommand failed.\n");
+  EXPECT_EQ(real.diagnosis_class, "unsupported_gpu_arch");
+  EXPECT_TRUE(real.toolchain_fix);
+}
+
 TEST(Classifier, ACauseBeforeARedrawOnItsLineStillCounts) {
   // Steps come from a redrawn line's last state; a cause is looked for in all of it.
   const Diagnosis d = ClassifyText(
