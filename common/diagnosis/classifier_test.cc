@@ -391,13 +391,28 @@ class RecordingListener : public ClassifierListener {
   const Classifier** classifier_;
 };
 
+// A classifier run as the agent runs it (not offline), telling a RecordingListener.
+class Listened {
+ public:
+  Listened() : listener(&self_), c(&BuiltinMatcher(), Online(), &listener) { self_ = &c; }
+
+ private:
+  static ClassifierOptions Online() {
+    ClassifierOptions options;
+    options.offline = false;
+    return options;
+  }
+  const Classifier* self_ = nullptr;  // before listener, which points at it
+
+ public:
+  RecordingListener listener;
+  Classifier c;
+};
+
 TEST(Classifier, ListenerGetsPhasesProgressAndProvisionalThenFinal) {
-  const Classifier* self = nullptr;
-  RecordingListener listener(&self);
-  ClassifierOptions options;
-  options.offline = false;
-  Classifier c(&BuiltinMatcher(), options, &listener);
-  self = &c;
+  Listened run;
+  RecordingListener& listener = run.listener;
+  Classifier& c = run.c;
   std::string_view rest(kCascade);
   // Line by line, as a follower would; the provisional diagnosis exists at the root-cause line.
   while (!rest.empty()) {
@@ -429,12 +444,9 @@ constexpr char kWeightLoading[] =
     "[2026-12-02 10:00:06 TP0] Load weight end. type=LlamaForCausalLM, avail mem=78.0 GB\n";
 
 TEST(Classifier, WeightShardsCountInsideTheLoadingPhaseOnly) {
-  const Classifier* self = nullptr;
-  RecordingListener listener(&self);
-  ClassifierOptions options;
-  options.offline = false;
-  Classifier c(&BuiltinMatcher(), options, &listener);
-  self = &c;
+  Listened run;
+  RecordingListener& listener = run.listener;
+  Classifier& c = run.c;
   // A shard count before any loading phase is not a step of anything shown.
   c.AddLine("Loading weights: 50% Completed | 1/2 [00:01<00:01,  1.0s/it] (stray)");
   c.AddBytes(kWeightLoading);
@@ -445,12 +457,9 @@ TEST(Classifier, WeightShardsCountInsideTheLoadingPhaseOnly) {
 }
 
 TEST(Classifier, ABarThatRedrawsItselfCountsEachStateAsItIsDrawn) {
-  const Classifier* self = nullptr;
-  RecordingListener listener(&self);
-  ClassifierOptions options;
-  options.offline = false;
-  Classifier c(&BuiltinMatcher(), options, &listener);
-  self = &c;
+  Listened run;
+  RecordingListener& listener = run.listener;
+  Classifier& c = run.c;
   c.AddBytes("[2026-12-02 10:00:01 TP0] Load weight begin. avail mem=93.12 GB\n");
   // tqdm writing to a file: "\r" and the new state, a newline only when the bar closes. Each
   // state counts when it is written, on the line it will end up on (2), not when the line ends.
