@@ -154,15 +154,23 @@ void Classifier::AppendCarry(std::string_view bytes) {
 void Classifier::ScanRedraw(std::string_view added) {
   if (!carry_redraws_ && std::memchr(added.data(), '\r', added.size()) == nullptr) return;
   carry_redraws_ = true;
+  // A full carry took none of these bytes: nothing new to show.
+  if (carry_cut_bytes_ > 0) return;
   // The state the terminal shows now: after the last '\r', or before it when nothing follows.
-  const std::string_view carry(carry_);
+  // Only the carry's last kMaxRedrawBytes are looked at, so a hostile line of '\r' and megabytes
+  // costs each chunk a bounded search, not the whole carry's.
+  const std::string_view whole(carry_);
+  const std::string_view carry =
+      whole.substr(whole.size() > kMaxRedrawBytes + 1 ? whole.size() - kMaxRedrawBytes - 1 : 0);
   size_t end = carry.size();
   size_t cr = carry.rfind('\r');
-  if (cr == std::string_view::npos) return;  // cut off with the line's end (kMaxLineBytes)
+  if (cr == std::string_view::npos) return;  // a state longer than any progress bar
   if (cr + 1 == end) {
     end = cr;
     cr = cr == 0 ? std::string_view::npos : carry.rfind('\r', cr - 1);
   }
+  // The state must start inside the window: one that does is a bar's, one that does not is not.
+  if (cr == std::string_view::npos && carry.size() < whole.size()) return;
   const size_t begin = cr == std::string_view::npos ? 0 : cr + 1;
   if (begin >= end) return;
   OnRedraw(carry.substr(begin, end - begin));

@@ -61,6 +61,9 @@ struct ClassifierOptions {
 class Classifier {
  public:
   static constexpr size_t kMaxLineBytes = 1 << 20;
+  // The longest state of a line that redraws itself ("\r" + state) counted before its line ends;
+  // a progress bar's is under 200 bytes.
+  static constexpr size_t kMaxRedrawBytes = 4096;
   static constexpr size_t kMaxSymptoms = 64;
   static constexpr size_t kTailLines = 12;
   // Lines after the last matching line that a unit of loose lines keeps.

@@ -497,6 +497,20 @@ TEST(Classifier, AnEmptyGpuArchitectureIsAMalformedListNotAnOldCompiler) {
   EXPECT_TRUE(real.toolchain_fix);
 }
 
+TEST(Classifier, ARedrawnStateLongerThanABarIsNotCountedBeforeItsLineEnds) {
+  Listened run;
+  run.c.AddBytes("[2026-12-02 10:00:01 TP0] Load weight begin. avail mem=93.12 GB\n");
+  // A state past kMaxRedrawBytes is no progress bar: nothing counts it while the line grows (the
+  // search for it stays within the last kMaxRedrawBytes of the unfinished line).
+  run.c.AddBytes("\r" + std::string(Classifier::kMaxRedrawBytes, 'x'));
+  run.c.AddBytes("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01]");
+  run.c.AddBytes("\r");
+  EXPECT_THAT(run.listener.progress, ElementsAre());
+  // A bar's own state after it counts at once.
+  run.c.AddBytes("Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:02<00:00]");
+  EXPECT_THAT(run.listener.progress, ElementsAre("2/2@2"));
+}
+
 TEST(Classifier, ACauseBeforeARedrawOnItsLineStillCounts) {
   // Steps come from a redrawn line's last state; a cause is looked for in all of it.
   const Diagnosis d = ClassifyText(
