@@ -661,6 +661,7 @@ Diagnosis Classifier::Decide(bool finished) const {
     d.diagnosis_class = s.diagnosis_class;
     d.signature_id = s.id;
     d.fix = s.fix;
+    d.confidence = s.confidence;
     const DiagnosisClassInfo* info = FindDiagnosisClass(s.diagnosis_class);
     d.summary = RenderSummary(s.summary.empty() ? info->summary : s.summary, f->facts);
     if (!cause && rank <= 3 && !f->phase_failure_class.empty()) {
@@ -705,7 +706,7 @@ Diagnosis Classifier::Decide(bool finished) const {
     d.summary = std::string(FindDiagnosisClass("none")->summary);
     d.facts = context_;
   }
-  d.toolchain_fix = IsToolchainFix(d.fix);
+  d.toolchain_fix = d.confidence == Confidence::kHigh && IsToolchainFix(d.fix);
   return d;
 }
 

@@ -29,7 +29,11 @@ struct Diagnosis {
   int64_t root_cause_line = 0;
   std::string summary;
   FixKind fix = FixKind::kNone;
-  // Whether a change of the container's toolchain or build environment could fix it.
+  // kLow when the class is inferred (a stem, a cut-off message, a traceback's frames): then
+  // toolchain_fix is false and nothing is remediated automatically.
+  Confidence confidence = Confidence::kHigh;
+  // Whether a change of the container's toolchain or build environment could fix it (never for
+  // a low-confidence diagnosis).
   bool toolchain_fix = false;
   // The failing unit's kind and lines.
   UnitKind unit = UnitKind::kNone;

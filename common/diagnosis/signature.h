@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,14 @@ enum class UnitKind {
   kLoose,           // root-cause or symptom lines outside any other unit, with trailing context
 };
 
+// How far a diagnosis can be trusted: kHigh for a signature matched on an intact line, kLow for
+// an inference (a message's stem, a message cut off, only a traceback's frames). A low-confidence
+// diagnosis is reported but never sets toolchain_fix nor triggers an automatic remediation.
+enum class Confidence { kHigh, kLow };
+
+std::string_view ConfidenceName(Confidence confidence);  // "high", "low"
+std::optional<Confidence> ParseConfidence(std::string_view name);
+
 std::string_view SignatureRoleName(SignatureRole role);
 std::string_view PhaseName(Phase phase);  // "STARTING", "LOADING", ...
 std::string_view UnitKindName(UnitKind kind);
@@ -58,6 +67,8 @@ struct Signature {
   Phase ended_phase = Phase::kStarting;
   // Phases: the class of a failure seen during this phase when no cause is found.
   std::string failure_class;
+  // Root causes and symptoms: how far a match can be trusted (kLow for a stem signature).
+  Confidence confidence = Confidence::kHigh;
   // Collect every occurrence of the captures on a line, not only the first.
   bool all_matches = false;
   // Where the signature was defined, for error messages: "signatures.conf:12".

@@ -66,6 +66,9 @@ absl::Status Validate(const Signature& s, const std::string& where, bool has_fix
     return error("field 'class' applies only to root_cause and symptom signatures");
   }
   if (!classifies && has_fix) return error("field 'fix' applies only to root_cause and symptom");
+  if (!classifies && s.confidence != Confidence::kHigh) {
+    return error("field 'confidence' applies only to root_cause and symptom signatures");
+  }
   if (s.role == SignatureRole::kProgress) {
     if (s.ends_phase || !s.failure_class.empty()) {
       return error("fields 'ends' and 'failure_class' apply only to phase signatures");
@@ -87,6 +90,16 @@ absl::Status Validate(const Signature& s, const std::string& where, bool has_fix
 }
 
 }  // namespace
+
+std::string_view ConfidenceName(Confidence confidence) {
+  return confidence == Confidence::kLow ? "low" : "high";
+}
+
+std::optional<Confidence> ParseConfidence(std::string_view name) {
+  if (name == "high") return Confidence::kHigh;
+  if (name == "low") return Confidence::kLow;
+  return std::nullopt;
+}
 
 std::string_view SignatureRoleName(SignatureRole role) {
   switch (role) {
@@ -270,6 +283,10 @@ absl::StatusOr<std::vector<Signature>> ParseSignatureCatalogue(std::string_view 
             where, ": field 'failure_class': '", std::string(value), "' is not a diagnosis class"));
       }
       current.failure_class = std::string(value);
+    } else if (key == "confidence") {
+      auto confidence = ParseConfidence(value);
+      if (!confidence) return bad_value("high, low");
+      current.confidence = *confidence;
     } else if (key == "all_matches") {
       if (value == "true") {
         current.all_matches = true;

@@ -16,6 +16,8 @@
 //                                   #   (jit_compiling when not given)
 //   failure_class = jit_build_failed
 //   all_matches = true
+//   confidence = low                # optional, root causes and symptoms: a stem of a message,
+//                                   #   not the message (default high)
 //
 // Order matters: when several root causes (or symptoms) match one line, the first listed wins.
 #pragma once

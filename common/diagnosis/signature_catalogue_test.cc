@@ -1,6 +1,7 @@
 #include "common/diagnosis/signature_catalogue.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/string_view.h"
 #include "common/diagnosis/classifier.h"
 #include "common/diagnosis/signature_matcher.h"
 #include "gmock/gmock.h"
@@ -156,5 +157,41 @@ TEST(SignatureMatcher, StripsCommonLogPrefixes) {
     EXPECT_EQ((*m)->StripLogPrefixes(line), want) << line;
   }
 }
+TEST(SignatureCatalogue, ConfidenceIsHighUnlessALowOneSaysSo) {
+  auto parsed = ParseSignatureCatalogue(
+      "[a]\nrole = root_cause\nclass = link_error\npattern = x\n"
+      "[b]\nrole = root_cause\nclass = link_error\npattern = y\nconfidence = low\n",
+      "my.conf");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)[0].confidence, Confidence::kHigh);
+  EXPECT_EQ((*parsed)[1].confidence, Confidence::kLow);
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\npattern = x\nconfidence = "
+                    "some\n"),
+            "my.conf:5: field 'confidence': 'some' is not one of high, low");
+  EXPECT_EQ(ErrorOf("[a]\nrole = context\npattern = x\nconfidence = low\n"),
+            "my.conf:1: signature a: field 'confidence' applies only to root_cause and symptom "
+            "signatures");
+}
+
+TEST(SignatureCatalogue, ALowConfidenceCauseIsReportedButIsNoToolchainFix) {
+  // link_error's fix is a toolchain change: the same class from a stem must not claim it.
+  for (const Confidence confidence : {Confidence::kHigh, Confidence::kLow}) {
+    auto parsed = ParseSignatureCatalogue(
+        absl::StrCat("[a]\nrole = root_cause\nclass = link_error\npattern = cannot fnd\n"
+                     "confidence = ",
+                     AsAbsl(ConfidenceName(confidence)), "\n"),
+        "my.conf");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    auto matcher = SignatureMatcher::Create(*std::move(parsed));
+    ASSERT_TRUE(matcher.ok()) << matcher.status();
+    Classifier c(matcher->get());
+    c.AddBytes("ld: cannot fnd -lcuda\n");
+    const Diagnosis d = c.Finish();
+    EXPECT_EQ(d.diagnosis_class, "link_error");
+    EXPECT_EQ(d.confidence, confidence);
+    EXPECT_EQ(d.toolchain_fix, confidence == Confidence::kHigh);
+  }
+}
+
 }  // namespace
 }  // namespace fleet::diagnosis
