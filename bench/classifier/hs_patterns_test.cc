@@ -1,5 +1,3 @@
-#include "bench/classifier/hs_patterns.h"
-
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -10,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/classifier/startup_log_generator.h"
 #include "common/diagnosis/signature_matcher.h"
+#include "common/diagnosis/vectorscan_patterns.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/subprocess.h"
@@ -17,7 +16,13 @@
 namespace fleet::bench {
 namespace {
 
+using ::fleet::diagnosis::CompileVectorscanCatalogue;
+using ::fleet::diagnosis::HsScratch;
+using ::fleet::diagnosis::Re2ToVectorscan;
+using ::fleet::diagnosis::RefusedPattern;
 using ::fleet::diagnosis::SignatureMatcher;
+using ::fleet::diagnosis::VectorscanCatalogue;
+using ::fleet::diagnosis::VectorscanPattern;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;

@@ -5,9 +5,9 @@
 //   hs_scan_bench [--signatures FILE] [--min-seconds S] [--generate-bytes N [--jit-percent P]]
 //                 [--skip-check] [--per-pattern] LOG...
 //
-// Compiles the catalogue (bench/classifier/hs_patterns.h) into two block-mode databases, timing
-// the compile and the database's serialisation and deserialisation (the prefilter would load it
-// serialised): one for a scan per line (HS_FLAG_SINGLEMATCH: each pattern reported once per
+// Compiles the catalogue (common/diagnosis/vectorscan_patterns.h) into two block-mode databases,
+// timing the compile and the database's serialisation and deserialisation (the prefilter would load
+// it serialised): one for a scan per line (HS_FLAG_SINGLEMATCH: each pattern reported once per
 // line) and one for a whole buffer of lines (HS_FLAG_MULTILINE, every match reported, since a
 // prefilter needs every line). Then, for each log, read into memory, three scans, each repeated
 // for at least S seconds: the whole buffer in one hs_scan with every match; the same with the
@@ -41,18 +41,18 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bench/classifier/hs_patterns.h"
 #include "bench/classifier/startup_log_generator.h"
 #include "common/base/errno_status.h"
 #include "common/base/flag_set.h"
 #include "common/diagnosis/signature_matcher.h"
+#include "common/diagnosis/vectorscan_patterns.h"
 
 namespace {
 
-using ::fleet::bench::CompileVectorscanCatalogue;
-using ::fleet::bench::HsScratch;
-using ::fleet::bench::VectorscanCatalogue;
+using ::fleet::diagnosis::CompileVectorscanCatalogue;
+using ::fleet::diagnosis::HsScratch;
 using ::fleet::diagnosis::SignatureMatcher;
+using ::fleet::diagnosis::VectorscanCatalogue;
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }

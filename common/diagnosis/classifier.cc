@@ -100,7 +100,7 @@ std::string RenderSummary(std::string_view templ, const Facts& facts) {
 
 Classifier::Classifier(const SignatureMatcher* matcher, ClassifierOptions options,
                        ClassifierListener* listener)
-    : matcher_(matcher), options_(options), listener_(listener) {}
+    : matcher_(matcher), options_(options), listener_(listener), scanner_(matcher->NewScanner()) {}
 
 Classifier::~Classifier() = default;
 
@@ -178,7 +178,7 @@ void Classifier::ScanRedraw(std::string_view added) {
 
 void Classifier::OnRedraw(std::string_view state) {
   hits_.clear();
-  matcher_->Match(state, &hits_);
+  matcher_->Match(state, &hits_, scanner_.get());
   const int n = matcher_->size();
   for (int h : hits_) {
     if (h >= n) break;
@@ -204,32 +204,40 @@ void Classifier::FlushCarry() {
 }
 
 void Classifier::ProcessBuffer(std::string_view text) {
+  // Every line that matches anything, found in one pass; the lines between them are looked at
+  // only inside a unit.
+  matcher_->MatchLines(text, scanner_.get());
+  const std::vector<SignatureMatcher::Scanner::Line>& matched = scanner_->lines();
+  size_t next = 0;
   size_t pos = 0;
   while (pos < text.size()) {
     if (!NeedsEveryLine()) {
-      const std::string_view rest = text.substr(pos);
-      const size_t candidate = matcher_->FindCandidate(rest);
-      if (candidate == std::string_view::npos) {
-        line_no_ += static_cast<int64_t>(CountNewlines(rest));
+      if (next == matched.size()) {
+        line_no_ += static_cast<int64_t>(CountNewlines(text.substr(pos)));
         break;
       }
-      // Skip to the start of the candidate's line, counting the lines passed.
-      const void* prev_nl = candidate == 0 ? nullptr : memrchr(rest.data(), '\n', candidate);
-      const size_t line_start =
-          prev_nl == nullptr ? 0 : static_cast<const char*>(prev_nl) - rest.data() + 1;
-      line_no_ += static_cast<int64_t>(CountNewlines(rest.substr(0, line_start)));
-      pos += line_start;
+      // Skip to the next matching line, counting the lines passed.
+      line_no_ += static_cast<int64_t>(CountNewlines(text.substr(pos, matched[next].begin - pos)));
+      pos = matched[next].begin;
     }
     const char* begin = text.data() + pos;
     const char* nl = static_cast<const char*>(std::memchr(begin, '\n', text.size() - pos));
     const size_t len = static_cast<size_t>(nl - begin);
     std::string_view line(begin, len);
+    hits_.clear();
+    const bool has_hits = next < matched.size() && matched[next].begin == pos;
     if (len > kMaxLineBytes) {
       scratch_ = absl::StrCat(AsAbsl(line.substr(0, kMaxLineBytes)),
                               " [... line cut: ", len - kMaxLineBytes, " more bytes ...]");
       line = scratch_;
+      matcher_->Match(line, &hits_, scanner_.get());
+    } else if (has_hits) {
+      const auto first =
+          scanner_->hits().begin() + static_cast<std::ptrdiff_t>(matched[next].first);
+      hits_.assign(first, first + static_cast<std::ptrdiff_t>(matched[next].count));
     }
-    ProcessLine(line);
+    if (has_hits) ++next;
+    ProcessMatchedLine(line);
     pos += len + 1;
   }
   UpdateTailFromBuffer(text);
@@ -258,9 +266,13 @@ void Classifier::UpdateTailFromBuffer(std::string_view text) {
 }
 
 void Classifier::ProcessLine(std::string_view raw) {
-  ++line_no_;
   hits_.clear();
-  matcher_->Match(raw, &hits_);
+  matcher_->Match(raw, &hits_, scanner_.get());
+  ProcessMatchedLine(raw);
+}
+
+void Classifier::ProcessMatchedLine(std::string_view raw) {
+  ++line_no_;
   if (hits_.empty() && !unit_) return;
 
   const int n = matcher_->size();

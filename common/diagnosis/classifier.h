@@ -126,7 +126,10 @@ class Classifier {
   };
 
   void ProcessBuffer(std::string_view text);
+  // Matches `raw` and processes it.
   void ProcessLine(std::string_view raw);
+  // Processes `raw`, whose patterns are in hits_.
+  void ProcessMatchedLine(std::string_view raw);
   void AppendCarry(std::string_view bytes);
   void FlushCarry();
   void PushTail(int64_t line, std::string_view text);
@@ -157,6 +160,7 @@ class Classifier {
   const SignatureMatcher* matcher_;
   const ClassifierOptions options_;
   ClassifierListener* listener_;
+  std::unique_ptr<SignatureMatcher::Scanner> scanner_;
 
   int64_t line_no_ = 0;
   int64_t unit_serial_ = 0;

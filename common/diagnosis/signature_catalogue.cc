@@ -89,7 +89,24 @@ absl::Status Validate(const Signature& s, const std::string& where, bool has_fix
   return absl::OkStatus();
 }
 
+// Structural patterns, in the order of enum Structure.
+constexpr const char* kStructurePatterns[] = {
+    R"(FAILED: )",
+    R"(Traceback \(most recent call last\))",
+    R"(File "[^"]*", line \d+)",
+    R"(Worker failed with error ')",
+    R"(In file included from )",
+};
+
 }  // namespace
+
+std::vector<std::string> MatcherPatterns(const std::vector<Signature>& signatures) {
+  std::vector<std::string> patterns;
+  patterns.reserve(signatures.size() + std::size(kStructurePatterns));
+  for (const Signature& s : signatures) patterns.push_back(s.pattern);
+  for (const char* p : kStructurePatterns) patterns.emplace_back(p);
+  return patterns;
+}
 
 std::string_view ConfidenceName(Confidence confidence) {
   return confidence == Confidence::kLow ? "low" : "high";

@@ -22,6 +22,7 @@
 // Order matters: when several root causes (or symptoms) match one line, the first listed wins.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,5 +39,12 @@ absl::StatusOr<std::vector<Signature>> ParseSignatureCatalogue(std::string_view 
 
 // The catalogue compiled into the binaries.
 std::string_view BuiltinSignatureCatalogue();
+
+// Structural patterns, numbered after the catalogue's signatures (index = size() + value).
+enum class Structure { kNinjaFailed = 0, kTraceback, kFrame, kWorkerError, kIncludedFrom, kCount };
+
+// The patterns a SignatureMatcher runs for `signatures`: theirs, in order, then the structural
+// ones in the order of Structure.
+std::vector<std::string> MatcherPatterns(const std::vector<Signature>& signatures);
 
 }  // namespace fleet::diagnosis

@@ -1,8 +1,10 @@
 #include "common/diagnosis/signature_matcher.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -37,15 +39,6 @@ RE2::Options LineOptions(int64_t max_mem) {
   o.set_max_mem(max_mem);
   return o;
 }
-
-// Structural patterns, in the order of enum Structure.
-constexpr const char* kStructurePatterns[] = {
-    R"(FAILED: )",
-    R"(Traceback \(most recent call last\))",
-    R"(File "[^"]*", line \d+)",
-    R"(Worker failed with error ')",
-    R"(In file included from )",
-};
 
 // Log-record prefixes, each anchored with the part to strip as group 1.
 constexpr const char* kPrefixPatterns[] = {
@@ -116,11 +109,10 @@ std::vector<std::string> SummaryPlaceholders(std::string_view summary) {
 SignatureMatcher::~SignatureMatcher() = default;
 
 absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
-    std::vector<Signature> signatures) {
+    std::vector<Signature> signatures, const PrefilterData* prefilter) {
   auto m = std::unique_ptr<SignatureMatcher>(new SignatureMatcher());
   m->signatures_ = std::move(signatures);
-  for (const Signature& s : m->signatures_) m->patterns_.push_back(s.pattern);
-  for (const char* p : kStructurePatterns) m->patterns_.emplace_back(p);
+  m->patterns_ = MatcherPatterns(m->signatures_);
 
   m->set_ = std::make_unique<RE2::Set>(LineOptions(kSetMaxMem), RE2::UNANCHORED);
   std::vector<std::string> joined;
@@ -201,6 +193,15 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
   m->warning_line_ = std::make_unique<RE2>(
       R"((?:[A-Za-z]Warning: |\bWARNING\b|\bWARN\b|^\[?W\d{4} |(?i:\bwarning\s*: )))",
       LineOptions(kPatternMaxMem));
+  if (prefilter != nullptr) {
+    absl::StatusOr<std::unique_ptr<Prefilter>> loaded = Prefilter::Load(*prefilter, m->patterns_);
+    if (loaded.ok()) {
+      m->prefilter_ = *std::move(loaded);
+    } else {
+      log::Get(log::Component::kDiagnosis)
+          .warn("signature matcher: {}; matching with RE2 alone", loaded.status().message());
+    }
+  }
   return m;
 }
 
@@ -220,7 +221,10 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Load(const s
   }
   auto signatures = ParseSignatureCatalogue(text, origin);
   if (!signatures.ok()) return signatures.status();
-  return Create(*std::move(signatures));
+  // The built-in catalogue's database is built with the binaries; another catalogue runs on RE2.
+  const char* env = std::getenv("FLEET_CLASSIFIER_PREFILTER");
+  const bool off = env != nullptr && std::string_view(env) == "off";
+  return Create(*std::move(signatures), path.empty() && !off ? BuiltinPrefilter() : nullptr);
 }
 
 const SignatureMatcher& SignatureMatcher::Builtin() {
@@ -237,6 +241,12 @@ const SignatureMatcher& SignatureMatcher::Builtin() {
 }
 
 void SignatureMatcher::Match(std::string_view line, std::vector<int>* hits) const {
+  if (!hits->empty()) {  // RE2::Set::Match replaces what the vector holds
+    std::vector<int> own;
+    Match(line, &own);
+    hits->insert(hits->end(), own.begin(), own.end());
+    return;
+  }
   RE2::Set::ErrorInfo info;
   const size_t before = hits->size();
   if (set_->Match(re2::StringPiece(line.data(), line.size()), hits, &info)) {
@@ -252,6 +262,111 @@ void SignatureMatcher::Match(std::string_view line, std::vector<int>* hits) cons
       hits->push_back(static_cast<int>(i));
     }
   }
+}
+
+SignatureMatcher::Scanner::Scanner() = default;
+SignatureMatcher::Scanner::~Scanner() = default;
+
+std::unique_ptr<SignatureMatcher::Scanner> SignatureMatcher::NewScanner() const {
+  auto scanner = std::make_unique<Scanner>();
+  if (prefilter_ != nullptr) scanner->scratch_ = prefilter_->NewScratch();
+  return scanner;
+}
+
+void SignatureMatcher::Confirm(std::string_view line, std::vector<int>* hits, size_t from) const {
+  auto kept = hits->begin() + static_cast<std::ptrdiff_t>(from);
+  for (auto it = kept; it != hits->end(); ++it) {
+    if (!prefilter_->NeedsConfirm(*it) ||
+        RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *compiled_[*it].re)) {
+      *kept++ = *it;
+    }
+  }
+  hits->erase(kept, hits->end());
+}
+
+void SignatureMatcher::Match(std::string_view line, std::vector<int>* hits,
+                             Scanner* scanner) const {
+  if (prefilter_ == nullptr || scanner == nullptr || scanner->scratch_ == nullptr) {
+    Match(line, hits);
+    return;
+  }
+  scanner->matches_.clear();
+  if (!prefilter_->Scan(line, scanner->scratch_.get(), &scanner->matches_)) {
+    Match(line, hits);  // a scan that failed says nothing: RE2 answers
+    return;
+  }
+  const size_t before = hits->size();
+  for (const Prefilter::Match& m : scanner->matches_) hits->push_back(static_cast<int>(m.id));
+  std::sort(hits->begin() + static_cast<std::ptrdiff_t>(before), hits->end());
+  hits->erase(std::unique(hits->begin() + static_cast<std::ptrdiff_t>(before), hits->end()),
+              hits->end());
+  Confirm(line, hits, before);
+}
+
+void SignatureMatcher::MatchLinesWithRe2(std::string_view text, Scanner* scanner) const {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t candidate = FindCandidate(text.substr(pos));
+    if (candidate == std::string_view::npos) break;
+    const size_t at = pos + candidate;
+    const void* prev = at == 0 ? nullptr : memrchr(text.data(), '\n', at);
+    const size_t begin = prev == nullptr ? 0 : static_cast<const char*>(prev) - text.data() + 1;
+    const void* nl = std::memchr(text.data() + at, '\n', text.size() - at);
+    const size_t end = nl == nullptr ? text.size() : static_cast<const char*>(nl) - text.data();
+    const size_t first = scanner->hits_.size();
+    Match(text.substr(begin, end - begin), &scanner->hits_);
+    if (scanner->hits_.size() > first) {
+      scanner->lines_.push_back({begin, end, first, scanner->hits_.size() - first});
+    }
+    pos = end + 1;
+  }
+}
+
+void SignatureMatcher::MatchLines(std::string_view text, Scanner* scanner) const {
+  scanner->lines_.clear();
+  scanner->hits_.clear();
+  scanner->matches_.clear();
+  if (prefilter_ == nullptr || scanner->scratch_ == nullptr ||
+      !prefilter_->Scan(text, scanner->scratch_.get(), &scanner->matches_)) {
+    scanner->lines_.clear();
+    MatchLinesWithRe2(text, scanner);
+    return;
+  }
+  std::vector<Prefilter::Match>& matches = scanner->matches_;
+  // Vectorscan reports in order of end offset, almost: sort, then walk the lines they end in.
+  std::sort(matches.begin(), matches.end(),
+            [](const Prefilter::Match& a, const Prefilter::Match& b) {
+              return a.end != b.end ? a.end < b.end : a.id < b.id;
+            });
+  std::vector<int>& hits = scanner->hits_;
+  auto close_line = [&]() {
+    if (scanner->lines_.empty()) return;
+    Scanner::Line& line = scanner->lines_.back();
+    std::sort(hits.begin() + static_cast<std::ptrdiff_t>(line.first), hits.end());
+    hits.erase(std::unique(hits.begin() + static_cast<std::ptrdiff_t>(line.first), hits.end()),
+               hits.end());
+    Confirm(text.substr(line.begin, line.end - line.begin), &hits, line.first);
+    line.count = hits.size() - line.first;
+    if (line.count == 0) scanner->lines_.pop_back();
+  };
+  size_t line_end = 0;
+  bool open = false;
+  for (const Prefilter::Match& m : matches) {
+    // The match's last byte; a match never holds a '\n' (the patterns are made so), so this is
+    // inside its line (a '\n' here would be the line's own end).
+    const size_t last = m.end == 0 ? 0 : static_cast<size_t>(m.end - 1);
+    if (!open || last > line_end) {
+      close_line();
+      const void* prev = last == 0 ? nullptr : memrchr(text.data(), '\n', last);
+      const size_t begin = prev == nullptr ? 0 : static_cast<const char*>(prev) - text.data() + 1;
+      const void* nl = std::memchr(text.data() + last, '\n', text.size() - last);
+      line_end = nl == nullptr ? text.size() : static_cast<const char*>(nl) - text.data();
+      scanner->lines_.push_back({begin, line_end, hits.size(), 0});
+      open = true;
+    }
+    hits.push_back(static_cast<int>(m.id));
+  }
+  close_line();
 }
 
 size_t SignatureMatcher::FindCandidate(std::string_view text) const {

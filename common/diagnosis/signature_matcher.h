@@ -3,7 +3,12 @@
 // threads and classifiers.
 //
 // All patterns run in linear time (RE2, bytes as Latin-1, so invalid UTF-8 and NULs are plain
-// bytes). Three ways to match:
+// bytes). With a prefilter (prefilter.h: the built-in catalogue's Vectorscan database, built at
+// build time), MatchLines and Match(line, hits, scanner) find the patterns a line matches in one
+// Vectorscan pass, and RE2 runs only for captures and to confirm the few patterns Vectorscan can
+// run only approximately: the same answers as RE2 alone (tests and a fuzz target compare). The
+// ways to match:
+//  - MatchLines(text, scanner): every line of a buffer that matches anything, with its patterns.
 //  - Match(line): every pattern a line matches, in one pass (RE2::Set). When the set's DFA runs
 //    out of memory it falls back to the patterns one by one, so a miss is never silent.
 //  - FindCandidate(text): where the next line that matches anything starts, over many lines at
@@ -19,27 +24,56 @@
 
 #include "absl/status/statusor.h"
 #include "common/diagnosis/facts.h"
+#include "common/diagnosis/prefilter.h"
 #include "common/diagnosis/signature.h"
+#include "common/diagnosis/signature_catalogue.h"
 #include "re2/re2.h"
 #include "re2/set.h"
 
 namespace fleet::diagnosis {
 
-// Structural patterns, numbered after the catalogue's signatures (index = size() + value).
-enum class Structure { kNinjaFailed = 0, kTraceback, kFrame, kWorkerError, kIncludedFrom, kCount };
-
 class SignatureMatcher {
  public:
   // The built-in catalogue, compiled on first use and kept for the life of the process:
   // immutable, safe to share between threads. The built-in catalogue always compiles (tests
-  // check it); if it did not, this aborts with the error.
+  // check it); if it did not, this aborts with the error. Load("").
   static const SignatureMatcher& Builtin();
 
+  // One thread's scan state (the prefilter's scratch space, buffers): a Classifier has one.
+  class Scanner {
+   public:
+    struct Line {
+      size_t begin = 0;  // offset of the line in the text
+      size_t end = 0;    // offset of its '\n' (or the text's end)
+      size_t first = 0;  // its patterns: hits()[first, first + count), ascending
+      size_t count = 0;
+    };
+    Scanner();
+    ~Scanner();
+    const std::vector<Line>& lines() const { return lines_; }
+    const std::vector<int>& hits() const { return hits_; }
+
+   private:
+    friend class SignatureMatcher;
+    std::unique_ptr<Prefilter::Scratch> scratch_;
+    std::vector<Prefilter::Match> matches_;
+    std::vector<Line> lines_;
+    std::vector<int> hits_;
+  };
+  // Whether matching goes through a prefilter.
+  bool has_prefilter() const { return prefilter_ != nullptr; }
+  std::unique_ptr<Scanner> NewScanner() const;
+
   // Compiles `signatures`. InvalidArgument names the signature's origin (file:line) and the
-  // pattern's error, or a summary `{key}` that the pattern does not capture.
+  // pattern's error, or a summary `{key}` that the pattern does not capture. With `prefilter`
+  // (a database built for these signatures' MatcherPatterns), matching goes through it; when it
+  // does not load (built for other patterns, or for a CPU this is not), RE2 runs alone and a
+  // warning says why.
   static absl::StatusOr<std::unique_ptr<SignatureMatcher>> Create(
-      std::vector<Signature> signatures);
-  // The built-in catalogue, or the catalogue file at `path` when it is not empty.
+      std::vector<Signature> signatures, const PrefilterData* prefilter = nullptr);
+  // The built-in catalogue with its prefilter (unless the environment has
+  // FLEET_CLASSIFIER_PREFILTER=off), or the catalogue file at `path` when it is not empty (RE2
+  // alone: only the built-in catalogue's database is built with the binaries).
   static absl::StatusOr<std::unique_ptr<SignatureMatcher>> Load(const std::string& path);
 
   ~SignatureMatcher();
@@ -49,8 +83,15 @@ class SignatureMatcher {
   int size() const { return static_cast<int>(signatures_.size()); }
   static int StructureIndex(int size, Structure s) { return size + static_cast<int>(s); }
 
-  // Appends to `hits` the index of every pattern `line` matches, ascending.
+  // Appends to `hits` the index of every pattern `line` matches, ascending: RE2's set; with
+  // `scanner`, through the prefilter when there is one.
   void Match(std::string_view line, std::vector<int>* hits) const;
+  void Match(std::string_view line, std::vector<int>* hits, Scanner* scanner) const;
+
+  // Every line of `text` (whole lines, '\n'-terminated; a last line without one counts too) that
+  // some pattern matches, in order, with its patterns, into scanner->lines() and hits(). The same
+  // lines and patterns as Match() line by line.
+  void MatchLines(std::string_view text, Scanner* scanner) const;
 
   // Offset in `text` (whole lines) of a byte inside the first line that some pattern matches, or
   // std::string_view::npos.
@@ -93,6 +134,9 @@ class SignatureMatcher {
   };
 
   SignatureMatcher() = default;
+  // Keeps the patterns the prefilter reported on `line` that RE2 confirms.
+  void Confirm(std::string_view line, std::vector<int>* hits, size_t from) const;
+  void MatchLinesWithRe2(std::string_view text, Scanner* scanner) const;
 
   std::vector<Signature> signatures_;
   std::vector<std::string> patterns_;  // signatures then structural patterns
@@ -103,6 +147,7 @@ class SignatureMatcher {
   std::vector<std::unique_ptr<RE2>> prefixes_;
   std::unique_ptr<RE2> exception_line_;
   std::unique_ptr<RE2> warning_line_;
+  std::unique_ptr<Prefilter> prefilter_;
 };
 
 }  // namespace fleet::diagnosis

@@ -17,6 +17,11 @@
 // pattern's id being its index in the input. A pattern the compiler refuses is left out and listed
 // with Vectorscan's reason, so one bad pattern does not hide the rest's figures.
 //
+// BuildPrefilterDatabase is what the classifier's prefilter runs (common/diagnosis/prefilter.h):
+// each translation also loses its trailing repeats (TrimTrailingRepeats), and is compiled exactly
+// where Vectorscan can, as a prefilter where it cannot; it is serialised so that the build can
+// embed it (prefilter_db_gen).
+//
 // Pure functions; a VectorscanCatalogue owns its database (immutable, shareable between threads;
 // each scanning thread needs its own hs_scratch_t).
 #pragma once
@@ -30,7 +35,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace fleet::bench {
+namespace fleet::diagnosis {
 
 struct VectorscanPattern {
   std::string expression;
@@ -72,4 +77,26 @@ struct VectorscanCatalogue {
 absl::StatusOr<VectorscanCatalogue> CompileVectorscanCatalogue(
     const std::vector<std::string>& re2_patterns, unsigned int mode_flags);
 
-}  // namespace fleet::bench
+// `expression` (Vectorscan syntax) without the trailing parts that only lengthen a match: a last
+// atom that may be left out goes, one that may repeat keeps its minimum (`/[^:]+` -> `/[^:]`), and
+// a last group's alternatives are trimmed the same way. A line holds a match of the result
+// exactly when it holds one of `expression`; a scan reporting every match then reports each once
+// instead of once per end offset. An alternative is never trimmed down to nothing.
+std::string TrimTrailingRepeats(std::string_view expression);
+
+struct PrefilterDatabase {
+  // hs_serialize_database of a block-mode database (HS_FLAG_MULTILINE: a buffer of lines), each
+  // pattern's id its index in the input.
+  std::string serialized;
+  // The patterns compiled with HS_FLAG_PREFILTER because Vectorscan cannot run them exactly:
+  // their matches are candidates for RE2 to confirm. Ascending.
+  std::vector<int> confirm;
+};
+
+// The whole catalogue for the prefilter: every pattern must compile (InvalidArgument names the
+// first that does not, with Vectorscan's reason); the database targets any x86-64 CPU
+// (`portable`) or the one it is built on.
+absl::StatusOr<PrefilterDatabase> BuildPrefilterDatabase(
+    const std::vector<std::string>& re2_patterns, bool portable = true);
+
+}  // namespace fleet::diagnosis
