@@ -504,7 +504,12 @@ void Classifier::OnRoot(int index, std::string_view raw, bool on_warning) {
     if (!root_ && !warning_root_) warning_root_ = MakeFinding(index, raw);
     return;
   }
-  if (!root_) {
+  // A stem (low confidence) can match a line that only mentions a message's words; the first
+  // intact message after it is the better cause.
+  const bool replaces_stem =
+      root_ && matcher_->signatures()[root_->signature].confidence == Confidence::kLow &&
+      s.confidence == Confidence::kHigh;
+  if (!root_ || replaces_stem) {
     root_ = MakeFinding(index, raw);
     if (listener_ != nullptr) listener_->OnRootCause(line_no_);
     return;

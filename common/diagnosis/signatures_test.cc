@@ -17,6 +17,7 @@ struct Case {
   int64_t root_line;
   bool toolchain_fix;
   std::map<std::string, std::string> facts;  // key -> first value
+  Confidence confidence = Confidence::kHigh;
 };
 
 std::vector<Case> Cases() {
@@ -301,6 +302,213 @@ std::vector<Case> Cases() {
        0,
        false,
        {}},
+
+      // Issue 15, retyped messages: a stem is low confidence and never a toolchain fix, and its
+      // facts still come out.
+      {"stem_library_cannot_open",
+       "ImportError: libnvrtc.so.12: shared object file cannot be opened\n",
+       "missing_shared_library",
+       1,
+       false,
+       {{"library", "libnvrtc.so.12"}},
+       Confidence::kLow},
+      {"stem_driver_library",
+       "ImportError: libcuda.so.1: can't open shared objet file\n",
+       "gpu_driver_unavailable",
+       1,
+       false,
+       {{"library", "libcuda.so.1"}},
+       Confidence::kLow},
+      {"stem_no_driver",
+       "RuntimeError: Found no NVIDA driver on your sytem.\n",
+       "gpu_driver_unavailable",
+       1,
+       false,
+       {},
+       Confidence::kLow},
+      {"stem_other_library",
+       "ImportError: libGL.so.1: cannot open shared objet file\n",
+       "missing_shared_library",
+       1,
+       false,
+       {{"library", "libGL.so.1"}},
+       Confidence::kLow},
+      {"stem_nvcc",
+       "RuntimeError: Couldn't find nvcc\n",
+       "nvcc_not_found",
+       1,
+       false,
+       {},
+       Confidence::kLow},
+      {"ninja_message_in_lower_case",
+       "RuntimeError: Ninja is required to load c++ extensions\n",
+       "ninja_not_found",
+       1,
+       true,
+       {}},
+      {"stem_ninja",
+       "RuntimeError: ninja is required to lod C++ extensions\n",
+       "ninja_not_found",
+       1,
+       false,
+       {},
+       Confidence::kLow},
+      {"stem_cccl",
+       "error: #error -- cuda compiler and cuda toolkit header are incompatible\n",
+       "cuda_header_mismatch",
+       1,
+       false,
+       {},
+       Confidence::kLow},
+      {"stem_ptxas",
+       "ptxas fatal : unsupported .version 8.7 ; current version is 8.6\n",
+       "ptx_version_unsupported",
+       1,
+       false,
+       {{"ptx_wanted", "8.7"}, {"ptx_supported", "8.6"}},
+       Confidence::kLow},
+      {"stem_gpu_arch",
+       "nvcc fatal : unsupported GPU architecture \xc2\xb4"
+       "compute_120a\xc2\xb4\n",
+       "unsupported_gpu_arch",
+       1,
+       false,
+       {{"gpu_arch", "compute_120a"}},
+       Confidence::kLow},
+      {"stem_no_kernel_image",
+       "RuntimeError: CUDA error: no kernel image is availabe\n",
+       "unsupported_gpu_arch",
+       1,
+       false,
+       {},
+       Confidence::kLow},
+      {"stem_link",
+       "/usr/bin/ld: can not find -lcuda\n",
+       "link_error",
+       1,
+       false,
+       {{"link_library", "-lcuda"}},
+       Confidence::kLow},
+      {"stem_cuda_oom",
+       "RuntimeError: CUDA out of memmory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+       "capacity of 44.52 GiB\n",
+       "cuda_out_of_memory",
+       1,
+       false,
+       {{"alloc_requested", "2.00 GiB"}},
+       Confidence::kLow},
+      {"stem_port",
+       "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
+       "adress already in use\n",
+       "port_in_use",
+       1,
+       false,
+       {{"port", "30000"}},
+       Confidence::kLow},
+      {"stem_nccl",
+       "RuntimeError: NCCL ERROR: unhandled cuda error\n",
+       "nccl_error",
+       1,
+       false,
+       {{"nccl_error", "unhandled cuda error"}},
+       Confidence::kLow},
+      {"nccl_debug_trailer",
+       "RuntimeError: nccl eror: x (run with NCCL_DEBUG=INFO for details)\n",
+       "nccl_error",
+       1,
+       false,
+       {}},
+      // Older and newer spellings: real messages, high confidence.
+      {"thrust_cub_mismatch",
+       "config.h:78:2: error: #error The version of CUB in your include path is not compatible "
+       "with this release of Thrust.\n",
+       "cuda_header_mismatch",
+       1,
+       true,
+       {}},
+      {"nccl_unique_id_old_spelling",
+       "RuntimeError: [1] is setting up NCCL communicator and retreiving ncclUniqueId from [0]\n",
+       "nccl_error",
+       1,
+       false,
+       {}},
+      {"vllm_old_kv_cache_message",
+       "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
+       "that can be stored in KV cache (15248).\n",
+       "cuda_out_of_memory",
+       1,
+       false,
+       {}},
+      {"transformers_path_or_model_id",
+       "OSError: Incorrect path_or_model_id: '/data/m'. Please provide either the path\n",
+       "model_not_found",
+       1,
+       false,
+       {{"model", "/data/m"}}},
+      {"ld_killed",
+       "collect2: fatal error: ld terminated with signal 9 [Killed]\n",
+       "jit_oom_killed",
+       1,
+       true,
+       {}},
+      {"bash_nvcc_no_such_file",
+       "bash: /usr/local/cuda-12.4/bin/nvcc: No such file or directory\n",
+       "nvcc_not_found",
+       1,
+       true,
+       {{"nvcc_path", "/usr/local/cuda-12.4/bin/nvcc"}}},
+      {"nvcc_std_value",
+       "nvcc fatal   : Value 'c++17' is not defined for option 'std'\n",
+       "nvcc_too_old",
+       1,
+       true,
+       {{"option", "c++17"}}},
+      {"tensorrt_llm_oom",
+       "[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, s->get()): out of "
+       "memory (/app/tllmBuffers.h:112)\n",
+       "cuda_out_of_memory",
+       1,
+       false,
+       {}},
+      {"bf16_on_old_gpu",
+       "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+       "Your Tesla T4 GPU has compute capability 7.5.\n",
+       "unsupported_gpu_arch",
+       1,
+       false,
+       {{"compute_capability", "7.5"}}},
+      {"watchdog_with_soft_flag",
+       "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)\n",
+       "runtime_watchdog",
+       1,
+       false,
+       {{"watchdog_timeout", "300"}}},
+      // Paths that reveal a malformed CUDA_HOME.
+      {"nvcc_path_with_leading_colon",
+       "/bin/sh: 1: :/usr/local/cuda-12.8/bin/nvcc: not found\n",
+       "nvcc_not_found",
+       1,
+       true,
+       {{"nvcc_path", ":/usr/local/cuda-12.8/bin/nvcc"}}},
+      {"nvcc_path_from_empty_cuda_home",
+       "/bin/sh: 1: /bin/nvcc: not found\n",
+       "nvcc_not_found",
+       1,
+       true,
+       {{"nvcc_path", "/bin/nvcc"}}},
+      {"nvcc_path_with_empty_version",
+       "FileNotFoundError: [Errno 2] No such file or directory: '/usr/local/cuda-/bin/nvcc'\n",
+       "nvcc_not_found",
+       1,
+       true,
+       {{"nvcc_path", "/usr/local/cuda-/bin/nvcc"}}},
+      {"cuda_library_versioned_symbol",
+       "ImportError: /x/libcusparse.so.12: undefined symbol: __nvJitLinkComplete_12_4, version "
+       "libnvJitLink.so.12\n",
+       "missing_shared_library",
+       1,
+       true,
+       {{"library", "libnvJitLink.so.12"}, {"symbol", "__nvJitLinkComplete_12_4"}}},
   };
 }
 
@@ -312,6 +520,7 @@ TEST_P(SignatureFamilies, NamesClassLineSafetyAndFacts) {
   EXPECT_EQ(d.diagnosis_class, c.expected_class) << d.summary;
   EXPECT_EQ(d.root_cause_line, c.root_line);
   EXPECT_EQ(d.toolchain_fix, c.toolchain_fix);
+  EXPECT_EQ(d.confidence, c.confidence);
   for (const auto& [key, value] : c.facts) {
     EXPECT_EQ(d.facts.First(key), value) << "fact " << key;
   }
@@ -321,6 +530,31 @@ TEST_P(SignatureFamilies, NamesClassLineSafetyAndFacts) {
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, SignatureFamilies, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
+
+TEST(SignatureFamilies, MalformedNvccPathNamesTheVariable) {
+  const Diagnosis d = ClassifyText("/bin/sh: 1: :/usr/local/cuda-12.8/bin/nvcc: not found\n");
+  EXPECT_NE(d.summary.find("CUDA_HOME"), std::string::npos) << d.summary;
+  EXPECT_NE(d.summary.find("malformed"), std::string::npos) << d.summary;
+}
+
+TEST(SignatureFamilies, AnIntactMessageAfterAStemIsTheCause) {
+  const Diagnosis d = ClassifyText(
+      "INFO jit.py:12] ninja is required for JIT kernels; found /usr/bin/ninja\n"
+      "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): "
+      "address already in use\n");
+  EXPECT_EQ(d.diagnosis_class, "port_in_use");
+  EXPECT_EQ(d.confidence, Confidence::kHigh);
+  EXPECT_EQ(d.root_cause_line, 2);
+}
+
+TEST(SignatureFamilies, StemsInInfoLinesOfAGoodStartAreNoCause) {
+  const Diagnosis d = ClassifyText(
+      "INFO worker.py:80] Tried to allocate 2.00 GiB for the KV cache, 70.1 GiB available\n"
+      "INFO utils.py:12] checking kernels for sm_90 (to avoid no kernel images later)\n"
+      "INFO api_server.py:200] Uvicorn running on http://0.0.0.0:8000\n");
+  EXPECT_EQ(d.diagnosis_class, "none");
+  EXPECT_FALSE(d.toolchain_fix);
+}
 
 TEST(SignatureFamilies, TwoCannotFindLinesGiveBothLibraries) {
   const Diagnosis d = ClassifyText(
