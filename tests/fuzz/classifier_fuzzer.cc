@@ -4,6 +4,8 @@
 //      with a Snapshot() midway; the result must keep the engine's invariants (line numbers within
 //      the log, a known class, bounded evidence, symptoms and facts, valid UTF-8 JSON) and be the
 //      same as the log fed in one piece and fed line by line (AddLine).
+//  (c) the built-in catalogue's two matching paths agree on the log: the Vectorscan prefilter and
+//      RE2 alone find the same lines with the same patterns, and classify it the same.
 //  (b) the input is a signature catalogue: parsing and compiling it must fail with an error or
 //      succeed, never crash; a catalogue that compiles then classifies the input.
 // A broken invariant aborts with what broke, so libFuzzer saves the input as a crash.
@@ -338,6 +340,37 @@ void FuzzLog(const SignatureMatcher& matcher, const uint8_t* data, size_t size) 
   for (std::string_view line : fleet::testing::SplitLines(log)) by_line.AddLine(line);
   const std::string line_json = Json(by_line.Finish());
   FUZZ_CHECK(line_json == json, "AddBytes:\n" + json + "\nAddLine:\n" + line_json);
+
+  // (c) The prefilter against RE2 alone, when `matcher` has one.
+  if (!matcher.has_prefilter()) return;
+  static const SignatureMatcher* const re2_only = [] {
+    auto parsed = ParseSignatureCatalogue(BuiltinSignatureCatalogue(), "builtin");
+    if (!parsed.ok()) Fail("built-in catalogue", std::string(parsed.status().message()));
+    auto m = SignatureMatcher::Create(*std::move(parsed));
+    if (!m.ok()) Fail("built-in catalogue", std::string(m.status().message()));
+    return m->release();
+  }();
+  Classifier plain(re2_only, options);
+  plain.AddBytes(log);
+  const std::string plain_json = Json(plain.Finish());
+  FUZZ_CHECK(plain_json == json, "prefilter:\n" + json + "\nRE2 alone:\n" + plain_json);
+  auto fast = matcher.NewScanner();
+  auto slow = re2_only->NewScanner();
+  matcher.MatchLines(log, fast.get());
+  re2_only->MatchLines(log, slow.get());
+  FUZZ_CHECK(fast->lines().size() == slow->lines().size(), "lines matched differ");
+  for (size_t l = 0; l < fast->lines().size(); ++l) {
+    const auto& a = fast->lines()[l];
+    const auto& b = slow->lines()[l];
+    const std::string_view text = log.substr(a.begin, a.end - a.begin);
+    FUZZ_CHECK(a.begin == b.begin && a.end == b.end,
+               "a line matched differs: " + std::string(text));
+    FUZZ_CHECK(
+        std::equal(fast->hits().begin() + a.first, fast->hits().begin() + a.first + a.count,
+                   slow->hits().begin() + b.first, slow->hits().begin() + b.first + b.count) &&
+            a.count == b.count,
+        "the patterns of a line differ: " + std::string(text));
+  }
 }
 
 void FuzzCatalogue(const uint8_t* data, size_t size) {
