@@ -55,13 +55,19 @@ std::unique_ptr<Prefilter::Scratch> Prefilter::NewScratch() const {
 
 bool Prefilter::Scan(std::string_view text, Scratch* scratch, std::vector<Match>* matches) const {
   if (scratch == nullptr || text.size() > UINT_MAX) return false;
+  struct Context {
+    std::vector<Match>* matches;
+    size_t limit;
+  } context{matches, matches->size() + text.size() / kBytesPerMatch + kMinMatches};
   const auto on_match = [](unsigned int id, unsigned long long, unsigned long long to, unsigned int,
                            void* ctx) {
-    static_cast<std::vector<Match>*>(ctx)->push_back({to, id});
+    auto* c = static_cast<Context*>(ctx);
+    if (c->matches->size() >= c->limit) return 1;  // stop: the caller asks RE2 instead
+    c->matches->push_back({to, id});
     return 0;
   };
   return hs_scan(db_->db, text.data(), static_cast<unsigned int>(text.size()), 0, scratch->scratch_,
-                 on_match, matches) == HS_SUCCESS;
+                 on_match, &context) == HS_SUCCESS;
 }
 
 }  // namespace fleet::diagnosis

@@ -28,8 +28,8 @@ struct PrefilterData {
   // hs_serialize_database's bytes, tried in order: the first that loads on this CPU is used (the
   // build embeds one tuned for the build machine's CPU, then one for any x86-64).
   std::vector<std::string_view> databases;
-  std::vector<int> confirm;     // patterns whose matches RE2 must confirm
-  uint64_t fingerprint = 0;     // PatternsFingerprint of the patterns it was built from
+  std::vector<int> confirm;  // patterns whose matches RE2 must confirm
+  uint64_t fingerprint = 0;  // PatternsFingerprint of the patterns it was built from
 };
 
 // The built-in catalogue's database, or null when built without Vectorscan.
@@ -66,8 +66,13 @@ class Prefilter {
 
   std::unique_ptr<Scratch> NewScratch() const;
   // Appends every match in `text` (where it ends, which pattern), in the order found. False when
-  // the scan could not run (then `matches` holds nothing reliable).
+  // the scan could not run or found more than one match per kBytesPerMatch bytes (plus
+  // kMinMatches): then `matches` holds nothing reliable. Real logs give about one per 500 bytes;
+  // the bound keeps a hostile text (one line of `FAILED: FAILED: ...`) from costing memory in
+  // proportion to its matches.
   bool Scan(std::string_view text, Scratch* scratch, std::vector<Match>* matches) const;
+  static constexpr size_t kBytesPerMatch = 16;
+  static constexpr size_t kMinMatches = 4096;
   bool NeedsConfirm(int id) const { return confirm_[static_cast<size_t>(id)]; }
 
  private:

@@ -178,6 +178,22 @@ TEST(Prefilter, ClassifiesLikeRe2Alone) {
   }
 }
 
+// A text with more matches than any log (one line of `FAILED: ` over and over) is handed to RE2,
+// whose answers are the same, instead of costing memory for every match.
+TEST(Prefilter, TooManyMatchesGoToRe2) {
+  std::string text = "Traceback (most recent call last)\n";
+  for (int i = 0; i < 20000; ++i) text += "FAILED: ";
+  text += "\nninja: build stopped: subcommand failed.\n";
+  auto scanner = SignatureMatcher::Builtin().NewScanner();
+  SignatureMatcher::Builtin().MatchLines(text, scanner.get());
+  EXPECT_EQ(scanner->re2_fallbacks(), 1);
+  EXPECT_EQ(MatchedLines(SignatureMatcher::Builtin(), text), MatchedLines(Re2Only(), text));
+  // An ordinary log is not.
+  const std::string log = ReadFile(testing::SourcePath("tests/fuzz/seeds/ninja_ptxas.log"));
+  SignatureMatcher::Builtin().MatchLines(log, scanner.get());
+  EXPECT_EQ(scanner->re2_fallbacks(), 1);
+}
+
 TEST(Prefilter, ADatabaseBuiltForOtherPatternsIsNotUsed) {
   std::vector<Signature> signatures = BuiltinSignatures();
   signatures.pop_back();

@@ -292,6 +292,7 @@ void SignatureMatcher::Match(std::string_view line, std::vector<int>* hits,
   }
   scanner->matches_.clear();
   if (!prefilter_->Scan(line, scanner->scratch_.get(), &scanner->matches_)) {
+    ++scanner->re2_fallbacks_;
     Match(line, hits);  // a scan that failed says nothing: RE2 answers
     return;
   }
@@ -326,9 +327,13 @@ void SignatureMatcher::MatchLines(std::string_view text, Scanner* scanner) const
   scanner->lines_.clear();
   scanner->hits_.clear();
   scanner->matches_.clear();
-  if (prefilter_ == nullptr || scanner->scratch_ == nullptr ||
-      !prefilter_->Scan(text, scanner->scratch_.get(), &scanner->matches_)) {
-    scanner->lines_.clear();
+  if (prefilter_ == nullptr || scanner->scratch_ == nullptr) {
+    MatchLinesWithRe2(text, scanner);
+    return;
+  }
+  if (!prefilter_->Scan(text, scanner->scratch_.get(), &scanner->matches_)) {
+    scanner->matches_.clear();
+    ++scanner->re2_fallbacks_;
     MatchLinesWithRe2(text, scanner);
     return;
   }

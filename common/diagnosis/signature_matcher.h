@@ -52,6 +52,8 @@ class SignatureMatcher {
     ~Scanner();
     const std::vector<Line>& lines() const { return lines_; }
     const std::vector<int>& hits() const { return hits_; }
+    // How many buffers MatchLines handed to RE2 because the prefilter could not scan them.
+    int64_t re2_fallbacks() const { return re2_fallbacks_; }
 
    private:
     friend class SignatureMatcher;
@@ -59,6 +61,7 @@ class SignatureMatcher {
     std::vector<Prefilter::Match> matches_;
     std::vector<Line> lines_;
     std::vector<int> hits_;
+    int64_t re2_fallbacks_ = 0;
   };
   // Whether matching goes through a prefilter.
   bool has_prefilter() const { return prefilter_ != nullptr; }
