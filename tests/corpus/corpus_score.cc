@@ -119,6 +119,8 @@ int main(int argc, char** argv) {
     int best = 0;
   };
   std::map<std::string, PerClass> per_class;
+  // Our fixtures name the kind of text they test (issue 15: retyped, spelling, cut, ...).
+  std::map<std::string, PerClass> per_kind;
   std::vector<std::string> confusions, violations, missing_facts;
   int total = 0, correct = 0, best = 0, facts_total = 0, facts_found = 0;
   for (const Value& label : labels.list_value().values()) {
@@ -133,6 +135,9 @@ int main(int argc, char** argv) {
     ++total;
     PerClass& pc = per_class[expected];
     ++pc.total;
+    const Value* kind_field = Field(label, "kind");
+    PerClass* pk = kind_field != nullptr ? &per_kind[kind_field->string_value()] : nullptr;
+    if (pk != nullptr) ++pk->total;
     auto it = results.find(file);
     if (it == results.end()) {
       confusions.push_back(
@@ -144,9 +149,11 @@ int main(int argc, char** argv) {
     if (cls == expected || acceptable.count(cls)) {
       ++correct;
       ++pc.correct;
+      if (pk != nullptr) ++pk->correct;
       if (cls == expected) {
         ++best;
         ++pc.best;
+        if (pk != nullptr) ++pk->best;
       }
     }
     if (cls != expected) {
@@ -174,6 +181,12 @@ int main(int argc, char** argv) {
               "best");
   for (const auto& [cls, pc] : per_class) {
     std::printf("%-32s %6d %8d %6d\n", cls.c_str(), pc.total, pc.correct, pc.best);
+  }
+  if (!per_kind.empty()) {
+    std::printf("\n%-32s %6s %8s %6s\n", "kind", "cases", "correct", "best");
+    for (const auto& [kind, pk] : per_kind) {
+      std::printf("%-32s %6d %8d %6d\n", kind.c_str(), pk.total, pk.correct, pk.best);
+    }
   }
   const double accuracy = total ? static_cast<double>(correct) / total : 0;
   std::printf("\naccuracy (expected or acceptable): %d/%d = %.1f%%\n", correct, total,
