@@ -517,6 +517,7 @@ void Agent::ServerRun::EmitStalled(const std::string& diagnosis_class, const std
   d.diagnosis_class = diagnosis_class;
   d.summary = summary;
   d.fix = diagnosis::FixKind::kSupervisor;
+  d.confidence = diagnosis::Confidence::kHigh;  // the supervisor's own finding, not an inference
   d.toolchain_fix = false;
   d.evidence = classifier_->LastLines();
   d.root_cause_line = d.evidence.empty() ? 0 : d.evidence.back().line;

@@ -147,7 +147,8 @@ int RunAttempts(const std::vector<std::string>& args, const CommandContext& ctx)
     std::optional<absl::Duration> duration = Duration(a, now);
     table.AddRow({a.server(), absl::StrCat(a.number()),
                   TextTable::Cell(OrDash(std::string(AttemptOutcomeText(a))), OutcomeColor(a)),
-                  OrDash(a.diagnosis_class()),
+                  a.diagnosis_confidence() == "low" ? absl::StrCat(a.diagnosis_class(), " (low)")
+                                                    : OrDash(a.diagnosis_class()),
                   start ? absl::FormatTime("%Y-%m-%d %H:%M:%S", *start, ctx.time_zone) : "-",
                   duration ? FormatAge(*duration) : "-", FormatExit(a), OrDash(a.trigger()),
                   OrDash(a.summary())});

@@ -57,6 +57,20 @@ TEST_F(AttemptsCommandTest, TableHasTheHistory) {
   EXPECT_EQ(env_.service().attempts_requests()[0].server(), "pve1/200/gpu3");
 }
 
+TEST_F(AttemptsCommandTest, ALowConfidenceClassIsMarkedInTheTable) {
+  v1::ListAttemptsResponse response;
+  v1::Attempt* failed = response.add_attempts();
+  failed->set_server("pve1/200/gpu3");
+  failed->set_number(1);
+  failed->set_outcome("failed");
+  failed->set_diagnosis_class("ninja_not_found");
+  failed->set_diagnosis_confidence("low");
+  env_.service().SetAttempts(response);
+  const auto o = env_.Run(RunAttempts, {"pve1/200/gpu3"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("  ninja_not_found (low)  "));
+}
+
 TEST_F(AttemptsCommandTest, JsonHasEveryFieldWithStableTypes) {
   const auto o = env_.Run(RunAttempts, {"-o", "json"});
   EXPECT_EQ(o.code, 0);

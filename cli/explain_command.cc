@@ -29,6 +29,7 @@ int RunExplain(const std::vector<std::string>& args, const CommandContext& ctx) 
   std::string server;
   int64_t attempt = 0;
   bool live = false;
+  bool confidence = false;
   FlagSet flags(
       "fleetctl explain [flags] FILE... | -\n       fleetctl explain --server SERVER [--attempt N]",
       "Names the root cause of a failed inference-server start (SGLang, vLLM, flashinfer or torch\n"
@@ -44,6 +45,8 @@ int RunExplain(const std::vector<std::string>& args, const CommandContext& ctx) 
   flags.AddBool("live", '\0', &live,
                 "treat the input as a log still being written: a JIT phase that has not finished "
                 "is not a stall");
+  flags.AddBool("confidence", '\0', &confidence,
+                "with -o json: add the field 'confidence' (high, or low for an inferred class)");
   flags.AddString("server", '\0', &server, "stored evidence of SERVER (host/ctid/gpuN)", "SERVER");
   flags.AddInt("attempt", '\0', &attempt, "with --server: the attempt number (default: latest)");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
@@ -70,8 +73,12 @@ int RunExplain(const std::vector<std::string>& args, const CommandContext& ctx) 
       err << "fleetctl explain: give log files or --server, not both\n";
       return 1;
     }
-    return RunServerExplain(
-        {.server = server, .attempt = attempt, .json = output == "json", .color = use_color}, ctx);
+    return RunServerExplain({.server = server,
+                             .attempt = attempt,
+                             .json = output == "json",
+                             .color = use_color,
+                             .confidence = confidence},
+                            ctx);
   }
   if (attempt != 0) {
     err << "fleetctl explain: --attempt goes with --server\n";
@@ -101,7 +108,7 @@ int RunExplain(const std::vector<std::string>& args, const CommandContext& ctx) 
     }
     std::string text;
     if (output == "json") {
-      diagnosis::AppendExplainJson(path, *d, &text);
+      diagnosis::AppendExplainJson(path, *d, &text, confidence);
       text.push_back('\n');
     } else {
       if (!first) text.push_back('\n');

@@ -70,6 +70,23 @@ TEST(ExplainCommand, BadCatalogueNamesFileAndLine) {
   EXPECT_THAT(o.err, HasSubstr(dir.Join("sig.conf") + ":3: field 'class'"));
 }
 
+TEST(ExplainCommand, ConfidenceFieldOnlyWithTheFlagAndALowOneIsSaid) {
+  TempDir dir;
+  dir.WriteFile("sig.conf",
+                "[stem]\nrole = root_cause\nclass = link_error\npattern = cannot fnd -l\n"
+                "confidence = low\n");
+  dir.WriteFile("a.log", "ld: cannot fnd -lcuda\n");
+  const std::string sig = dir.Join("sig.conf"), log = dir.Join("a.log");
+  const Outcome plain = ExplainFiles({"-o", "json", "--signatures", sig, log});
+  EXPECT_EQ(plain.code, 0) << plain.err;
+  EXPECT_THAT(plain.out, HasSubstr("\"toolchain_fix\":false}\n"));
+  const Outcome with = ExplainFiles({"-o", "json", "--confidence", "--signatures", sig, log});
+  EXPECT_EQ(with.out, plain.out.substr(0, plain.out.size() - 2) + ",\"confidence\":\"low\"}\n");
+  const Outcome text = ExplainFiles({"--signatures", sig, log});
+  EXPECT_THAT(text.out, HasSubstr("link_error\n  cause: "));
+  EXPECT_THAT(text.out, HasSubstr("\n  confidence: low (inferred"));
+}
+
 TEST(ExplainCommand, HumanReportShowsEvidence) {
   TempDir dir;
   dir.WriteFile("a.log",

@@ -40,7 +40,7 @@ int RunServerExplain(const ServerExplainRequest& request, const CommandContext& 
   const diagnosis::Diagnosis d = diagnosis::FromProto(response->diagnosis());
   std::string text;
   if (request.json) {
-    diagnosis::AppendExplainJson(label, d, &text);
+    diagnosis::AppendExplainJson(label, d, &text, request.confidence);
     text.push_back('\n');
   } else {
     text = diagnosis::FormatExplainText(label, d, request.color);

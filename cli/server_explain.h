@@ -16,6 +16,7 @@ struct ServerExplainRequest {
   int64_t attempt = 0;  // 0: the latest
   bool json = false;
   bool color = false;
+  bool confidence = false;  // --confidence: the JSON object adds `confidence`
 };
 
 // Returns the exit status: 0 shown, 1 a bad name, an unreachable daemon, or fleetd's error

@@ -17,6 +17,7 @@ using fleet::cli::testing::Explain;
 
 using ::fleet::cli::testing::FakeFleetEnv;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kLog[] =
@@ -75,6 +76,25 @@ TEST_F(ServerExplainTest, JsonIsTheFileObjectWithServerAndAttempt) {
               StartsWith("{\"file\":\"pve1/200/gpu3#2\",\"class\":\"ptx_version_unsupported\","
                          "\"root_cause_line\":4,"));
   EXPECT_EQ(env_.service().explain_requests()[0].attempt_number(), 2);
+}
+
+TEST_F(ServerExplainTest, ConfidenceIsShownFromTheStoredDiagnosis) {
+  // Without --confidence the object is exactly the contract's; with it, `confidence` comes last.
+  const auto plain = env_.Run(Explain, {"--server", "pve1/200/gpu3", "-o", "json"});
+  EXPECT_THAT(plain.out, Not(HasSubstr("confidence")));
+  const auto high = env_.Run(Explain, {"--server", "pve1/200/gpu3", "-o", "json", "--confidence"});
+  EXPECT_EQ(high.code, 0) << high.err;
+  EXPECT_THAT(high.out, HasSubstr("\"toolchain_fix\":true,\"confidence\":\"high\"}\n"));
+  v1::ExplainResponse response;
+  response.mutable_attempt()->set_server("pve1/200/gpu3");
+  response.mutable_attempt()->set_number(2);
+  response.mutable_diagnosis()->set_diagnosis_class("ninja_not_found");
+  response.mutable_diagnosis()->set_confidence("low");
+  env_.service().SetExplain(response);
+  const auto low = env_.Run(Explain, {"--server", "pve1/200/gpu3", "-o", "json", "--confidence"});
+  EXPECT_THAT(low.out, HasSubstr("\"toolchain_fix\":false,\"confidence\":\"low\"}\n"));
+  const auto text = env_.Run(Explain, {"--server", "pve1/200/gpu3"});
+  EXPECT_THAT(text.out, HasSubstr("  confidence: low (inferred"));
 }
 
 TEST_F(ServerExplainTest, ColourFollowsTheTerminalAndNoColor) {

@@ -30,6 +30,9 @@ void FillAttempt(const AttemptRecord& a, fleet::v1::Attempt* out) {
   SetAttemptOutcome(a.outcome, out);
   *out->mutable_exit() = a.exit;
   out->set_diagnosis_class(a.diagnosis_class);
+  if (!a.diagnosis_class.empty()) {
+    out->set_diagnosis_confidence(a.diagnosis.confidence() == "low" ? "low" : "high");
+  }
   out->set_summary(a.summary);
   out->set_trigger(a.trigger);
   if (a.time_to_ready_ms >= 0) {

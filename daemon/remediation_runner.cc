@@ -322,9 +322,15 @@ FixDone RemediationRunner::Run(FixJob job) {
   const fleet::v1::ToolchainSnapshot& snapshot = proposal->snapshot;
   PlannerDecision& decision = proposal->decision;
   done.failed_remediations = decision.failed_remediations;
-  // A new plan: recorded, then proposed (policy ask) or run now.
+  // A new plan: recorded, then proposed (policy ask, or a low-confidence diagnosis: an inference
+  // is reported and waits for `fleetctl apply`, never applied on its own) or run now.
+  const bool low_confidence = job.kind == FixJob::kDiagnosis && job.diagnosis.confidence() == "low";
   auto proposed_or_run = [&](fleet::v1::Plan plan) {
-    const bool ask = job.policy.remediation() == fleet::v1::Policy::ASK;
+    const bool ask = job.policy.remediation() == fleet::v1::Policy::ASK || low_confidence;
+    if (low_confidence && job.policy.remediation() != fleet::v1::Policy::ASK) {
+      plan.set_summary(absl::StrCat(plan.summary(), " (proposed, not applied: the diagnosis ",
+                                    job.diagnosis.diagnosis_class(), " is low-confidence)"));
+    }
     SetPlanStatus(ask ? fleet::v1::PLAN_STATUS_PROPOSED : fleet::v1::PLAN_STATUS_APPLYING, &plan);
     if (absl::Status st = recorder_->Record(&plan, true); !st.ok()) {
       done.error = absl::StrCat("record: ", st.message());

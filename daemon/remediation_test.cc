@@ -377,6 +377,60 @@ TEST_F(RemediationTest, OneCauseOneRemediationThenEveryWaitingServerRestartsAtOn
   EXPECT_EQ(by_fix, 2);
 }
 
+// A class inferred (a cut-off message, a traceback's frames) is reported, never applied on its
+// own: its plan is proposed under policy auto, and `fleetctl apply` runs it (issue 15).
+TEST_F(RemediationTest, ALowConfidenceDiagnosisIsProposedNotAppliedAndApplyRunsIt) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  agent_.toolchain = Cuda130();
+  agent_.after.push_back(pt::FixedSnapshot());
+  fleet::v1::Diagnosis low = pt::PtxDiag();
+  low.set_confidence("low");
+  low.set_toolchain_fix(false);
+  Fail(agent_.launches[0], low);
+  Turns();
+  EXPECT_TRUE(agent_.applies.empty());
+  EXPECT_EQ(agent_.launches.size(), 1u);
+  std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].status(), "proposed");
+  EXPECT_THAT(plans[0].summary(), HasSubstr("low-confidence"));
+  EXPECT_THAT(Rows()["local/200/gpu0"].reason(),
+              HasSubstr("plan " + plans[0].id() + " waits for approval"));
+  auto attempts = daemon_->ListAttempts({});
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->attempts_size(), 1);
+  EXPECT_EQ(attempts->attempts(0).diagnosis_confidence(), "low");
+
+  fleet::v1::ApplyPlanRequest apply;
+  apply.set_plan_id(plans[0].id());
+  auto applied = daemon_->ApplyPlan(apply);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->plan().status(), "applied");
+  EXPECT_EQ(agent_.applies.size(), 1u);
+  Turns();
+  EXPECT_EQ(agent_.launches.size(), 2u);
+}
+
+// The same failure with confidence high is applied at once (the test above is not vacuous).
+TEST_F(RemediationTest, AHighConfidenceDiagnosisIsAppliedAtOnce) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  agent_.toolchain = Cuda130();
+  agent_.after.push_back(pt::FixedSnapshot());
+  fleet::v1::Diagnosis high = pt::PtxDiag();
+  high.set_confidence("high");
+  Fail(agent_.launches[0], high);
+  Turns();
+  EXPECT_EQ(agent_.applies.size(), 1u);
+  EXPECT_EQ(agent_.launches.size(), 2u);
+  auto attempts = daemon_->ListAttempts({});
+  ASSERT_TRUE(attempts.ok());
+  EXPECT_EQ(attempts->attempts(0).diagnosis_confidence(), "high");
+}
+
 TEST_F(RemediationTest, TheCanaryStartsAloneAndTheRestFollowWhenItIsReady) {
   Deploy(Config(3, Policy(/*canary=*/true)));
   Turns();

@@ -40,7 +40,8 @@ Palette MakePalette(bool color) {
 
 }  // namespace
 
-void AppendExplainJson(std::string_view file, const Diagnosis& d, std::string* out) {
+void AppendExplainJson(std::string_view file, const Diagnosis& d, std::string* out,
+                       bool with_confidence) {
   Json json = Json::object();
   json["file"] = file;
   json["class"] = d.diagnosis_class;
@@ -64,6 +65,7 @@ void AppendExplainJson(std::string_view file, const Diagnosis& d, std::string* o
   }
   json["symptoms"] = std::move(symptoms);
   json["toolchain_fix"] = d.toolchain_fix;
+  if (with_confidence) json["confidence"] = std::string(ConfidenceName(d.confidence));
   out->append(JsonText(std::move(json)));
 }
 
@@ -74,6 +76,12 @@ std::string FormatExplainText(std::string_view file, const Diagnosis& d, bool co
                                  failed ? p.red : p.green, d.diagnosis_class, p.reset);
   if (d.provisional) absl::StrAppend(&out, " (provisional)");
   absl::StrAppend(&out, "\n  cause:     ", SanitizeUtf8(d.summary), "\n");
+  if (failed && d.confidence == Confidence::kLow) {
+    // Only the low one is shown: a high diagnosis reads as before.
+    absl::StrAppend(&out, "  confidence: ", p.yellow, "low", p.reset,
+                    " (inferred from a message's stem, a cut-off message or a traceback's "
+                    "frames: reported, never fixed automatically)\n");
+  }
   if (failed) {
     absl::StrAppend(&out, "  fix:       ", AsAbsl(FixKindDescription(d.fix)),
                     d.toolchain_fix ? " [toolchain fix]" : "", "\n");

@@ -8,6 +8,7 @@ namespace fleet::diagnosis {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ExplainJson, HasExactlyTheContractFieldsInOrder) {
   const Diagnosis d = ClassifyText(
@@ -36,6 +37,27 @@ TEST(ExplainJson, NoneStillHasEveryField) {
   EXPECT_EQ(json, R"({"file":"ok.log","class":"none","root_cause_line":0,)"
                   R"("summary":"the log shows no failure","facts":{},"evidence":[],"symptoms":[],)"
                   R"("toolchain_fix":false})");
+}
+
+TEST(ExplainJson, ConfidenceIsAddedOnlyWhenAskedForAndLast) {
+  Diagnosis d = ClassifyText("all good\n");
+  std::string plain, with;
+  AppendExplainJson("ok.log", d, &plain);
+  AppendExplainJson("ok.log", d, &with, /*with_confidence=*/true);
+  EXPECT_EQ(with, plain.substr(0, plain.size() - 1) + R"(,"confidence":"high"})");
+  d.confidence = Confidence::kLow;
+  with.clear();
+  AppendExplainJson("ok.log", d, &with, /*with_confidence=*/true);
+  EXPECT_THAT(with, HasSubstr(R"("toolchain_fix":false,"confidence":"low"})"));
+}
+
+TEST(ExplainText, SaysALowConfidenceAndNothingForAHighOne) {
+  Diagnosis d = ClassifyText("ImportError: libnvrtc.so.13: cannot open shared object file\n");
+  ASSERT_EQ(d.diagnosis_class, "missing_shared_library");
+  EXPECT_THAT(FormatExplainText("a.log", d, false), Not(HasSubstr("confidence")));
+  d.confidence = Confidence::kLow;
+  EXPECT_THAT(FormatExplainText("a.log", d, false),
+              HasSubstr("\n  confidence: low (inferred from a message's stem"));
 }
 
 TEST(ExplainText, MarksTheRootCauseLineAndListsSkippedSymptoms) {

@@ -57,6 +57,7 @@ void ToProto(const Diagnosis& d, fleet::v1::Diagnosis* out) {
   out->set_progress_step(d.progress_step);
   out->set_progress_total(d.progress_total);
   out->set_lines(d.lines);
+  out->set_confidence(std::string(ConfidenceName(d.confidence)));
 }
 
 Diagnosis FromProto(const fleet::v1::Diagnosis& in) {
@@ -82,6 +83,7 @@ Diagnosis FromProto(const fleet::v1::Diagnosis& in) {
   d.progress_step = in.progress_step();
   d.progress_total = in.progress_total();
   d.lines = in.lines();
+  d.confidence = ParseConfidence(in.confidence()).value_or(Confidence::kHigh);
   return d;
 }
 

@@ -28,5 +28,16 @@ TEST(DiagnosisProto, RoundTripKeepsTheExplainJson) {
   EXPECT_EQ(FormatExplainText("f", back, false), FormatExplainText("f", d, false));
 }
 
+TEST(DiagnosisProto, ConfidenceTravelsAndAnOlderAgentsReadsHigh) {
+  Diagnosis d = ClassifyText("ImportError: libnvrtc.so.13: cannot open shared object file\n");
+  d.confidence = Confidence::kLow;
+  fleet::v1::Diagnosis wire;
+  ToProto(d, &wire);
+  EXPECT_EQ(wire.confidence(), "low");
+  EXPECT_EQ(FromProto(wire).confidence, Confidence::kLow);
+  wire.clear_confidence();  // what an agent before issue 15 sends
+  EXPECT_EQ(FromProto(wire).confidence, Confidence::kHigh);
+}
+
 }  // namespace
 }  // namespace fleet::diagnosis

@@ -440,15 +440,16 @@ absl::Status FleetStore::PutAttemptRow(const AttemptRecord& a) {
   auto st = Prepare(
       "INSERT INTO attempts (id, launched_at, ended_at, outcome, exit_code, signal, "
       "exit_status_unknown, diagnosis_class, root_cause_line, summary, toolchain_fix, "
-      "time_to_ready_ms, diagnosis, server_id, number, trigger, created_at, spec) VALUES "
-      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-      "(SELECT id FROM servers WHERE name = ?14), ?15, ?16, ?17, ?18) "
+      "time_to_ready_ms, diagnosis, server_id, number, trigger, created_at, spec, confidence) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+      "(SELECT id FROM servers WHERE name = ?14), ?15, ?16, ?17, ?18, ?19) "
       "ON CONFLICT(id) DO UPDATE SET launched_at = excluded.launched_at, "
       "ended_at = excluded.ended_at, outcome = excluded.outcome, exit_code = excluded.exit_code, "
       "signal = excluded.signal, exit_status_unknown = excluded.exit_status_unknown, "
       "diagnosis_class = excluded.diagnosis_class, root_cause_line = excluded.root_cause_line, "
       "summary = excluded.summary, toolchain_fix = excluded.toolchain_fix, "
-      "time_to_ready_ms = excluded.time_to_ready_ms, diagnosis = excluded.diagnosis");
+      "time_to_ready_ms = excluded.time_to_ready_ms, diagnosis = excluded.diagnosis, "
+      "confidence = excluded.confidence");
   if (!st.ok()) return st.status();
   (*st)->Bind(1, std::string_view(a.id));
   BindTime(**st, 2, a.launched_at);
@@ -486,7 +487,9 @@ absl::Status FleetStore::PutAttemptRow(const AttemptRecord& a) {
       .Bind(15, a.number)
       .Bind(16, std::string_view(a.trigger))
       .Bind(17, std::string_view(TimeText(a.created_at)))
-      .BindBlob(18, a.spec.SerializeAsString());
+      .BindBlob(18, a.spec.SerializeAsString())
+      .Bind(19,
+            a.diagnosis.confidence() == "low" ? std::string_view("low") : std::string_view("high"));
   if (absl::Status s = (*st)->Run(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("attempt ", a.id, ": ", s.message()));
   }
@@ -503,8 +506,8 @@ namespace {
 constexpr char kAttemptColumns[] =
     "SELECT a.id, s.name, a.number, a.trigger, a.created_at, a.launched_at, a.ended_at, "
     "a.outcome, a.exit_code, a.signal, a.exit_status_unknown, a.diagnosis_class, a.summary, "
-    "a.time_to_ready_ms, a.spec, a.diagnosis FROM attempts a JOIN servers s ON s.id = "
-    "a.server_id ";
+    "a.time_to_ready_ms, a.spec, a.diagnosis, a.confidence FROM attempts a JOIN servers s ON "
+    "s.id = a.server_id ";
 
 absl::StatusOr<AttemptRecord> ReadAttempt(const sqlite::Statement& st) {
   AttemptRecord a;
@@ -529,6 +532,10 @@ absl::StatusOr<AttemptRecord> ReadAttempt(const sqlite::Statement& st) {
   if (!a.spec.ParseFromString(st.ColumnBlob(14)) ||
       (!st.ColumnIsNull(15) && !a.diagnosis.ParseFromString(st.ColumnBlob(15)))) {
     return absl::DataLossError(absl::StrCat("attempt ", a.id, " is unreadable"));
+  }
+  // The column is the record (a row of a fleetd before schema version 4 reads 'high').
+  if (!a.diagnosis_class.empty() || !st.ColumnIsNull(15)) {
+    a.diagnosis.set_confidence(st.ColumnText(16));
   }
   return a;
 }

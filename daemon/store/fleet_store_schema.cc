@@ -178,12 +178,22 @@ CREATE TABLE deliveries (
 CREATE INDEX deliveries_status ON deliveries (status, id);
 )sql";
 
+// v4: how far an attempt's diagnosis can be trusted (issue 15): 'high' (a signature matched on an
+// intact line) or 'low' (inferred from a message's stem, a cut-off message or a traceback's
+// frames: never remediated automatically). Rows written before it read as 'high', which is what
+// every diagnosis of that fleetd was.
+constexpr char kSchemaV4[] = R"sql(
+ALTER TABLE attempts ADD COLUMN confidence TEXT NOT NULL DEFAULT 'high'
+  CHECK (confidence IN ('high', 'low'));
+)sql";
+
 }  // namespace
 
 std::vector<sqlite::Migration> FleetStoreMigrations() {
   return {[](sqlite::Database& db) { return db.Exec(kSchemaV1); },
           [](sqlite::Database& db) { return db.Exec(kSchemaV2); },
-          [](sqlite::Database& db) { return db.Exec(kSchemaV3); }};
+          [](sqlite::Database& db) { return db.Exec(kSchemaV3); },
+          [](sqlite::Database& db) { return db.Exec(kSchemaV4); }};
 }
 
 }  // namespace fleet::daemon

@@ -136,6 +136,30 @@ TEST(FleetStore, AttemptsAreNumberedPerServerWithUniqueIds) {
   EXPECT_EQ(all->size(), 4u);
 }
 
+TEST(FleetStore, AnAttemptKeepsItsDiagnosisConfidenceAndAnOldRowReadsHigh) {
+  testing::TempDir dir;
+  auto store = Open(dir);
+  ASSERT_TRUE(store->PutServer(Server("0")).ok());
+  auto a = store->CreateAttempt("local/200/gpu0", "initial", {}, kNow);
+  ASSERT_TRUE(a.ok()) << a.status();
+  a->outcome = v1::ATTEMPT_OUTCOME_FAILED;
+  a->diagnosis_class = "ninja_not_found";
+  a->diagnosis.set_diagnosis_class("ninja_not_found");
+  a->diagnosis.set_confidence("low");
+  ASSERT_TRUE(store->PutAttempt(*a).ok());
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts WHERE confidence = 'low'"), 1);
+  auto back = store->Attempt("local/200/gpu0", 0);
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_EQ((*back)->diagnosis.confidence(), "low");
+  // A diagnosis of an older agent (no confidence) is stored, and read back, as high.
+  a->diagnosis.clear_confidence();
+  ASSERT_TRUE(store->PutAttempt(*a).ok());
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM attempts WHERE confidence = 'high'"), 1);
+  back = store->Attempt("local/200/gpu0", 0);
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_EQ((*back)->diagnosis.confidence(), "high");
+}
+
 TEST(FleetStore, AnEventDeliveredTwiceIsStoredOnceAndTheCursorMovesWithIt) {
   testing::TempDir dir;
   auto store = Open(dir);
@@ -238,11 +262,11 @@ TEST(FleetStore, ConfigsKeepTheDigestOfTheirTextAndAVersionOneFileGainsTheColumn
     ASSERT_TRUE(store->db()
                     .Exec("DROP TABLE fleet_events; DROP TABLE deliveries; "
                           "DROP INDEX configs_source; ALTER TABLE configs DROP COLUMN digest; "
-                          "PRAGMA user_version = 1")
+                          "ALTER TABLE attempts DROP COLUMN confidence; PRAGMA user_version = 1")
                     .ok());
   }
-  auto store = Open(dir);  // migrated to version 2, then 3
-  EXPECT_EQ(Count(*store, "PRAGMA user_version"), 3);
+  auto store = Open(dir);  // migrated to version 2, 3, then 4
+  EXPECT_EQ(Count(*store, "PRAGMA user_version"), 4);
   EXPECT_EQ(Count(*store, "SELECT count(*) FROM configs WHERE digest IS NULL"), 2);
   // An old row's digest is computed from its stored text.
   auto from = store->LastConfigFrom("/etc/fleet.yaml");
