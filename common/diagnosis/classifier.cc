@@ -352,11 +352,16 @@ void Classifier::ProcessMatchedLine(std::string_view raw) {
 
   int root = -1;
   int symptom = -1;
+  int frame_sig = -1;
   for (int h : hits_) {
     if (h >= n) break;
     const Signature& s = sigs[h];
     if (s.within != UnitKind::kNone && s.within != kind) continue;
     if (code_line) continue;
+    if (s.infer == Inference::kFrame) {
+      if (frame && kind == UnitKind::kTraceback && frame_sig < 0) frame_sig = h;
+      continue;
+    }
     if (s.role == SignatureRole::kRootCause && root < 0) root = h;
     if (s.role == SignatureRole::kSymptom && symptom < 0) symptom = h;
   }
@@ -370,6 +375,7 @@ void Classifier::ProcessMatchedLine(std::string_view raw) {
       unit_->has_hit = true;
     }
   }
+  if (frame && kind == UnitKind::kTraceback) OnFrame(frame_sig, raw, stripped);
   if (root >= 0) {
     OnRoot(root, raw, matcher_->IsWarningLine(raw));
   } else if (symptom >= 0) {
@@ -400,8 +406,28 @@ void Classifier::ProcessMatchedLine(std::string_view raw) {
 
   if (unit_) {
     unit_->previous_was_frame = frame;
-    if (UnitEndsAfter(stripped) || unit_->lines >= kMaxUnitLines) EndUnit();
+    if (UnitEndsAfter(stripped)) {
+      // A traceback's last line is its exception line, unless the traceback was cut and another
+      // record follows.
+      EndUnit(kind != UnitKind::kTraceback || matcher_->IsExceptionLine(stripped));
+    } else if (unit_->lines >= kMaxUnitLines) {
+      EndUnit();
+    }
   }
+}
+
+void Classifier::OnFrame(int index, std::string_view raw, std::string_view stripped) {
+  std::deque<std::string>& frames = unit_->frames;
+  if (index >= 0) {
+    const bool called = !matcher_->HasCaller(index) ||
+                        std::any_of(frames.begin(), frames.end(), [&](const std::string& outer) {
+                          return matcher_->MatchesCaller(index, outer);
+                        });
+    if (called) pending_frame_ = MakeFinding(index, raw);
+  }
+  const std::string_view frame = LeftTrim(stripped);
+  frames.emplace_back(frame.substr(0, kMaxFrameBytes));
+  if (frames.size() > kMaxFrames) frames.pop_front();
 }
 
 void Classifier::OpenUnitAt(UnitKind kind) {
@@ -461,7 +487,7 @@ bool Classifier::UnitEndsAfter(std::string_view stripped) const {
   return false;
 }
 
-void Classifier::EndUnit() {
+void Classifier::EndUnit(bool headed) {
   bool failing = false;
   std::optional<std::vector<EvidenceLine>> built;
   auto evidence = [&]() -> const std::vector<EvidenceLine>& {
@@ -478,6 +504,22 @@ void Classifier::EndUnit() {
   if (warning_root_ && warning_root_->unit_serial == unit_->serial && !warning_root_->evidence) {
     warning_root_->evidence = evidence();
   }
+  if (unit_->kind == UnitKind::kTraceback && !headed && !unit_->frames.empty()) {
+    // The traceback lost its exception line: its innermost named frame tells the class; with
+    // none, a failure is there but not named.
+    if (pending_frame_ && !frame_root_) {
+      frame_root_ = std::move(pending_frame_);
+      frame_root_->evidence = evidence();
+    } else if (!pending_frame_ && !headless_) {
+      headless_ = Finding{.signature = -1,
+                          .line = unit_->start_line,
+                          .unit_serial = unit_->serial,
+                          .unit = UnitKind::kTraceback,
+                          .phase = CurrentPhase(),
+                          .evidence = evidence()};
+    }
+  }
+  pending_frame_.reset();
   unit_.reset();
   if (failing && listener_ != nullptr) listener_->OnFailingUnitEnded(line_no_);
 }
@@ -634,6 +676,9 @@ void Classifier::ResetForReady() {
   unit_.reset();
   root_.reset();
   warning_root_.reset();
+  pending_frame_.reset();
+  frame_root_.reset();
+  headless_.reset();
   for (auto& f : symptom_by_rank_) f.reset();
   symptoms_.clear();
 }
@@ -665,15 +710,34 @@ Diagnosis Classifier::Decide(bool finished) const {
   if (cause) {
     f = &*cause;
   } else {
+    // A specific symptom, then a traceback's named frame, then the weaker symptoms.
     for (rank = 4; rank >= 1; --rank) {
+      if (rank == 3 && frame_root_) {
+        f = &*frame_root_;
+        break;
+      }
       if (symptom_by_rank_[rank]) {
         f = &*symptom_by_rank_[rank];
         break;
       }
     }
   }
+  const bool frame_inferred = frame_root_ && f == &*frame_root_;
 
-  if (f != nullptr) {
+  if (f == nullptr && headless_) {
+    // A traceback lost its exception line and no frame in it is known: a failure, not named.
+    const DiagnosisClassInfo* info = FindDiagnosisClass(classes::kUnknown);
+    d.diagnosis_class = info->name;
+    d.signature_id = "traceback_headless";
+    d.fix = info->fix;
+    d.confidence = Confidence::kLow;
+    d.summary =
+        "a Python traceback ends without its exception line: a failure is there but not named";
+    d.root_cause_line = headless_->line;
+    d.unit = UnitKind::kTraceback;
+    d.evidence = EvidenceOf(*headless_);
+    d.facts = context_;
+  } else if (f != nullptr) {
     const Signature& s = sigs[f->signature];
     d.diagnosis_class = s.diagnosis_class;
     d.signature_id = s.id;
@@ -681,7 +745,7 @@ Diagnosis Classifier::Decide(bool finished) const {
     d.confidence = s.confidence;
     const DiagnosisClassInfo* info = FindDiagnosisClass(s.diagnosis_class);
     d.summary = RenderSummary(s.summary.empty() ? info->summary : s.summary, f->facts);
-    if (!cause && rank <= 3 && !f->phase_failure_class.empty()) {
+    if (!cause && !frame_inferred && rank <= 3 && !f->phase_failure_class.empty()) {
       // A child died with no cause in sight, during a phase that names what failed.
       const DiagnosisClassInfo* phase_info = FindDiagnosisClass(f->phase_failure_class);
       d.diagnosis_class = phase_info->name;

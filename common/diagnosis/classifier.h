@@ -70,6 +70,9 @@ class Classifier {
   static constexpr int64_t kLooseTrailing = 2;
   // A unit that runs longer is ended (its evidence is elided in the middle anyway).
   static constexpr int64_t kMaxUnitLines = 20000;
+  // The frame lines of a traceback kept for a frame signature's `caller`, and their clip.
+  static constexpr size_t kMaxFrames = 32;
+  static constexpr size_t kMaxFrameBytes = 512;
 
   // `matcher` (and `listener`, when given) must outlive the classifier.
   explicit Classifier(const SignatureMatcher* matcher, ClassifierOptions options = {},
@@ -111,6 +114,9 @@ class Classifier {
     bool previous_was_frame = false;
     EvidenceBuilder evidence;
     Facts facts;  // captured by the unit's symptom lines (the failing ninja target, ...)
+    // A traceback's frame lines so far (the last kMaxFrames, clipped), for a frame signature's
+    // `caller`.
+    std::deque<std::string> frames;
   };
   // A deciding line: the root cause, or the first symptom of a rank.
   struct Finding {
@@ -137,7 +143,9 @@ class Classifier {
   bool NeedsEveryLine() const { return unit_.has_value(); }
 
   void OpenUnitAt(UnitKind kind);
-  void EndUnit();
+  // `headed`: a traceback ends on its exception line (frames then tell nothing more).
+  void EndUnit(bool headed = false);
+  void OnFrame(int index, std::string_view raw, std::string_view stripped);
   bool UnitEndsBefore(std::string_view stripped, bool starts_unit, bool include_line,
                       bool has_classifying, bool has_symptom) const;
   bool UnitEndsAfter(std::string_view stripped) const;
@@ -173,6 +181,12 @@ class Classifier {
   std::optional<Finding> root_;
   // The first cause named on a warning line; used when no error line names one.
   std::optional<Finding> warning_root_;
+  // The innermost named frame of the open traceback (at most one pending), then of the first
+  // traceback that ended without its exception line; and the first such traceback with no named
+  // frame (its first line): an `unknown` failure, low confidence.
+  std::optional<Finding> pending_frame_;
+  std::optional<Finding> frame_root_;
+  std::optional<Finding> headless_;
   // First symptom of each rank (index = DiagnosisClassInfo::symptom_rank; 3 is an unrecognised
   // exception that ends a traceback).
   std::array<std::optional<Finding>, 5> symptom_by_rank_;

@@ -520,5 +520,80 @@ TEST(Classifier, ACauseBeforeARedrawOnItsLineStillCounts) {
   EXPECT_EQ(d.root_cause_line, 1);
 }
 
+// A traceback that lost its exception line: the innermost frame a frame signature names decides,
+// with low confidence; a `caller` must be an outer frame of the same traceback.
+constexpr char kHeadlessNinjaTraceback[] =
+    "Traceback (most recent call last):\n"
+    "  File \"/venv/flashinfer/jit/cpp_ext.py\", line 228, in run_ninja\n"
+    "    subprocess.run(\n"
+    "  File \"/usr/lib/python3.10/subprocess.py\", line 503, in run\n"
+    "    with Popen(*popenargs, **kwargs) as process:\n"
+    "  File \"/usr/lib/python3.10/subprocess.py\", line 1863, in _execute_child\n"
+    "    raise child_exception_type(errno_num, err_msg, err_filename)\n";
+
+TEST(Classifier, TheInnermostNamedFrameOfAHeadlessTracebackDecidesWithLowConfidence) {
+  const Diagnosis d = ClassifyText(kHeadlessNinjaTraceback);
+  EXPECT_EQ(d.diagnosis_class, "ninja_not_found");
+  EXPECT_EQ(d.signature_id, "frame_subprocess_start_in_ninja");
+  EXPECT_EQ(d.confidence, Confidence::kLow);
+  EXPECT_FALSE(d.toolchain_fix);
+  EXPECT_EQ(d.root_cause_line, 6);
+  EXPECT_EQ(d.unit, UnitKind::kTraceback);
+  EXPECT_THAT(EvidenceLines(d), ElementsAre(1, 2, 3, 4, 5, 6, 7));
+  EXPECT_THAT(d.summary, HasSubstr("lost its exception line"));
+}
+
+TEST(Classifier, AFrameWithoutItsCallerDoesNotCount) {
+  // The same frames, but not called from a ninja build: subprocess failing is no ninja problem.
+  std::string text = kHeadlessNinjaTraceback;
+  text.replace(text.find("jit/cpp_ext.py\", line 228, in run_ninja"),
+               std::string_view("jit/cpp_ext.py\", line 228, in run_ninja").size(),
+               "tools/lint.py\", line 228, in run_lint");
+  const Diagnosis d = ClassifyText(text);
+  EXPECT_EQ(d.diagnosis_class, "unknown");
+  EXPECT_EQ(d.signature_id, "traceback_headless");
+  EXPECT_EQ(d.confidence, Confidence::kLow);
+  EXPECT_EQ(d.root_cause_line, 1);
+}
+
+TEST(Classifier, FramesTellNothingWhenTheExceptionLineIsThere) {
+  const Diagnosis d =
+      ClassifyText(absl::StrCat(kHeadlessNinjaTraceback, "ValueError: something else entirely\n"));
+  EXPECT_NE(d.diagnosis_class, "ninja_not_found");
+  EXPECT_EQ(d.confidence, Confidence::kHigh);
+}
+
+TEST(Classifier, ACauseOrASpecificSymptomBeatsAFrame) {
+  Diagnosis d = ClassifyText(absl::StrCat(kHeadlessNinjaTraceback,
+                                          "ld: cannot find -lcudart: No such file or directory\n"));
+  EXPECT_EQ(d.diagnosis_class, "link_error");
+  EXPECT_EQ(d.confidence, Confidence::kHigh);
+  // A traceback cut and followed by another record (not an exception line) is still headless.
+  d = ClassifyText(absl::StrCat(kHeadlessNinjaTraceback, "[2026-11-29 10:00:06] server exits\n"));
+  EXPECT_EQ(d.diagnosis_class, "ninja_not_found");
+}
+
+TEST(Classifier, ACutMessageIsALowCauseThatAnIntactOneReplaces) {
+  Diagnosis d =
+      ClassifyText("FAILED: a.o\nnvcc fatal   : Unsupported gpu architecture 'compute_12");
+  EXPECT_EQ(d.diagnosis_class, "unsupported_gpu_arch");
+  EXPECT_EQ(d.confidence, Confidence::kLow);
+  EXPECT_FALSE(d.toolchain_fix);
+  EXPECT_THAT(d.summary, HasSubstr("cut off"));
+  d = ClassifyText(
+      "ImportError: libnvrtc.so.12: can\n"
+      "ImportError: libcudart.so.12: cannot open shared object file: No such file or "
+      "directory\n");
+  EXPECT_EQ(d.diagnosis_class, "missing_shared_library");
+  EXPECT_EQ(d.confidence, Confidence::kHigh);
+  EXPECT_EQ(d.facts.First("library"), "libcudart.so.12");
+}
+
+TEST(Classifier, ReadyClearsAFrameInference) {
+  const Diagnosis d = ClassifyText(
+      absl::StrCat(kHeadlessNinjaTraceback, "INFO:     Application startup complete.\n"));
+  EXPECT_EQ(d.diagnosis_class, "none");
+}
+
 }  // namespace
 }  // namespace fleet::diagnosis

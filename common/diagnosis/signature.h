@@ -38,6 +38,17 @@ enum class UnitKind {
 // diagnosis is reported but never sets toolchain_fix nor triggers an automatic remediation.
 enum class Confidence { kHigh, kLow };
 
+// What a low-confidence root cause is inferred from, beyond a stem matched on a line.
+enum class Inference {
+  kNone,
+  // A message cut off where its line ends (an excerpt's end, a dying process): the pattern is
+  // generated from `after` and a prefix of `cut_text` that ends the line.
+  kCut,
+  // A traceback frame of a known function: counts only when its traceback lost the exception
+  // line, and the innermost such frame decides.
+  kFrame,
+};
+
 std::string_view ConfidenceName(Confidence confidence);  // "high", "low"
 std::optional<Confidence> ParseConfidence(std::string_view name);
 
@@ -69,6 +80,10 @@ struct Signature {
   std::string failure_class;
   // Root causes and symptoms: how far a match can be trusted (kLow for a stem signature).
   Confidence confidence = Confidence::kHigh;
+  // Root causes: an inference (implies kLow). Frames may require an outer frame of the same
+  // traceback to match `caller` (RE2).
+  Inference infer = Inference::kNone;
+  std::string caller;
   // Collect every occurrence of the captures on a line, not only the first.
   bool all_matches = false;
   // Where the signature was defined, for error messages: "signatures.conf:12".

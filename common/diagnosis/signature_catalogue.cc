@@ -1,10 +1,15 @@
 #include "common/diagnosis/signature_catalogue.h"
 
+#include <algorithm>
+#include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/string_view.h"
 
 namespace fleet::diagnosis {
 namespace {
@@ -51,6 +56,49 @@ std::optional<UnitKind> ParseUnit(std::string_view v) {
   return std::nullopt;
 }
 
+std::optional<Inference> ParseInference(std::string_view v) {
+  if (v == "cut") return Inference::kCut;
+  if (v == "frame") return Inference::kFrame;
+  return std::nullopt;
+}
+
+// A cut signature's fields, kept apart until its section ends.
+struct CutFields {
+  std::string text;  // cut_text
+  int min = 0;       // cut_min (0: not given)
+  std::string after;
+  std::string tail;  // cut_tail
+  bool given() const { return !text.empty() || min > 0 || !after.empty() || !tail.empty(); }
+};
+
+// RE2 for the literal `text` (printable ASCII).
+std::string QuoteLiteral(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (std::strchr("\\.^$|?*+()[]{}", c) != nullptr) out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+// The pattern of a cut signature: `after`, then a prefix of `text` at least `min` bytes long and
+// shorter than the whole text (a whole message is its intact signature's), ending the line. With
+// a `tail` (the variable part that follows the text, cut too), the whole text and the tail.
+std::string CutPattern(const CutFields& cut) {
+  const std::string_view text = cut.text;
+  const size_t min = static_cast<size_t>(cut.min);
+  const size_t end = cut.tail.empty() ? text.size() - 1 : text.size();
+  std::string out = cut.after.empty() ? "" : absl::StrCat("(?:", cut.after, ")");
+  absl::StrAppend(&out, QuoteLiteral(text.substr(0, min)));
+  for (size_t i = min; i < end; ++i) {
+    absl::StrAppend(&out, "(?:", QuoteLiteral(text.substr(i, 1)));
+  }
+  if (!cut.tail.empty()) absl::StrAppend(&out, "(?:", cut.tail, ")?");
+  for (size_t i = min; i < end; ++i) out.append(")?");
+  out.append("\\s*$");
+  return out;
+}
+
 // Checks a finished section; `line` is where it started.
 absl::Status Validate(const Signature& s, const std::string& where, bool has_fix) {
   auto error = [&](std::string_view msg) {
@@ -68,6 +116,12 @@ absl::Status Validate(const Signature& s, const std::string& where, bool has_fix
   if (!classifies && has_fix) return error("field 'fix' applies only to root_cause and symptom");
   if (!classifies && s.confidence != Confidence::kHigh) {
     return error("field 'confidence' applies only to root_cause and symptom signatures");
+  }
+  if (s.infer != Inference::kNone && s.role != SignatureRole::kRootCause) {
+    return error("field 'infer' applies only to root_cause signatures");
+  }
+  if (!s.caller.empty() && s.infer != Inference::kFrame) {
+    return error("field 'caller' applies only to 'infer = frame' signatures");
   }
   if (s.role == SignatureRole::kProgress) {
     if (s.ends_phase || !s.failure_class.empty()) {
@@ -178,12 +232,45 @@ absl::StatusOr<std::vector<Signature>> ParseSignatureCatalogue(std::string_view 
   bool has_role = false;
   bool has_fix = false;
   std::set<std::string> seen_keys;
+  CutFields cut;
 
   auto finish = [&]() -> absl::Status {
     if (!in_section) return absl::OkStatus();
     if (!has_role) {
       return absl::InvalidArgumentError(
           absl::StrCat(current_where, ": signature ", current.id, ": field 'role' is required"));
+    }
+    auto cut_error = [&](std::string_view msg) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(current_where, ": signature ", current.id, ": ", std::string(msg)));
+    };
+    if (current.infer == Inference::kCut) {
+      if (!current.pattern.empty()) {
+        return cut_error("an 'infer = cut' signature has no 'pattern': it is made from 'cut_text'");
+      }
+      if (cut.text.empty()) return cut_error("field 'cut_text' is required for 'infer = cut'");
+      if (cut.min == 0) cut.min = std::min<int>(12, static_cast<int>(cut.text.size()) - 1);
+      if (cut.min < 3 || static_cast<size_t>(cut.min) >= cut.text.size()) {
+        return cut_error("field 'cut_min' must be at least 3 and shorter than 'cut_text'");
+      }
+      current.pattern = CutPattern(cut);
+      if (!current.summary.empty()) {
+        absl::StrAppend(&current.summary, " (read from a message cut off where its line ends)");
+      }
+    } else if (cut.given()) {
+      return cut_error(
+          "fields 'cut_text', 'cut_min', 'cut_tail' and 'after' apply only to 'infer = cut'");
+    }
+    if (current.infer == Inference::kFrame && !current.summary.empty()) {
+      absl::StrAppend(&current.summary,
+                      " (inferred from the last frames of a traceback that lost its exception "
+                      "line)");
+    }
+    if (current.infer != Inference::kNone) {
+      if (seen_keys.count("confidence") > 0 && current.confidence == Confidence::kHigh) {
+        return cut_error("an inferred cause ('infer') has confidence low");
+      }
+      current.confidence = Confidence::kLow;
     }
     absl::Status s = Validate(current, current_where, has_fix);
     if (!s.ok()) return s;
@@ -192,6 +279,7 @@ absl::StatusOr<std::vector<Signature>> ParseSignatureCatalogue(std::string_view 
     }
     out.push_back(std::move(current));
     current = Signature();
+    cut = CutFields();
     return absl::OkStatus();
   };
 
@@ -304,6 +392,41 @@ absl::StatusOr<std::vector<Signature>> ParseSignatureCatalogue(std::string_view 
       auto confidence = ParseConfidence(value);
       if (!confidence) return bad_value("high, low");
       current.confidence = *confidence;
+    } else if (key == "infer") {
+      auto infer = ParseInference(value);
+      if (!infer) return bad_value("cut, frame");
+      current.infer = *infer;
+    } else if (key == "cut_text") {
+      const bool printable = std::all_of(value.begin(), value.end(), [](char c) {
+        return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+      });
+      if (value.empty() || !printable || value.size() > 200) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": field 'cut_text' must be 1 to 200 printable ASCII characters"));
+      }
+      cut.text = std::string(value);
+    } else if (key == "cut_min") {
+      if (!absl::SimpleAtoi(::fleet::AsAbsl(value), &cut.min) || cut.min < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": field 'cut_min' must be a positive number"));
+      }
+    } else if (key == "after") {
+      if (value.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": field 'after' is empty"));
+      }
+      cut.after = std::string(value);
+      current.origin = where;
+    } else if (key == "cut_tail") {
+      if (value.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": field 'cut_tail' is empty"));
+      }
+      cut.tail = std::string(value);
+      current.origin = where;
+    } else if (key == "caller") {
+      if (value.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": field 'caller' is empty"));
+      }
+      current.caller = std::string(value);
     } else if (key == "all_matches") {
       if (value == "true") {
         current.all_matches = true;

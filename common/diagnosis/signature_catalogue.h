@@ -19,6 +19,24 @@
 //   confidence = low                # optional, root causes and symptoms: a stem of a message,
 //                                   #   not the message (default high)
 //
+// Inferred root causes (always confidence low):
+//
+//   infer    = cut                  # a message cut off where its line ends
+//   after    = ptxas\b.*fatal\s*:\s*  # optional RE2 before the message
+//   cut_text = Unsupported .version # the message, literal, printable ASCII
+//   cut_min  = 8                    # the shortest prefix that counts (default 12)
+//   cut_tail = [\w.]*               # optional RE2: what may follow the whole cut_text, cut too
+//                                   #   no `pattern`: it is generated (`after`, then a prefix
+//                                   #   of cut_text of cut_min or more bytes, shorter than the
+//                                   #   whole, at the end of the line); the summary gets a note
+//                                   #   that the message was cut
+//
+//   infer    = frame                # a traceback frame of a known function: counts only when
+//   pattern  = File "[^"]*/cpp_extension\.py", line \d+, in verify_ninja_availability
+//   caller   = in run_ninja\b       #   the traceback lost its exception line; the innermost
+//                                   #   such frame decides; optional `caller`: an outer frame of
+//                                   #   the same traceback must match it
+//
 // Order matters: when several root causes (or symptoms) match one line, the first listed wins.
 #pragma once
 

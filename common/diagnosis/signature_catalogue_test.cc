@@ -153,6 +153,13 @@ TEST(SignatureMatcher, StripsCommonLogPrefixes) {
             "FAILED: a"},
            {"2025-07-02 16:41:32 | ERROR | stderr |   File \"y\"", "  File \"y\""},
            {"    plain indented", "    plain indented"},
+           // Older vLLM (file:line without brackets) and a worker's rank.
+           {"(VllmWorkerProcess pid=55933) ERROR 11-25 08:17:34 multiproc_worker_utils.py:229]   "
+            "File \"z\"",
+            "  File \"z\""},
+           {"(VllmWorker rank=1 pid=2699412) ERROR 08-11 10:45:36 [multiproc_executor.py:511] "
+            "RuntimeError: y",
+            "RuntimeError: y"},
        }) {
     EXPECT_EQ((*m)->StripLogPrefixes(line), want) << line;
   }
@@ -191,6 +198,77 @@ TEST(SignatureCatalogue, ALowConfidenceCauseIsReportedButIsNoToolchainFix) {
     EXPECT_EQ(d.confidence, confidence);
     EXPECT_EQ(d.toolchain_fix, confidence == Confidence::kHigh);
   }
+}
+
+// A cut signature with `after`, a cut_text and a minimum: what its generated pattern matches.
+constexpr char kCutCatalogue[] =
+    "[ptx_cut]\nrole = root_cause\nclass = ptx_version_unsupported\ninfer = cut\n"
+    "after = ptxas\\b.*fatal\\s*:\\s*\ncut_text = Unsupported .version\ncut_min = 13\n"
+    "summary = ptxas rejects the PTX version\n"
+    "[arch_cut]\nrole = root_cause\nclass = unsupported_gpu_arch\ninfer = cut\n"
+    "cut_text = Unsupported gpu architecture '\ncut_min = 13\ncut_tail = \\w*\n";
+
+TEST(SignatureCatalogue, ACutSignatureMatchesALongEnoughPrefixThatEndsTheLine) {
+  auto parsed = ParseSignatureCatalogue(kCutCatalogue, "my.conf");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)[0].confidence, Confidence::kLow);
+  EXPECT_EQ((*parsed)[0].infer, Inference::kCut);
+  EXPECT_THAT((*parsed)[0].summary, HasSubstr("cut off"));
+  auto m = SignatureMatcher::Create(*std::move(parsed));
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto hits = [&](std::string_view line) {
+    std::vector<int> h;
+    (*m)->Match(line, &h);
+    return h;
+  };
+  EXPECT_THAT(hits("ptxas /tmp/x.ptx, line 5; fatal   : Unsupported .vers"),
+              testing::ElementsAre(0));
+  EXPECT_THAT(hits("ptxas fatal : Unsupported .version 9.2 \r"), testing::IsEmpty())
+      << "the whole text and more is the intact signature's";
+  EXPECT_THAT(hits("ptxas fatal : Unsupported .versio"), testing::ElementsAre(0));
+  EXPECT_THAT(hits("ptxas fatal : Unsupported .version"), testing::IsEmpty())
+      << "the whole message is not cut";
+  EXPECT_THAT(hits("ptxas fatal : Unsupported"), testing::IsEmpty()) << "shorter than cut_min";
+  EXPECT_THAT(hits("ptxas fatal : Unsupported .vers and more"), testing::IsEmpty())
+      << "a cut prefix ends its line";
+  EXPECT_THAT(hits("nvcc fatal   : Unsupported gpu architecture 'compute_12"),
+              testing::ElementsAre(1))
+      << "the tail follows the whole text";
+  EXPECT_THAT(hits("nvcc fatal   : Unsupported gpu archit  "), testing::ElementsAre(1));
+  EXPECT_THAT(hits("nvcc fatal   : Unsupported gpu architecture 'compute_120'"),
+              testing::IsEmpty());
+}
+
+TEST(SignatureCatalogue, InferenceFieldsAreChecked) {
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = cut\npattern = x\n"
+                    "cut_text = cannot find\n"),
+            "my.conf:1: signature a: an 'infer = cut' signature has no 'pattern': it is made from "
+            "'cut_text'");
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = cut\n"),
+            "my.conf:1: signature a: field 'cut_text' is required for 'infer = cut'");
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = cut\n"
+                    "cut_text = cannot find\ncut_min = 11\n"),
+            "my.conf:1: signature a: field 'cut_min' must be at least 3 and shorter than "
+            "'cut_text'");
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\npattern = x\n"
+                    "cut_text = cannot find\n"),
+            "my.conf:1: signature a: fields 'cut_text', 'cut_min', 'cut_tail' and 'after' apply "
+            "only to 'infer = cut'");
+  EXPECT_EQ(ErrorOf("[a]\nrole = symptom\nclass = link_error\ninfer = frame\npattern = x\n"),
+            "my.conf:1: signature a: field 'infer' applies only to root_cause signatures");
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\npattern = x\ncaller = y\n"),
+            "my.conf:1: signature a: field 'caller' applies only to 'infer = frame' signatures");
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = frame\npattern = x\n"
+                    "confidence = high\n"),
+            "my.conf:1: signature a: an inferred cause ('infer') has confidence low");
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = guess\npattern = x\n"),
+            "my.conf:4: field 'infer': 'guess' is not one of cut, frame");
+  EXPECT_THAT(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = frame\npattern = x\n"
+                      "caller = (\n"),
+              HasSubstr("field 'caller'"));
+  EXPECT_THAT(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = cut\n"
+                      "cut_text = cannot find\nafter = (\n"),
+              HasSubstr("field 'pattern'"));
 }
 
 }  // namespace

@@ -47,9 +47,11 @@ constexpr const char* kPrefixPatterns[] = {
     // journald/syslog classic: "Oct 04 13:19:39 host unit[394]: "
     R"(^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: ))",
     // vLLM: "ERROR 10-30 18:49:38 [core.py:708] "
-    R"(^((?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ))",
-    // Process prefix (vLLM, Ray): "(EngineCore_DP0 pid=294) ", "(raylet, ip=1.2.3.4) "
-    R"(^(\([\w.-]+(?: pid=\d+)?(?:, ip=[\d.]+)?\) ))",
+    // and older vLLM: "ERROR 11-25 08:17:34 multiproc_worker_utils.py:229] "
+    R"(^((?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]]*\]|[\w.-]+:\d+\]) ))",
+    // Process prefix (vLLM, Ray): "(EngineCore_DP0 pid=294) ", "(VllmWorker rank=1 pid=7) ",
+    // "(raylet, ip=1.2.3.4) "
+    R"(^(\([\w.-]+(?: rank=\d+)?(?: pid=\d+)?(?:, ip=[\d.]+)?\) ))",
     // SGLang: "[2026-06-28 14:01:50 TP5] ", "[2024-09-05T00:38:34Z] "
     R"(^(\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[^\]]*\] ))",
     // loguru-style: "2025-07-02 16:41:32 | ERROR | stderr | "
@@ -149,6 +151,13 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
         return absl::InvalidArgumentError(absl::StrCat(
             where(), ": field 'pattern': a progress pattern captures 'step' and 'total'"));
       }
+      if (!sig->caller.empty()) {
+        c.caller = std::make_unique<RE2>(sig->caller, LineOptions(kPatternMaxMem));
+        if (!c.caller->ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where(), ": field 'caller': ", c.caller->error()));
+        }
+      }
       for (const std::string& k : SummaryPlaceholders(sig->summary)) {
         if (!keys.count(k)) {
           return absl::InvalidArgumentError(
@@ -163,24 +172,7 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
     joined.push_back(absl::StrCat("(?:", WithoutNamedGroups(pattern), ")"));
     m->compiled_.push_back(std::move(c));
   }
-  if (!m->set_->Compile()) {
-    return absl::ResourceExhaustedError("signature set: out of memory compiling the patterns");
-  }
-  const std::string alternation = absl::StrCat("(?m)", absl::StrJoin(joined, "|"));
-  m->any_ = std::make_unique<RE2>(alternation, LineOptions(kAnyMinMem));
-  if (!m->any_->ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("signature alternation: ", m->any_->error()));
-  }
-  const int64_t wanted = kAnyBytesPerInstruction *
-                         std::max<int64_t>(m->any_->ProgramSize(), m->any_->ReverseProgramSize());
-  if (wanted > kAnyMinMem) {
-    m->any_ = std::make_unique<RE2>(alternation, LineOptions(wanted));
-    if (!m->any_->ok()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("signature alternation: ", m->any_->error()));
-    }
-  }
-  m->any_budget_ = std::max(wanted, kAnyMinMem);
+  m->alternation_ = absl::StrCat("(?m)", absl::StrJoin(joined, "|"));
   for (const char* p : kPrefixPatterns) {
     m->prefixes_.push_back(std::make_unique<RE2>(p, LineOptions(kPatternMaxMem)));
     if (!m->prefixes_.back()->ok()) {
@@ -201,6 +193,15 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
       log::Get(log::Component::kDiagnosis)
           .warn("signature matcher: {}; matching with RE2 alone", loaded.status().message());
     }
+  }
+  // RE2's set and alternation are what matching runs on without a prefilter: compiled now, so
+  // that their errors are Create's. With one, they serve only a buffer it cannot scan, and are
+  // compiled then: a process start is not spent on them.
+  if (m->prefilter_ == nullptr) {
+    if (!m->SetCompiled()) {
+      return absl::ResourceExhaustedError("signature set: out of memory compiling the patterns");
+    }
+    if (absl::Status s = m->AlternationStatus(); !s.ok()) return s;
   }
   return m;
 }
@@ -247,15 +248,18 @@ void SignatureMatcher::Match(std::string_view line, std::vector<int>* hits) cons
     hits->insert(hits->end(), own.begin(), own.end());
     return;
   }
-  RE2::Set::ErrorInfo info;
+  RE2::Set::ErrorInfo info{RE2::Set::kNotCompiled};
   const size_t before = hits->size();
-  if (set_->Match(re2::StringPiece(line.data(), line.size()), hits, &info)) {
-    std::sort(hits->begin() + before, hits->end());
-    return;
+  if (SetCompiled()) {
+    if (set_->Match(re2::StringPiece(line.data(), line.size()), hits, &info)) {
+      std::sort(hits->begin() + before, hits->end());
+      return;
+    }
+    if (info.kind == RE2::Set::kNoError) return;
   }
-  if (info.kind == RE2::Set::kNoError) return;
-  // The set could not answer (DFA out of memory: "no match" is then not an answer). Match pattern
-  // by pattern instead; each RE2 falls back to its NFA when its own DFA gives up.
+  // The set could not answer (DFA out of memory, or it did not compile: "no match" is then not an
+  // answer). Match pattern by pattern instead; each RE2 falls back to its NFA when its own DFA
+  // gives up.
   hits->resize(before);
   for (size_t i = 0; i < compiled_.size(); ++i) {
     if (RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *compiled_[i].re)) {
@@ -374,7 +378,41 @@ void SignatureMatcher::MatchLines(std::string_view text, Scanner* scanner) const
   close_line();
 }
 
+bool SignatureMatcher::SetCompiled() const {
+  absl::call_once(set_once_, [this] { set_compiled_ = set_->Compile(); });
+  return set_compiled_;
+}
+
+absl::Status SignatureMatcher::AlternationStatus() const {
+  absl::call_once(any_once_, [this] {
+    any_ = std::make_unique<RE2>(alternation_, LineOptions(kAnyMinMem));
+    if (!any_->ok()) {
+      any_status_ =
+          absl::InvalidArgumentError(absl::StrCat("signature alternation: ", any_->error()));
+      return;
+    }
+    const int64_t wanted = kAnyBytesPerInstruction *
+                           std::max<int64_t>(any_->ProgramSize(), any_->ReverseProgramSize());
+    if (wanted > kAnyMinMem) {
+      any_ = std::make_unique<RE2>(alternation_, LineOptions(wanted));
+      if (!any_->ok()) {
+        any_status_ =
+            absl::ResourceExhaustedError(absl::StrCat("signature alternation: ", any_->error()));
+        return;
+      }
+    }
+    any_budget_ = std::max(wanted, kAnyMinMem);
+  });
+  return any_status_;
+}
+
+int64_t SignatureMatcher::alternation_budget() const {
+  return AlternationStatus().ok() ? any_budget_ : 0;
+}
+
 size_t SignatureMatcher::FindCandidate(std::string_view text) const {
+  // Without its alternation (it did not compile), every line is a candidate.
+  if (!AlternationStatus().ok()) return 0;
   re2::StringPiece match;
   if (!any_->Match(re2::StringPiece(text.data(), text.size()), 0, text.size(), RE2::UNANCHORED,
                    &match, 1)) {
@@ -439,6 +477,12 @@ std::string_view SignatureMatcher::StripLogPrefixes(std::string_view line) const
     if (!stripped) break;
   }
   return line;
+}
+
+bool SignatureMatcher::MatchesCaller(int index, std::string_view frame) const {
+  const RE2* caller = compiled_[static_cast<size_t>(index)].caller.get();
+  return caller != nullptr &&
+         RE2::PartialMatch(re2::StringPiece(frame.data(), frame.size()), *caller);
 }
 
 bool SignatureMatcher::IsExceptionLine(std::string_view stripped) const {

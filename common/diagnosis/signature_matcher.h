@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
 #include "common/diagnosis/facts.h"
 #include "common/diagnosis/prefilter.h"
@@ -114,6 +115,12 @@ class SignatureMatcher {
   // Whether a prefix-stripped line starts like a Python exception line ("RuntimeError: ...",
   // "subprocess.CalledProcessError: ...").
   bool IsExceptionLine(std::string_view stripped) const;
+  // Whether signature `index` has a `caller`, and whether `frame` (a traceback's frame line)
+  // matches it.
+  bool HasCaller(int index) const {
+    return compiled_[static_cast<size_t>(index)].caller != nullptr;
+  }
+  bool MatchesCaller(int index, std::string_view frame) const;
   // Whether a line is a warning (Python `UserWarning:`, a WARNING log level, `nvcc warning`): a
   // cause named on a warning is weaker than one named on an error.
   bool IsWarningLine(std::string_view line) const;
@@ -123,7 +130,7 @@ class SignatureMatcher {
   const std::vector<std::string>& patterns() const { return patterns_; }
 
   // The memory budget of the alternation FindCandidate runs (bytes), sized from its program.
-  int64_t alternation_budget() const { return any_budget_; }
+  int64_t alternation_budget() const;
 
  private:
   struct Capture {
@@ -133,6 +140,7 @@ class SignatureMatcher {
   struct Compiled {
     std::unique_ptr<RE2> re;
     std::vector<Capture> captures;
+    std::unique_ptr<RE2> caller;     // a frame signature's `caller`
     bool first_values_only = false;  // not all_matches, no package/version
   };
 
@@ -144,9 +152,18 @@ class SignatureMatcher {
   std::vector<Signature> signatures_;
   std::vector<std::string> patterns_;  // signatures then structural patterns
   std::vector<Compiled> compiled_;     // one per pattern
+  // RE2's set (Match) and the alternation (FindCandidate), compiled at Create without a
+  // prefilter, on first use with one (SetCompiled, AlternationStatus: thread-safe).
+  bool SetCompiled() const;
+  absl::Status AlternationStatus() const;
   std::unique_ptr<RE2::Set> set_;
-  std::unique_ptr<RE2> any_;  // every pattern in one alternation, for FindCandidate
-  int64_t any_budget_ = 0;
+  mutable absl::once_flag set_once_;
+  mutable bool set_compiled_ = false;
+  std::string alternation_;  // every pattern in one alternation, for FindCandidate
+  mutable absl::once_flag any_once_;
+  mutable std::unique_ptr<RE2> any_;
+  mutable int64_t any_budget_ = 0;
+  mutable absl::Status any_status_;
   std::vector<std::unique_ptr<RE2>> prefixes_;
   std::unique_ptr<RE2> exception_line_;
   std::unique_ptr<RE2> warning_line_;
