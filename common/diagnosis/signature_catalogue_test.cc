@@ -153,6 +153,12 @@ TEST(SignatureMatcher, StripsCommonLogPrefixes) {
             "FAILED: a"},
            {"2025-07-02 16:41:32 | ERROR | stderr |   File \"y\"", "  File \"y\""},
            {"    plain indented", "    plain indented"},
+           {"ERROR:    [Errno 98] in use", "[Errno 98] in use"},
+           {"> ImportError: x", "ImportError: x"},
+           {"E       AssertionError", "       AssertionError"},  // keeps its indentation
+           {"  | RuntimeError: z", "RuntimeError: z"},
+           {"2023-07-27 13:17:05.422836: W tensorflow", "W tensorflow"},
+           {"", ""},
            // Older vLLM (file:line without brackets) and a worker's rank.
            {"(VllmWorkerProcess pid=55933) ERROR 11-25 08:17:34 multiproc_worker_utils.py:229]   "
             "File \"z\"",

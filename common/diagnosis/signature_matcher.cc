@@ -174,10 +174,22 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
   }
   m->alternation_ = absl::StrCat("(?m)", absl::StrJoin(joined, "|"));
   for (const char* p : kPrefixPatterns) {
-    m->prefixes_.push_back(std::make_unique<RE2>(p, LineOptions(kPatternMaxMem)));
-    if (!m->prefixes_.back()->ok()) {
-      return absl::InternalError(absl::StrCat("prefix pattern: ", m->prefixes_.back()->error()));
+    Prefix prefix{std::make_unique<RE2>(p, LineOptions(kPatternMaxMem)), {}};
+    if (!prefix.re->ok()) {
+      return absl::InternalError(absl::StrCat("prefix pattern: ", prefix.re->error()));
     }
+    // The range of a match's first byte; every byte when RE2 cannot bound it.
+    std::string min, max;
+    if (prefix.re->PossibleMatchRange(&min, &max, 1) && !min.empty() && !max.empty()) {
+      for (int b = static_cast<unsigned char>(min[0]); b <= static_cast<unsigned char>(max[0]);
+           ++b) {
+        prefix.first.set(static_cast<size_t>(b));
+      }
+    } else {
+      prefix.first.set();
+    }
+    m->prefix_first_ |= prefix.first;
+    m->prefixes_.push_back(std::move(prefix));
   }
   m->exception_line_ = std::make_unique<RE2>(
       R"(^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b)",
@@ -465,10 +477,14 @@ bool SignatureMatcher::AddsNothingTo(int index, const Facts& facts) const {
 
 std::string_view SignatureMatcher::StripLogPrefixes(std::string_view line) const {
   for (int round = 0; round < 8; ++round) {
+    if (line.empty()) break;
+    const size_t first = static_cast<unsigned char>(line.front());
+    if (!prefix_first_.test(first)) break;
     bool stripped = false;
-    for (const auto& re : prefixes_) {
+    for (const Prefix& prefix : prefixes_) {
+      if (!prefix.first.test(first)) continue;
       re2::StringPiece group;
-      if (RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *re, &group)) {
+      if (RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *prefix.re, &group)) {
         line.remove_prefix(group.size());
         stripped = true;
         break;

@@ -17,6 +17,7 @@
 //  - Extract(i, line): the named captures of pattern i, as facts.
 #pragma once
 
+#include <bitset>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -164,7 +165,14 @@ class SignatureMatcher {
   mutable std::unique_ptr<RE2> any_;
   mutable int64_t any_budget_ = 0;
   mutable absl::Status any_status_;
-  std::vector<std::unique_ptr<RE2>> prefixes_;
+  // Log prefix patterns, each with the bytes a line it matches can start with (from RE2's
+  // PossibleMatchRange: a line that starts otherwise is not tried), and their union.
+  struct Prefix {
+    std::unique_ptr<RE2> re;
+    std::bitset<256> first;
+  };
+  std::vector<Prefix> prefixes_;
+  std::bitset<256> prefix_first_;
   std::unique_ptr<RE2> exception_line_;
   std::unique_ptr<RE2> warning_line_;
   std::unique_ptr<Prefilter> prefilter_;
