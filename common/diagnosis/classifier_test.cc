@@ -595,5 +595,15 @@ TEST(Classifier, ReadyClearsAFrameInference) {
   EXPECT_EQ(d.diagnosis_class, "none");
 }
 
+TEST(Classifier, AnNcclPluginProbeOnAnInfoLineIsNoCause) {
+  const Diagnosis d = ClassifyText(
+      "node:1906:1906 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared "
+      "object file: No such file or directory No plugin found (libnccl-net.so)\n"
+      "[rank0]: RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for "
+      "details)\n");
+  EXPECT_EQ(d.diagnosis_class, "nccl_error");
+  EXPECT_EQ(d.root_cause_line, 2);
+}
+
 }  // namespace
 }  // namespace fleet::diagnosis

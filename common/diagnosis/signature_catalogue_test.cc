@@ -159,6 +159,7 @@ TEST(SignatureMatcher, StripsCommonLogPrefixes) {
            {"  | RuntimeError: z", "RuntimeError: z"},
            {"2023-07-27 13:17:05.422836: W tensorflow", "W tensorflow"},
            {"", ""},
+           {"deepseek  | ERROR 01-28 22:58:15 engine.py:387]   File \"w\"", "  File \"w\""},
            // Older vLLM (file:line without brackets) and a worker's rank.
            {"(VllmWorkerProcess pid=55933) ERROR 11-25 08:17:34 multiproc_worker_utils.py:229]   "
             "File \"z\"",

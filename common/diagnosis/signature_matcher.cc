@@ -58,6 +58,8 @@ constexpr const char* kPrefixPatterns[] = {
     R"(^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| \w+ *\| [^|]*\| ))",
     // Plain timestamp: "2023-07-27 13:17:05.422836: "
     R"(^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?:? ))",
+    // docker compose: "deepseek  | ", "vllm-1  | "
+    R"(^([\w.-]+ +\| ))",
     // grep -n / grep -B: "1979:" or "1979-" before a timestamp or text
     R"(^(\d{1,9}[:-])[^\d\s])",
     R"(^(\d{1,9}[:-])\d{4}-\d\d-\d\d)",
@@ -195,7 +197,7 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
       R"(^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b)",
       LineOptions(kPatternMaxMem));
   m->warning_line_ = std::make_unique<RE2>(
-      R"((?:[A-Za-z]Warning: |\bWARNING\b|\bWARN\b|^\[?W\d{4} |(?i:\bwarning\s*: )))",
+      R"((?:[A-Za-z]Warning: |\bWARNING\b|\bWARN\b|^\[?W\d{4} |(?i:\bwarning\s*: )|\bNCCL INFO\b))",
       LineOptions(kPatternMaxMem));
   if (prefilter != nullptr) {
     absl::StatusOr<std::unique_ptr<Prefilter>> loaded = Prefilter::Load(*prefilter, m->patterns_);

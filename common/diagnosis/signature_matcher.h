@@ -122,8 +122,9 @@ class SignatureMatcher {
     return compiled_[static_cast<size_t>(index)].caller != nullptr;
   }
   bool MatchesCaller(int index, std::string_view frame) const;
-  // Whether a line is a warning (Python `UserWarning:`, a WARNING log level, `nvcc warning`): a
-  // cause named on a warning is weaker than one named on an error.
+  // Whether a line is a warning (Python `UserWarning:`, a WARNING log level, `nvcc warning`, or
+  // NCCL's INFO lines, where an optional plugin's probe prints `cannot open shared object file`):
+  // a cause named on a warning is weaker than one named on an error.
   bool IsWarningLine(std::string_view line) const;
 
   // The RE2 patterns it runs: the signatures' then the structural ones (the classifier
