@@ -5,39 +5,13 @@
 //   gen_startup_log --size-mib 1024 --seed 1 --output .bench/startup.log
 //   {"file":".bench/startup.log","bytes":1073745123,"lines":...,"failures":...,
 //    "first_failure":{"kind":"...","class":"...","root_cause_line":...}}
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <iostream>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "bench/classifier/startup_log_generator.h"
-#include "common/base/errno_status.h"
+#include "bench/classifier/write_generated.h"
 #include "common/base/flag_set.h"
 #include "common/base/json_text.h"
-
-namespace {
-
-// Buffer whole blocks and write in large pieces: the generator must not be the slow part of a
-// benchmark run, and memory stays small whatever the size.
-constexpr size_t kWriteBytes = 1 << 20;
-
-absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    const ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fleet::ErrnoToStatus(errno, absl::StrCat("output ", path, ": write"));
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int64_t size_mib = 64;
@@ -74,38 +48,15 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  int fd = STDOUT_FILENO;
-  if (output != "-") {
-    fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      std::cerr << "gen_startup_log: "
-                << fleet::ErrnoToStatus(errno, absl::StrCat("output ", output, ": open")).message()
-                << "\n";
-      return 2;
-    }
-  }
-
   fleet::bench::StartupLogOptions options;
   options.seed = static_cast<uint64_t>(seed);
   options.mean_failure_spacing_bytes = failure_spacing_mib << 20;
   options.jit_percent = static_cast<int>(jit_percent);
   fleet::bench::StartupLogGenerator generator(options, target);
-  std::string buffer;
-  buffer.reserve(2 * kWriteBytes);
-  while (generator.bytes() < target) {
-    generator.AppendBlock(&buffer);
-    if (buffer.size() >= kWriteBytes || generator.bytes() >= target) {
-      if (absl::Status s = WriteAll(fd, buffer, output); !s.ok()) {
-        std::cerr << "gen_startup_log: " << s.message() << "\n";
-        return 2;
-      }
-      buffer.clear();
-    }
-  }
-  if (fd != STDOUT_FILENO && close(fd) != 0) {
-    std::cerr << "gen_startup_log: "
-              << fleet::ErrnoToStatus(errno, absl::StrCat("output ", output, ": close")).message()
-              << "\n";
+  // Whole blocks, written in large pieces: the generator must not be the slow part of a
+  // benchmark run, and memory stays small whatever the size.
+  if (absl::Status s = fleet::bench::WriteGenerated(generator, target, output); !s.ok()) {
+    std::cerr << "gen_startup_log: " << s.message() << "\n";
     return 2;
   }
 

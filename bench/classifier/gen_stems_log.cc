@@ -6,36 +6,13 @@
 //   gen_stems_log --stems bench/classifier/stems.txt --size-mib 256 --output .bench/stems.log
 //   {"file":".bench/stems.log","bytes":...,"lines":...,"matching_lines":...,"inserted_lines":...,
 //    "first_failure":{"kind":"...","class":"...","root_cause_line":...}}
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <iostream>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "bench/classifier/stems_log_generator.h"
-#include "common/base/errno_status.h"
+#include "bench/classifier/write_generated.h"
 #include "common/base/flag_set.h"
 #include "common/base/json_text.h"
-
-namespace {
-
-constexpr size_t kWriteBytes = 1 << 20;
-
-absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    const ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fleet::ErrnoToStatus(errno, absl::StrCat("output ", path, ": write"));
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::string stems_path;
@@ -88,32 +65,8 @@ int main(int argc, char** argv) {
   }
   fleet::bench::StemsLogGenerator& gen = **generator;
 
-  int fd = STDOUT_FILENO;
-  if (output != "-") {
-    fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      std::cerr << "gen_stems_log: "
-                << fleet::ErrnoToStatus(errno, absl::StrCat("output ", output, ": open")).message()
-                << "\n";
-      return 2;
-    }
-  }
-  std::string buffer;
-  buffer.reserve(2 * kWriteBytes);
-  while (gen.bytes() < target) {
-    gen.AppendBlock(&buffer);
-    if (buffer.size() >= kWriteBytes || gen.bytes() >= target) {
-      if (absl::Status s = WriteAll(fd, buffer, output); !s.ok()) {
-        std::cerr << "gen_stems_log: " << s.message() << "\n";
-        return 2;
-      }
-      buffer.clear();
-    }
-  }
-  if (fd != STDOUT_FILENO && close(fd) != 0) {
-    std::cerr << "gen_stems_log: "
-              << fleet::ErrnoToStatus(errno, absl::StrCat("output ", output, ": close")).message()
-              << "\n";
+  if (absl::Status s = fleet::bench::WriteGenerated(gen, target, output); !s.ok()) {
+    std::cerr << "gen_stems_log: " << s.message() << "\n";
     return 2;
   }
 
