@@ -69,15 +69,7 @@ int main(int argc, char** argv) {
   manifest["bytes"] = generator.bytes();
   manifest["lines"] = generator.lines();
   manifest["failures"] = generator.failures();
-  if (const auto& f = generator.first_failure()) {
-    Json j1 = Json::object();
-    j1["kind"] = f->kind;
-    j1["class"] = f->diagnosis_class;
-    j1["root_cause_line"] = f->root_cause_line;
-    manifest["first_failure"] = std::move(j1);
-  } else {
-    manifest["first_failure"] = nullptr;
-  }
+  manifest["first_failure"] = fleet::bench::FirstFailureJson(generator.first_failure());
   (output == "-" ? std::cerr : std::cout) << fleet::JsonText(std::move(manifest)) << "\n";
   return 0;
 }

@@ -81,15 +81,7 @@ int main(int argc, char** argv) {
   manifest["matching_lines"] = gen.matching_lines();
   manifest["inserted_lines"] = gen.inserted_lines();
   manifest["failures"] = int64_t{gen.first_failure().has_value() ? 1 : 0};
-  if (const auto& f = gen.first_failure()) {
-    Json j1 = Json::object();
-    j1["kind"] = f->kind;
-    j1["class"] = f->diagnosis_class;
-    j1["root_cause_line"] = f->root_cause_line;
-    manifest["first_failure"] = std::move(j1);
-  } else {
-    manifest["first_failure"] = nullptr;
-  }
+  manifest["first_failure"] = fleet::bench::FirstFailureJson(gen.first_failure());
   (output == "-" ? std::cerr : std::cout) << fleet::JsonText(std::move(manifest)) << "\n";
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/errno_status.h"
+#include "common/base/json_text.h"
 
 namespace fleet::bench {
 
@@ -52,6 +53,17 @@ absl::Status WriteGenerated(Generator& generator, int64_t target, const std::str
     status = ErrnoToStatus(errno, absl::StrCat("output ", output, ": close"));
   }
   return status;
+}
+
+// The manifest's "first_failure": {kind, class, root_cause_line}, or null.
+template <typename OptionalFailure>
+Json FirstFailureJson(const OptionalFailure& f) {
+  if (!f) return Json(nullptr);
+  Json j = Json::object();
+  j["kind"] = f->kind;
+  j["class"] = f->diagnosis_class;
+  j["root_cause_line"] = f->root_cause_line;
+  return j;
 }
 
 }  // namespace fleet::bench
