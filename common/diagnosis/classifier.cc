@@ -65,6 +65,28 @@ std::string_view ShownText(std::string_view line) {
   return line;
 }
 
+// Whether a line that ends a traceback is its exception line: a dotted name alone or before ':'
+// ("ValueError: x", "triton.runtime.errors.OutOfResources: x", "KeyboardInterrupt"), not only the
+// names IsExceptionLine knows. A traceback that ends otherwise lost its exception line.
+bool LooksLikeExceptionLine(std::string_view s) {
+  size_t i = 0;
+  for (;;) {
+    if (i >= s.size() || !(absl::ascii_isalpha(static_cast<unsigned char>(s[i])) || s[i] == '_')) {
+      return false;
+    }
+    while (i < s.size() && (absl::ascii_isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_')) {
+      ++i;
+    }
+    if (i < s.size() && s[i] == '.') {
+      ++i;
+      continue;
+    }
+    break;
+  }
+  const std::string_view rest = RightTrim(s.substr(i));
+  return rest.empty() || rest[0] == ':';
+}
+
 // "[12/345] ..." as ninja prints a step.
 bool IsNinjaStep(std::string_view s) {
   s = LeftTrim(s);
@@ -331,11 +353,14 @@ void Classifier::ProcessMatchedLine(std::string_view raw) {
 
   if (unit_ && UnitEndsBefore(stripped, starts != UnitKind::kNone || frame, include_line,
                               any_classifying, any_symptom)) {
-    EndUnit();
+    // A traceback ended by a line that starts a unit (vLLM's "RuntimeError: Worker failed with
+    // error '...'") still ended on its exception line.
+    EndUnit(unit_->kind == UnitKind::kTraceback && IsTracebackEnd(stripped));
   }
   if (!unit_) {
     if (starts != UnitKind::kNone) {
       OpenUnitAt(starts);
+      unit_->headed_start = starts == UnitKind::kTraceback;
     } else if (include_line) {
       OpenUnitAt(UnitKind::kCompilerOutput);
     } else if (frame) {
@@ -347,7 +372,7 @@ void Classifier::ProcessMatchedLine(std::string_view raw) {
   const UnitKind kind = unit_ ? unit_->kind : UnitKind::kNone;
   // Source lines that a traceback quotes under a frame can hold error text; they are code, not
   // output.
-  const bool code_line = kind == UnitKind::kTraceback && unit_->previous_was_frame &&
+  const bool code_line = kind == UnitKind::kTraceback && unit_->previous_was_frame && !frame &&
                          !stripped.empty() && (stripped[0] == ' ' || stripped[0] == '\t');
 
   int root = -1;
@@ -369,13 +394,20 @@ void Classifier::ProcessMatchedLine(std::string_view raw) {
 
   if (unit_) {
     ++unit_->lines;
-    unit_->evidence.Add(line_no_, raw, classifying);
+    // A named frame may decide (when its traceback lost the exception line): kept like a cause.
+    unit_->evidence.Add(line_no_, raw, classifying || frame_sig >= 0);
     if (classifying) {
       unit_->last_hit_line = line_no_;
       unit_->has_hit = true;
     }
   }
   if (frame && kind == UnitKind::kTraceback) OnFrame(frame_sig, raw, stripped);
+  // An informational line (NCCL's INFO: an optional plugin's probe "cannot open shared object
+  // file") names no cause and no failure.
+  if ((root >= 0 || symptom >= 0) && matcher_->IsInfoLine(raw)) {
+    root = -1;
+    symptom = -1;
+  }
   if (root >= 0) {
     OnRoot(root, raw, matcher_->IsWarningLine(raw));
   } else if (symptom >= 0) {
@@ -409,7 +441,7 @@ void Classifier::ProcessMatchedLine(std::string_view raw) {
     if (UnitEndsAfter(stripped)) {
       // A traceback's last line is its exception line, unless the traceback was cut and another
       // record follows.
-      EndUnit(kind != UnitKind::kTraceback || matcher_->IsExceptionLine(stripped));
+      EndUnit(kind != UnitKind::kTraceback || IsTracebackEnd(stripped));
     } else if (unit_->lines >= kMaxUnitLines) {
       EndUnit();
     }
@@ -436,6 +468,10 @@ void Classifier::OpenUnitAt(UnitKind kind) {
                          .start_line = line_no_,
                          .last_hit_line = line_no_,
                          .evidence = EvidenceBuilder(options_.max_evidence_lines)});
+}
+
+bool Classifier::IsTracebackEnd(std::string_view stripped) const {
+  return matcher_->IsExceptionLine(stripped) || LooksLikeExceptionLine(stripped);
 }
 
 bool Classifier::UnitEndsBefore(std::string_view stripped, bool starts_unit, bool include_line,
@@ -504,13 +540,22 @@ void Classifier::EndUnit(bool headed) {
   if (warning_root_ && warning_root_->unit_serial == unit_->serial && !warning_root_->evidence) {
     warning_root_->evidence = evidence();
   }
+  if (unit_->kind == UnitKind::kTraceback && headed && !unit_->headed_start) {
+    // A traceback fragment that starts with a frame and ends on an exception line continues the
+    // headless one just before it (another process's lines came between): that traceback did not
+    // lose its exception line after all.
+    if (frame_root_ && unit_->start_line - frame_root_end_ <= kResumeGap) frame_root_.reset();
+    if (headless_ && unit_->start_line - headless_end_ <= kResumeGap) headless_.reset();
+  }
   if (unit_->kind == UnitKind::kTraceback && !headed && !unit_->frames.empty()) {
     // The traceback lost its exception line: its innermost named frame tells the class; with
     // none, a failure is there but not named.
     if (pending_frame_ && !frame_root_) {
       frame_root_ = std::move(pending_frame_);
       frame_root_->evidence = evidence();
+      frame_root_end_ = line_no_;
     } else if (!pending_frame_ && !headless_) {
+      headless_end_ = line_no_;
       headless_ = Finding{.signature = -1,
                           .line = unit_->start_line,
                           .unit_serial = unit_->serial,

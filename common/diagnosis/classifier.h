@@ -73,6 +73,9 @@ class Classifier {
   // The frame lines of a traceback kept for a frame signature's `caller`, and their clip.
   static constexpr size_t kMaxFrames = 32;
   static constexpr size_t kMaxFrameBytes = 512;
+  // A traceback fragment that starts with a frame at most this many lines after a headless one
+  // ended continues it (other processes' lines came between).
+  static constexpr int64_t kResumeGap = 4;
 
   // `matcher` (and `listener`, when given) must outlive the classifier.
   explicit Classifier(const SignatureMatcher* matcher, ClassifierOptions options = {},
@@ -117,6 +120,7 @@ class Classifier {
     // A traceback's frame lines so far (the last kMaxFrames, clipped), for a frame signature's
     // `caller`.
     std::deque<std::string> frames;
+    bool headed_start = false;  // a traceback opened by its "Traceback (most recent ...)" line
   };
   // A deciding line: the root cause, or the first symptom of a rank.
   struct Finding {
@@ -146,6 +150,8 @@ class Classifier {
   // `headed`: a traceback ends on its exception line (frames then tell nothing more).
   void EndUnit(bool headed = false);
   void OnFrame(int index, std::string_view raw, std::string_view stripped);
+  // Whether `stripped`, ending a traceback, is its exception line.
+  bool IsTracebackEnd(std::string_view stripped) const;
   bool UnitEndsBefore(std::string_view stripped, bool starts_unit, bool include_line,
                       bool has_classifying, bool has_symptom) const;
   bool UnitEndsAfter(std::string_view stripped) const;
@@ -187,6 +193,8 @@ class Classifier {
   std::optional<Finding> pending_frame_;
   std::optional<Finding> frame_root_;
   std::optional<Finding> headless_;
+  int64_t frame_root_end_ = 0;  // the last line of frame_root_'s and headless_'s tracebacks
+  int64_t headless_end_ = 0;
   // First symptom of each rank (index = DiagnosisClassInfo::symptom_rank; 3 is an unrecognised
   // exception that ends a traceback).
   std::array<std::optional<Finding>, 5> symptom_by_rank_;

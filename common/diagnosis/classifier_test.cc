@@ -605,5 +605,83 @@ TEST(Classifier, AnNcclPluginProbeOnAnInfoLineIsNoCause) {
   EXPECT_EQ(d.root_cause_line, 2);
 }
 
+TEST(Classifier, ATracebackEndedByAnExceptionLineOfAnyNameIsNotHeadless) {
+  // Exception lines IsExceptionLine does not know, and vLLM's worker error (which starts a unit of
+  // its own): the traceback kept its exception line, so its frames infer nothing.
+  for (const char* last : {
+           "triton.runtime.errors.OutOfResources: out of resource: shared memory",
+           "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:",
+           "RuntimeError: Worker failed with error 'shape mismatch', please check the stack trace "
+           "above for the root cause",
+       }) {
+    const Diagnosis d = ClassifyText(
+        absl::StrCat("Traceback (most recent call last):\n"
+                     "  File \"/v/vllm/worker/worker.py\", line 306, in initialize_cache\n"
+                     "    self._init_cache_engine()\n",
+                     last, "\n"));
+    EXPECT_NE(d.diagnosis_class, "cuda_out_of_memory") << last;
+    EXPECT_EQ(d.confidence, Confidence::kHigh) << last;
+  }
+}
+
+TEST(Classifier, ATracebackResumedAfterAnotherProcesssLineKeepsItsExceptionLine) {
+  const Diagnosis d = ClassifyText(
+      "Traceback (most recent call last):\n"
+      "  File \"/v/torch/distributed/distributed_c10d.py\", line 4, in barrier\n"
+      "    work = group.barrier(opts=opts)\n"
+      "INFO 10-30 10:00:00 [metrics.py:12] Avg prompt throughput: 0.0 tokens/s\n"
+      "  File \"/v/vllm/config.py\", line 9, in verify\n"
+      "    raise ValueError(msg)\n"
+      "ValueError: max_model_len is larger than the model allows\n");
+  EXPECT_NE(d.diagnosis_class, "nccl_error");
+  EXPECT_EQ(d.confidence, Confidence::kHigh);
+}
+
+TEST(Classifier, ANamedFrameAfterASourcelessFrameCountsAndIsKeptAsEvidence) {
+  std::string text =
+      "Traceback (most recent call last):\n"
+      "  File \"<frozen runpy>\", line 198, in _run_module_as_main\n"
+      "  File \"<frozen runpy>\", line 88, in _run_code\n";
+  for (int i = 0; i < 150; ++i)
+    absl::StrAppend(&text, "  File \"/v/m.py\", line 1, in f\n    f()\n");
+  absl::StrAppend(&text,
+                  "  File \"/v/torch/utils/cpp_extension.py\", line 1809, in "
+                  "verify_ninja_availability\n");
+  for (int i = 0; i < 150; ++i)
+    absl::StrAppend(&text, "  File \"/v/m.py\", line 1, in g\n    g()\n");
+  const Diagnosis d = ClassifyText(text);
+  EXPECT_EQ(d.diagnosis_class, "ninja_not_found");
+  EXPECT_EQ(d.root_cause_line, 304);
+  EXPECT_THAT(EvidenceLines(d), Contains(304)) << "the deciding line is never elided";
+}
+
+TEST(Classifier, AnNcclInfoLineNamesNoCauseEvenWithoutAnErrorCause) {
+  const Diagnosis d = ClassifyText(
+      "node:1:1 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object "
+      "file: No such file or directory\n"
+      "Traceback (most recent call last):\n"
+      "  File \"/v/app.py\", line 3, in main\n"
+      "    run()\n"
+      "ValueError: bad argument\n");
+  EXPECT_NE(d.diagnosis_class, "missing_shared_library");
+}
+
+TEST(Classifier, APermissionDeniedNvccIsNoSplitCudaHome) {
+  EXPECT_NE(ClassifyText("/bin/sh: 1: /usr/local/cuda/bin/nvcc: Permission denied\n").signature_id,
+            "nvcc_path_split");
+  const Diagnosis d = ClassifyText("/bin/sh: 1: /usr/local/cuda-12.4: Permission denied\n");
+  EXPECT_EQ(d.signature_id, "nvcc_path_split");
+  EXPECT_EQ(d.facts.First("nvcc_path"), "/usr/local/cuda-12.4");
+}
+
+TEST(Classifier, ACutPtxasVersionWithPartOfItsNumberIsCut) {
+  for (const char* line :
+       {"ptxas fatal   : Unsupported .version", "ptxas fatal   : Unsupported .version 8"}) {
+    const Diagnosis d = ClassifyText(line);
+    EXPECT_EQ(d.diagnosis_class, "ptx_version_unsupported") << line;
+    EXPECT_EQ(d.confidence, Confidence::kLow) << line;
+  }
+}
+
 }  // namespace
 }  // namespace fleet::diagnosis

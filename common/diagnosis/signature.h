@@ -84,6 +84,10 @@ struct Signature {
   // traceback to match `caller` (RE2).
   Inference infer = Inference::kNone;
   std::string caller;
+  // A cut signature's `after` and `cut_tail` as written (its pattern is made from them): each is
+  // checked on its own, so that an error names its field.
+  std::string cut_after;
+  std::string cut_tail;
   // Collect every occurrence of the captures on a line, not only the first.
   bool all_matches = false;
   // Where the signature was defined, for error messages: "signatures.conf:12".

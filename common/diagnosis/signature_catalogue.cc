@@ -254,14 +254,19 @@ absl::StatusOr<std::vector<Signature>> ParseSignatureCatalogue(std::string_view 
         return cut_error("field 'cut_min' must be at least 3 and shorter than 'cut_text'");
       }
       current.pattern = CutPattern(cut);
-      if (!current.summary.empty()) {
-        absl::StrAppend(&current.summary, " (read from a message cut off where its line ends)");
-      }
+      current.cut_after = cut.after;
+      current.cut_tail = cut.tail;
     } else if (cut.given()) {
       return cut_error(
           "fields 'cut_text', 'cut_min', 'cut_tail' and 'after' apply only to 'infer = cut'");
     }
-    if (current.infer == Inference::kFrame && !current.summary.empty()) {
+    // An inferred cause says what it was inferred from, in its own summary or the class's.
+    if (current.infer != Inference::kNone && current.summary.empty()) {
+      current.summary = std::string(FindDiagnosisClass(current.diagnosis_class)->summary);
+    }
+    if (current.infer == Inference::kCut) {
+      absl::StrAppend(&current.summary, " (read from a message cut off where its line ends)");
+    } else if (current.infer == Inference::kFrame) {
       absl::StrAppend(&current.summary,
                       " (inferred from the last frames of a traceback that lost its exception "
                       "line)");

@@ -275,7 +275,22 @@ TEST(SignatureCatalogue, InferenceFieldsAreChecked) {
               HasSubstr("field 'caller'"));
   EXPECT_THAT(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = cut\n"
                       "cut_text = cannot find\nafter = (\n"),
-              HasSubstr("field 'pattern'"));
+              HasSubstr("field 'after'"));
+  // Text that would close the generated group and open another is refused, not pasted in.
+  EXPECT_THAT(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = cut\n"
+                      "cut_text = cannot find\nafter = zzz)|(?:\n"),
+              HasSubstr("my.conf:6: signature a: field 'after'"));
+  EXPECT_THAT(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = cut\n"
+                      "cut_text = cannot find\ncut_tail = x)|(y\n"),
+              HasSubstr("field 'cut_tail'"));
+  // An inferred cause without a summary says what it was inferred from in the class's.
+  auto parsed = ParseSignatureCatalogue(
+      "[a]\nrole = root_cause\nclass = link_error\ninfer = cut\ncut_text = cannot find\n"
+      "[b]\nrole = root_cause\nclass = link_error\ninfer = frame\npattern = x\n",
+      "my.conf");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT((*parsed)[0].summary, HasSubstr("cut off"));
+  EXPECT_THAT((*parsed)[1].summary, HasSubstr("lost its exception line"));
 }
 
 }  // namespace

@@ -126,6 +126,19 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
     auto where = [&]() {
       return sig ? absl::StrCat(sig->origin, ": signature ", sig->id) : std::string("structure");
     };
+    if (sig != nullptr) {
+      for (const auto& [field, text] :
+           {std::pair<const char*, const std::string*>{"after", &sig->cut_after},
+            std::pair<const char*, const std::string*>{"cut_tail", &sig->cut_tail}}) {
+        if (text->empty()) continue;
+        // On its own, so that text which would close the generated group is refused.
+        RE2 alone(*text, LineOptions(kPatternMaxMem));
+        if (!alone.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where(), ": field '", field, "': ", alone.error()));
+        }
+      }
+    }
     Compiled c;
     c.re = std::make_unique<RE2>(pattern, LineOptions(kPatternMaxMem));
     if (!c.re->ok()) {
@@ -197,8 +210,9 @@ absl::StatusOr<std::unique_ptr<SignatureMatcher>> SignatureMatcher::Create(
       R"(^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b)",
       LineOptions(kPatternMaxMem));
   m->warning_line_ = std::make_unique<RE2>(
-      R"((?:[A-Za-z]Warning: |\bWARNING\b|\bWARN\b|^\[?W\d{4} |(?i:\bwarning\s*: )|\bNCCL INFO\b))",
+      R"((?:[A-Za-z]Warning: |\bWARNING\b|\bWARN\b|^\[?W\d{4} |(?i:\bwarning\s*: )))",
       LineOptions(kPatternMaxMem));
+  m->info_line_ = std::make_unique<RE2>(R"(\bNCCL INFO\b)", LineOptions(kPatternMaxMem));
   if (prefilter != nullptr) {
     absl::StatusOr<std::unique_ptr<Prefilter>> loaded = Prefilter::Load(*prefilter, m->patterns_);
     if (loaded.ok()) {
@@ -509,6 +523,10 @@ bool SignatureMatcher::IsExceptionLine(std::string_view stripped) const {
 
 bool SignatureMatcher::IsWarningLine(std::string_view line) const {
   return RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *warning_line_);
+}
+
+bool SignatureMatcher::IsInfoLine(std::string_view line) const {
+  return RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), *info_line_);
 }
 
 }  // namespace fleet::diagnosis

@@ -122,10 +122,11 @@ class SignatureMatcher {
     return compiled_[static_cast<size_t>(index)].caller != nullptr;
   }
   bool MatchesCaller(int index, std::string_view frame) const;
-  // Whether a line is a warning (Python `UserWarning:`, a WARNING log level, `nvcc warning`, or
-  // NCCL's INFO lines, where an optional plugin's probe prints `cannot open shared object file`):
-  // a cause named on a warning is weaker than one named on an error.
+  // Whether a line is a warning (Python `UserWarning:`, a WARNING log level, `nvcc warning`): a
+  // cause named on a warning is weaker than one named on an error.
   bool IsWarningLine(std::string_view line) const;
+  // Whether a line is informational (NCCL's INFO lines): it names no cause and no failure.
+  bool IsInfoLine(std::string_view line) const;
 
   // The RE2 patterns it runs: the signatures' then the structural ones (the classifier
   // benchmark hands them to grep, translated: bench/classifier/re2_to_ere.h).
@@ -176,6 +177,7 @@ class SignatureMatcher {
   std::bitset<256> prefix_first_;
   std::unique_ptr<RE2> exception_line_;
   std::unique_ptr<RE2> warning_line_;
+  std::unique_ptr<RE2> info_line_;
   std::unique_ptr<Prefilter> prefilter_;
 };
 
