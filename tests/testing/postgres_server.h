@@ -15,6 +15,10 @@
 // superuser `fleet` has that password (given to initdb in a 0600 file, never in argv) and every
 // connection must give it (scram-sha-256).
 //
+// The destructor stops the server and removes the dir; a test process that dies without running
+// it (an abort, SIGKILL) leaves its postgres running in /tmp/fleet-test-*, as nothing tells a
+// postmaster that its parent went away.
+//
 // Not thread-safe: one test thread drives it.
 #pragma once
 
