@@ -29,6 +29,11 @@ packages=(
   # real Prometheus and promtool on loopback (the package's service is never started: see
   # policy-rc.d below), and `status --watch` in a real terminal (tmux).
   prometheus-cpp-dev libcurl4-openssl-dev libssl-dev prometheus tmux
+  # PostgreSQL, fleetd's optional store (issue 16): libpq to talk to it; the server (15, in
+  # /usr/lib/postgresql/15/bin, not on PATH) because the tests start their own, as an unprivileged
+  # user in a temp dir with no TCP listener. The package's cluster service is never started (see
+  # policy-rc.d below) and no cluster is created (create_main_cluster=false, below).
+  postgresql libpq-dev
 )
 
 missing=()
@@ -69,6 +74,17 @@ if [ ! -e "$policy_rc" ]; then
   created_policy=1
 fi
 
+# postgresql-common's postinst would create a cluster ("15 main", /var/lib/postgresql) owned by a
+# system service. The tests make their own; a build machine gains no database as a side effect.
+# The shipped createcluster.conf includes createcluster.d, read when the package is configured.
+for p in "${missing[@]}"; do
+  if [ "$p" = postgresql ] && [ ! -e /etc/postgresql-common/createcluster.d/gpu-fleet.conf ]; then
+    "${sudo[@]}" mkdir -p /etc/postgresql-common/createcluster.d
+    printf '# Written by gpu-fleet install-deps.sh: its tests start their own servers.\ncreate_main_cluster = false\n' |
+      "${sudo[@]}" tee /etc/postgresql-common/createcluster.d/gpu-fleet.conf >/dev/null
+  fi
+done
+
 "${sudo[@]}" apt-get update -q
 "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 
@@ -78,5 +94,8 @@ fi
 for p in "${missing[@]}"; do
   if [ "$p" = openssh-server ] && command -v systemctl >/dev/null; then
     "${sudo[@]}" systemctl disable --quiet ssh.service ssh.socket 2>/dev/null || true
+  fi
+  if [ "$p" = postgresql ] && command -v systemctl >/dev/null; then
+    "${sudo[@]}" systemctl disable --quiet postgresql.service 2>/dev/null || true
   fi
 done
