@@ -114,6 +114,9 @@ absl::Status Agent::Init() {
     auto records = store_->Servers();
     if (!records.ok()) return records.status();
     for (const fleet::v1::ServerRecord& r : *records) Readopt(r);
+    auto terms = store_->FenceTerms();
+    if (!terms.ok()) return terms.status();
+    fence_terms_ = *std::move(terms);
   }
   NotifySubscribers();
   readiness_thread_ = std::thread([this] { ReadinessLoop(); });
@@ -301,6 +304,31 @@ void Agent::HandleTimers(absl::Time now) {
     // Events are hints: look at each live log now and then anyway.
     if (run->alive()) run->PollLog();
   }
+}
+
+absl::Status Agent::AdmitFence(const fleet::v1::Fence& fence) {
+  absl::MutexLock lock(&mu_);
+  auto it = fence_terms_.find(fence.fleet_id());
+  const int64_t highest = it == fence_terms_.end() ? 0 : it->second;
+  if (fence.term() < highest) {
+    log::Get(log::Component::kAgent)
+        .warn("fenced: a request of fleet '{}' at term {} refused, its leader is at term {}",
+              fence.fleet_id(), fence.term(), highest);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "fenced: term ", fence.term(), " of fleet '", fence.fleet_id(), "' is older than term ",
+        highest, " this agent has seen: another fleetd leads"));
+  }
+  if (fence.term() > highest) {
+    // Kept before anything is done for it: after a restart, the old leader is still refused.
+    if (store_ != nullptr) {
+      if (absl::Status s = store_->PutFenceTerm(fence.fleet_id(), fence.term()); !s.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("fence: cannot keep term ", fence.term(), ": ", s.message()));
+      }
+    }
+    fence_terms_[fence.fleet_id()] = fence.term();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchRequest& request) {

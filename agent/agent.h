@@ -105,6 +105,11 @@ class Agent : public EventSource {
   // and every timer due. Tests call it directly (with a FakeClock) instead of Start().
   void RunOnce(absl::Duration timeout);
 
+  // Fencing (issue 16): OK when `fence`'s term is at least the highest this agent has seen for
+  // its fleet (a higher one is kept in agent.db, synced, before this returns); FailedPrecondition
+  // ("fenced") when it is lower: the request comes from a leader that was replaced. The service
+  // calls it before Launch, Stop and Apply.
+  absl::Status AdmitFence(const fleet::v1::Fence& fence) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<fleet::v1::LaunchResponse> Launch(const fleet::v1::LaunchRequest& request);
   absl::StatusOr<fleet::v1::StopResponse> Stop(const fleet::v1::StopRequest& request);
   fleet::v1::StatusResponse Status();
@@ -207,6 +212,8 @@ class Agent : public EventSource {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<AgentStore> store_ ABSL_GUARDED_BY(mu_);
+  // The highest leader term seen per fleet id (AdmitFence), as in agent.db.
+  std::map<std::string, int64_t> fence_terms_ ABSL_GUARDED_BY(mu_);
   // The last sequence given to an event: the store's last, or an unstored event's.
   uint64_t last_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   // Events numbered but not yet in agent.db, oldest first, with their serialized bytes.

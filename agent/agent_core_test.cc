@@ -500,6 +500,33 @@ TEST_F(AgentTest, ARestartedAgentReadoptsItsLiveServerAndKeepsItsIncarnation) {
   ASSERT_TRUE(h.RunUntil([](auto& ev) { return AgentHarness::HasPhase(ev, "STOPPED"); }));
 }
 
+TEST_F(AgentTest, ARequestFromAReplacedLeaderIsFencedAlsoAfterARestart) {
+  AgentHarness h;
+  auto fence = [](std::string fleet, int64_t term) {
+    fleet::v1::Fence f;
+    f.set_fleet_id(std::move(fleet));
+    f.set_term(term);
+    return f;
+  };
+  // A fleetd alone (no term) is admitted; so is each new leader's higher term.
+  EXPECT_TRUE(h.agent().AdmitFence(fleet::v1::Fence()).ok());
+  EXPECT_TRUE(h.agent().AdmitFence(fence("f1", 4)).ok());
+  EXPECT_TRUE(h.agent().AdmitFence(fence("f1", 7)).ok());
+  EXPECT_TRUE(h.agent().AdmitFence(fence("f1", 7)).ok()) << "the same leader again";
+  const absl::Status old = h.agent().AdmitFence(fence("f1", 4));
+  EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(old.message(), HasSubstr("fenced"));
+  EXPECT_EQ(h.agent().AdmitFence(fence("f1", 0)).code(), absl::StatusCode::kFailedPrecondition)
+      << "once the fleet has a leader with a term, a term-less request is an old one";
+  // Another fleet's terms are its own.
+  EXPECT_TRUE(h.agent().AdmitFence(fence("f2", 1)).ok());
+  // The highest term survives the agent's restart (agent.db).
+  h.Recreate();
+  EXPECT_EQ(h.agent().AdmitFence(fence("f1", 6)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(h.agent().AdmitFence(fence("f1", 7)).ok());
+  EXPECT_EQ(h.agent().AdmitFence(fence("f2", 0)).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 // The real launcher, and a copy of the agent's store (agent.db and its WAL) taken right after
 // each spawn: the disk as an agent killed -9 at that moment leaves it.
 class SnapshotAfterSpawn : public ProcessLauncher {

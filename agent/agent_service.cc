@@ -185,6 +185,10 @@ grpc::ServerUnaryReactor* AgentService::Launch(grpc::CallbackServerContext* cont
                                                const fleet::v1::LaunchRequest* request,
                                                fleet::v1::LaunchResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (absl::Status fenced = agent_->AdmitFence(request->fence()); !fenced.ok()) {
+    reactor->Finish(ToGrpcStatus(fenced));
+    return reactor;
+  }
   absl::StatusOr<fleet::v1::LaunchResponse> r = agent_->Launch(*request);
   if (r.ok()) *response = *std::move(r);
   reactor->Finish(ToGrpcStatus(r.status()));
@@ -195,6 +199,10 @@ grpc::ServerUnaryReactor* AgentService::Stop(grpc::CallbackServerContext* contex
                                              const fleet::v1::StopRequest* request,
                                              fleet::v1::StopResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (absl::Status fenced = agent_->AdmitFence(request->fence()); !fenced.ok()) {
+    reactor->Finish(ToGrpcStatus(fenced));
+    return reactor;
+  }
   absl::StatusOr<fleet::v1::StopResponse> r = agent_->Stop(*request);
   if (r.ok()) *response = *std::move(r);
   reactor->Finish(ToGrpcStatus(r.status()));
@@ -249,6 +257,10 @@ grpc::ServerUnaryReactor* AgentService::Apply(grpc::CallbackServerContext* conte
                                               const fleet::v1::ApplyRequest* request,
                                               fleet::v1::ApplyResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (absl::Status fenced = agent_->AdmitFence(request->fence()); !fenced.ok()) {
+    reactor->Finish(ToGrpcStatus(fenced));
+    return reactor;
+  }
   Enqueue([this, reactor, request, response] {
     *response = agent_->Apply(*request);
     reactor->Finish(grpc::Status::OK);

@@ -8,9 +8,11 @@
 #include <fstream>
 #include <map>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/private_dir.h"
+#include "common/base/string_view.h"
 #include "common/log/log.h"
 
 namespace fleet::agent {
@@ -221,6 +223,36 @@ absl::StatusOr<std::vector<fleet::v1::AgentEvent>> AgentStore::EventsAfter(uint6
     out.push_back(std::move(e));
   }
   return out;
+}
+
+namespace {
+using ::fleet::AsAbsl;
+constexpr std::string_view kFencePrefix = "fence_term:";
+}  // namespace
+
+absl::StatusOr<std::map<std::string, int64_t>> AgentStore::FenceTerms() {
+  auto get = db_->Prepare("SELECT substr(key, ?1), value FROM meta WHERE substr(key, 1, ?2) = ?3");
+  if (!get.ok()) return get.status();
+  get->Bind(1, static_cast<int64_t>(kFencePrefix.size() + 1))
+      .Bind(2, static_cast<int64_t>(kFencePrefix.size()))
+      .Bind(3, kFencePrefix);
+  std::map<std::string, int64_t> terms;
+  for (;;) {
+    auto row = get->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    int64_t term = 0;
+    if (absl::SimpleAtoi(get->ColumnText(1), &term)) terms[get->ColumnText(0)] = term;
+  }
+  return terms;
+}
+
+absl::Status AgentStore::PutFenceTerm(const std::string& fleet_id, int64_t term) {
+  if (absl::Status s = db_->Exec("PRAGMA synchronous=FULL"); !s.ok()) return s;
+  absl::Status put =
+      PutMeta(*db_, absl::StrCat(AsAbsl(kFencePrefix), fleet_id), absl::StrCat(term));
+  absl::Status back = db_->Exec("PRAGMA synchronous=NORMAL");
+  return put.ok() ? back : put;
 }
 
 absl::Status AgentStore::PutServer(int32_t gpu, const fleet::v1::ServerRecord& record) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,11 @@ class AgentStore {
   absl::Status Append(fleet::v1::AgentEvent* event);
   // Events with sequence > `after`, at most `limit`, oldest first.
   absl::StatusOr<std::vector<fleet::v1::AgentEvent>> EventsAfter(uint64_t after, size_t limit);
+
+  // The highest leader term seen per fleet (fencing, issue 16), and raising one: synced to disk
+  // before it returns (a term forgotten in a power loss would let a replaced leader back in).
+  absl::StatusOr<std::map<std::string, int64_t>> FenceTerms();
+  absl::Status PutFenceTerm(const std::string& fleet_id, int64_t term);
 
   absl::Status PutServer(int32_t gpu, const fleet::v1::ServerRecord& record);
   absl::Status DeleteServer(int32_t gpu);
