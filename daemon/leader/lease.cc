@@ -48,11 +48,15 @@ absl::StatusOr<std::unique_ptr<LeaderLease>> LeaderLease::Create(postgres::Datab
     if (absl::Status s = db->Exec(kSchema); !s.ok()) return s;
     if (absl::Status s = (*tx)->Commit(); !s.ok()) return s;
   }
-  // The session carries the holder's name: a successor ends it only while it does.
-  auto name = db->Prepare("SELECT set_config('application_name', ?1, false)");
+  auto lease = std::unique_ptr<LeaderLease>(new LeaderLease(db, std::move(options)));
+  if (absl::Status s = lease->NameSession(); !s.ok()) return s;
+  return lease;
+}
+
+absl::Status LeaderLease::NameSession() {
+  auto name = db_->Prepare("SELECT set_config('application_name', ?1, false)");
   if (!name.ok()) return name.status();
-  if (absl::Status s = name->Bind(1, options.holder).Run(); !s.ok()) return s;
-  return std::unique_ptr<LeaderLease>(new LeaderLease(db, std::move(options)));
+  return name->Bind(1, options_.holder).Run();
 }
 
 absl::StatusOr<int64_t> LeaderLease::TryAcquire() {
@@ -139,7 +143,8 @@ absl::Status LeaderLease::Renew() {
   const absl::Time sent = absl::Now();
   auto renew = db_->Prepare(
       "UPDATE fleet_leases SET expires_at = clock_timestamp() + make_interval(secs => ?4::float8 / "
-      "1000) WHERE fleet_id = ?1 AND holder = ?2 AND term = ?3 AND expires_at > clock_timestamp() "
+      "1000), backend_pid = pg_backend_pid() WHERE fleet_id = ?1 AND holder = ?2 AND term = ?3 AND "
+      "expires_at > clock_timestamp() "
       "RETURNING term");
   if (!renew.ok()) return renew.status();
   renew->Bind(1, options_.fleet_id).Bind(2, options_.holder).Bind(3, term_).Bind(4, DurationMs());

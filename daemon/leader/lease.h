@@ -62,6 +62,10 @@ class LeaderLease {
   // this session alone.
   absl::Status Release();
   absl::StatusOr<LeaseView> Current();
+  // Names the connection's session after the holder (application_name): a successor ends a
+  // session only while it carries the name. Again after each reconnect (Renew then records the
+  // new session's pid).
+  absl::Status NameSession();
 
   // The term held (0 when none), and until when (this process's clock) it may act on it.
   int64_t term() const { return term_; }
