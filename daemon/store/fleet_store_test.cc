@@ -7,8 +7,10 @@
 #include "daemon/store/fleet_store.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -17,6 +19,7 @@
 #include "absl/time/time.h"
 #include "common/postgres/database.h"
 #include "common/sqlite/power_loss_vfs.h"
+#include "daemon/store/store_url_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/postgres_server.h"
@@ -553,6 +556,43 @@ TEST_F(FleetStorePostgres, AnErrorNamesTheDatabaseWithoutItsPassword) {
   ASSERT_FALSE(store.ok());
   EXPECT_THAT(store.status().message(), HasSubstr("nosuch_"));
   EXPECT_THAT(store.status().message(), Not(HasSubstr("hunter2")));
+}
+
+// fleetd --store-file: the URL (and its password) comes from an owner-only file, never argv.
+TEST(FleetStoreTarget, TheStoreFileMustBeOwnerOnlyAndHoldOneUrl) {
+  testing::TempDir dir;
+  const std::string path = dir.Join("store-url");
+  auto write = [&](const std::string& text, mode_t mode) {
+    std::ofstream(path, std::ios::trunc) << text;
+    ASSERT_EQ(chmod(path.c_str(), mode), 0);
+  };
+  EXPECT_EQ(ReadStoreUrlFile(path).status().code(), absl::StatusCode::kNotFound);
+  write("postgresql://fleet:hunter2@db.example/fleet\n", 0600);
+  auto url = ReadStoreUrlFile(path);
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_EQ(*url, "postgresql://fleet:hunter2@db.example/fleet");
+  ASSERT_EQ(chmod(path.c_str(), 0400), 0);
+  EXPECT_TRUE(ReadStoreUrlFile(path).ok());
+  // Readable by the group, or by anyone: refused, and the password is not in the message.
+  for (mode_t mode : {0640, 0604, 0660}) {
+    ASSERT_EQ(chmod(path.c_str(), mode), 0);
+    auto refused = ReadStoreUrlFile(path);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << mode;
+    EXPECT_THAT(refused.status().message(), HasSubstr("0600 or stricter"));
+    EXPECT_THAT(refused.status().message(), Not(HasSubstr("hunter2")));
+  }
+  // A symlink to an owner-only file is refused too: the mode checked is the link's own file's.
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+  ASSERT_EQ(symlink(path.c_str(), dir.Join("link").c_str()), 0);
+  EXPECT_EQ(ReadStoreUrlFile(dir.Join("link")).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // Not a URL (a path, two lines): refused without quoting the content.
+  write("/var/lib/gpu-fleet/fleet.db hunter2", 0600);
+  auto not_url = ReadStoreUrlFile(path);
+  EXPECT_EQ(not_url.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(not_url.status().message(), Not(HasSubstr("hunter2")));
+  write("postgres://a/b\npostgres://c/d", 0600);
+  EXPECT_EQ(ReadStoreUrlFile(path).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(FleetStoreTarget, APostgresUrlIsNotAFile) {
