@@ -376,7 +376,7 @@ int main(int argc, char** argv) {
     Log().error("{}", store.status().message());
     return 1;
   }
-  Log().info("record: {}", (*store)->db().name());
+  const std::string record_name = (*store)->db().name();  // a file's path, or a redacted URL
   const fleet::WallClock wall(clock_offset_file);
   // Timers run on the monotonic clock (common/base/clock.h): a step of the wall clock is said.
   fleet::RealClock clock(&wall, [](absl::Duration step) {
@@ -465,8 +465,8 @@ int main(int argc, char** argv) {
       [serving](fleet::UniqueFd fd) { grpc::AddInsecureChannelFromFd(serving, fd.Release()); },
       [](const absl::Status& why) { Log().warn("{}", why.message()); });
   (*daemon)->Start();
-  Log().info("fleetd {}: serving on {} (only {}), record {}/fleet.db", fleet::kVersion, socket_path,
-             (*listener)->Describe(), state_dir);
+  Log().info("fleetd {}: serving on {} (only {}), record {}", fleet::kVersion, socket_path,
+             (*listener)->Describe(), record_name);
 
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -110,8 +110,12 @@ class FleetStoreTest : public ::testing::TestWithParam<Engine> {
   std::string target_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Sqlite, FleetStoreTest, ::testing::Values(Engine::kSqlite));
-INSTANTIATE_TEST_SUITE_P(Postgres, FleetStoreTest, ::testing::Values(Engine::kPostgres));
+std::string EngineName(const ::testing::TestParamInfo<Engine>& info) {
+  return info.param == Engine::kPostgres ? "postgres" : "sqlite";
+}
+INSTANTIATE_TEST_SUITE_P(Sqlite, FleetStoreTest, ::testing::Values(Engine::kSqlite), EngineName);
+INSTANTIATE_TEST_SUITE_P(Postgres, FleetStoreTest, ::testing::Values(Engine::kPostgres),
+                         EngineName);
 
 ServerRecord Server(const std::string& gpu) {
   ServerRecord r;
