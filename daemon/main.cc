@@ -38,6 +38,7 @@
 #include "daemon/remote/agent_bootstrap.h"
 #include "daemon/remote/remote_agent_client.h"
 #include "daemon/ssh/ssh_reach.h"
+#include "daemon/store/store_url_file.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/grpc.h"
 #include "grpcpp/grpcpp.h"
@@ -139,6 +140,7 @@ int main(int argc, char** argv) {
   std::string db_synchronous = "full";
   std::string clock_offset_file;
   std::string db_vfs;
+  std::string store_file;
   std::string log_level = "info";
   std::string metrics_listen;
   std::string metrics_cert, metrics_key, metrics_ca;
@@ -184,6 +186,12 @@ int main(int argc, char** argv) {
   flags.AddString("clock-offset-file", '\0', &clock_offset_file,
                   "testing: the wall clock fleetd sees is the system's plus the signed seconds in "
                   "this file, read again every 100 ms (the fault matrix's clock-jump row)",
+                  "FILE");
+  flags.AddString("store-file", '\0', &store_file,
+                  "keep the record in PostgreSQL instead of STATE_DIR/fleet.db: FILE (mode 0600 "
+                  "or stricter) holds its postgres:// URL, password included, so that the URL is "
+                  "never in argv; the database must exist (its tables are made). The lock and "
+                  "the socket stay in STATE_DIR",
                   "FILE");
   flags.AddString("db-synchronous", '\0', &db_synchronous,
                   "how fleet.db commits: full (each commit synced: survives a power loss; the "
@@ -308,6 +316,20 @@ int main(int argc, char** argv) {
     Log().error("--db-synchronous: full or normal, got '{}'", db_synchronous);
     return 1;
   }
+  // Where the record is: fleet.db in the state dir, or the PostgreSQL database --store-file names.
+  std::string store_target = state_dir + "/fleet.db";
+  if (!store_file.empty()) {
+    if (!db_vfs.empty() || db_synchronous != "full") {
+      Log().error("--db-vfs and --db-synchronous are SQLite's: not with --store-file");
+      return 1;
+    }
+    absl::StatusOr<std::string> url = fleet::daemon::ReadStoreUrlFile(store_file);
+    if (!url.ok()) {
+      Log().error("{}", url.status().message());
+      return 1;
+    }
+    store_target = *std::move(url);
+  }
   // Owner-only: fleet.db holds the config's env values (docs/config.md, "Secrets").
   absl::StatusOr<int> old_mode = fleet::MakePrivateDir(state_dir);
   if (!old_mode.ok()) {
@@ -342,15 +364,19 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto store = fleet::daemon::FleetStore::Open(
-      state_dir + "/fleet.db",
-      db_synchronous == "normal" ? fleet::sqlite::OpenOptions::Synchronous::kNormal
-                                 : fleet::sqlite::OpenOptions::Synchronous::kFull,
-      db_vfs);
+  fleet::daemon::FleetStoreOptions store_options;
+  store_options.synchronous = db_synchronous == "normal"
+                                  ? fleet::sqlite::OpenOptions::Synchronous::kNormal
+                                  : fleet::sqlite::OpenOptions::Synchronous::kFull;
+  store_options.vfs = db_vfs;
+  auto store = fleet::daemon::FleetStore::Open(store_target, store_options);
+  // Never store_target itself in a log: a URL's password. The store's name is redacted.
+  store_target.clear();
   if (!store.ok()) {
     Log().error("{}", store.status().message());
     return 1;
   }
+  const std::string record_name = (*store)->db().name();  // a file's path, or a redacted URL
   const fleet::WallClock wall(clock_offset_file);
   // Timers run on the monotonic clock (common/base/clock.h): a step of the wall clock is said.
   fleet::RealClock clock(&wall, [](absl::Duration step) {
@@ -439,8 +465,8 @@ int main(int argc, char** argv) {
       [serving](fleet::UniqueFd fd) { grpc::AddInsecureChannelFromFd(serving, fd.Release()); },
       [](const absl::Status& why) { Log().warn("{}", why.message()); });
   (*daemon)->Start();
-  Log().info("fleetd {}: serving on {} (only {}), record {}/fleet.db", fleet::kVersion, socket_path,
-             (*listener)->Describe(), state_dir);
+  Log().info("fleetd {}: serving on {} (only {}), record {}", fleet::kVersion, socket_path,
+             (*listener)->Describe(), record_name);
 
   int sig = 0;
   sigwait(&stop_signals, &sig);

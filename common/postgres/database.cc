@@ -330,15 +330,19 @@ Transaction::~Transaction() {
 
 absl::Status Transaction::Commit() {
   done_ = true;
-  if (PQtransactionStatus(db_.conn_) == PQTRANS_INERROR) {
-    db_.Exec("ROLLBACK").IgnoreError();
+  return db_.Commit();
+}
+
+absl::Status Database::Commit() {
+  if (PQtransactionStatus(conn_) == PQTRANS_INERROR) {
+    Exec("ROLLBACK").IgnoreError();
     return absl::FailedPreconditionError(absl::StrCat(
-        "postgres ", db_.target(), ": commit: a statement of the transaction failed; rolled back"));
+        "postgres ", target_, ": commit: a statement of the transaction failed; rolled back"));
   }
-  FLEET_ASSIGN_OR_RETURN(Result result, db_.Query("COMMIT", "commit"));
+  FLEET_ASSIGN_OR_RETURN(Result result, Query("COMMIT", "commit"));
   if (std::string_view(PQcmdStatus(result.get())) != "COMMIT") {
     return absl::FailedPreconditionError(
-        absl::StrCat("postgres ", db_.target(), ": commit: the server rolled back"));
+        absl::StrCat("postgres ", target_, ": commit: the server rolled back"));
   }
   return absl::OkStatus();
 }

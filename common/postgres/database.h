@@ -125,6 +125,10 @@ class Database {
   // (the server rolled it back); prepared statements are prepared again when they next run.
   absl::Status Reconnect();
 
+  // COMMIT of the transaction open on this connection (BEGIN run by the caller). FailedPrecondition
+  // when a statement of it failed before or the server rolled it back: nothing was committed.
+  absl::Status Commit();
+
   // The connection string with its secrets redacted: what messages and logs name.
   const std::string& target() const { return target_; }
 

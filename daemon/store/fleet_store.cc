@@ -10,11 +10,14 @@
 #include <cstdlib>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/string_view.h"
 #include "common/log/log.h"
+#include "common/sql/postgres_connection.h"
+#include "common/sql/sqlite_connection.h"
 #include "common/state/states.h"
 #include "daemon/store/fleet_store_internal.h"
 #include "daemon/store/fleet_store_schema.h"
@@ -23,6 +26,7 @@ namespace fleet::daemon {
 
 using store_internal::BindTime;
 using store_internal::ColumnTime;
+using store_internal::InsertedId;
 using store_internal::ParseTime;
 using store_internal::TimeText;
 
@@ -87,7 +91,37 @@ std::string EventSummary(const fleet::v1::AgentEvent& e) {
 
 }  // namespace
 
+absl::Status FleetStore::EnsureConnected() {
+  if (!db_->IsBroken()) return absl::OkStatus();
+  if (depth_ > 0) {
+    // The transaction went with the connection: the rest of it must not land on a new one.
+    return absl::UnavailableError(
+        absl::StrCat("store ", db_->name(), ": the connection was lost in a transaction"));
+  }
+  const absl::Time now = options_.clock ? options_.clock() : absl::Now();
+  if (now < next_reconnect_) {
+    return absl::UnavailableError(absl::StrCat("store ", db_->name(),
+                                               ": connection lost; next reconnect in ",
+                                               absl::FormatDuration(next_reconnect_ - now)));
+  }
+  absl::Status s = db_->Reconnect();
+  if (s.ok()) {
+    backoff_ = absl::ZeroDuration();
+    next_reconnect_ = absl::InfinitePast();
+    container_ids_.clear();
+    return s;
+  }
+  backoff_ = backoff_ == absl::ZeroDuration()
+                 ? options_.reconnect_backoff
+                 : std::min(backoff_ * 2, options_.max_reconnect_backoff);
+  next_reconnect_ = now + backoff_;
+  log::Get(log::Component::kStore)
+      .warn("{} (next try in {})", AsStd(s.message()), absl::FormatDuration(backoff_));
+  return s;
+}
+
 absl::StatusOr<FleetStore::Query> FleetStore::Prepare(const std::string& sql) {
+  if (absl::Status s = EnsureConnected(); !s.ok()) return s;
   auto it = statements_.find(sql);
   if (it == statements_.end()) {
     auto st = db_->Prepare(sql);
@@ -109,7 +143,8 @@ absl::StatusOr<FleetStore::Query> FleetStore::Prepare(const std::string& sql) {
 
 FleetStore::Batch::Batch(FleetStore* store) : store_(store) {
   if (store_->depth_ > 0) return;  // already inside one
-  begin_ = store_->db_->Exec("BEGIN IMMEDIATE");
+  begin_ = store_->EnsureConnected();
+  if (begin_.ok()) begin_ = store_->db_->Begin();
   if (begin_.ok()) {
     open_ = true;
     ++store_->depth_;
@@ -129,9 +164,9 @@ absl::Status FleetStore::Batch::Commit() {
     return absl::Status(s.code(),
                         absl::StrCat("the batch's transaction did not begin: ", s.message()));
   }
-  absl::Status s = store_->db_->Exec("COMMIT");
+  absl::Status s = store_->db_->Commit();
   if (!s.ok()) {
-    store_->db_->Exec("ROLLBACK").IgnoreError();
+    store_->db_->Rollback().IgnoreError();
     store_->container_ids_.clear();
   }
   open_ = false;
@@ -139,27 +174,53 @@ absl::Status FleetStore::Batch::Commit() {
   return s;
 }
 
-FleetStore::FleetStore(std::unique_ptr<sqlite::Database> db) : db_(std::move(db)) {}
+FleetStore::FleetStore(std::unique_ptr<sql::Connection> db, sqlite::Database* sqlite,
+                       const FleetStoreOptions& options)
+    : db_(std::move(db)), sqlite_(sqlite), options_(options) {}
 
 FleetStore::~FleetStore() {
   // The statements go before the connection.
   statements_.clear();
 }
 
-absl::StatusOr<std::unique_ptr<FleetStore>> FleetStore::Open(
-    const std::string& path, sqlite::OpenOptions::Synchronous synchronous, const std::string& vfs) {
-  sqlite::OpenOptions options;
-  options.synchronous = synchronous;
-  options.vfs = vfs;
-  options.mode = 0600;  // it holds the config's env values
-  auto db = sqlite::Database::Open(path, options);
+bool IsPostgresTarget(std::string_view target) {
+  return absl::StartsWith(AsAbsl(target), "postgres://") ||
+         absl::StartsWith(AsAbsl(target), "postgresql://");
+}
+
+absl::StatusOr<std::unique_ptr<FleetStore>> FleetStore::Open(const std::string& target,
+                                                             const FleetStoreOptions& options) {
+  if (IsPostgresTarget(target)) {
+    auto db = sql::PostgresConnection::Connect(target);
+    if (!db.ok()) return db.status();
+    if (absl::Status s = (*db)->Migrate(FleetStoreMigrations(sql::Dialect::kPostgres)); !s.ok()) {
+      return s;
+    }
+    return std::unique_ptr<FleetStore>(new FleetStore(*std::move(db), nullptr, options));
+  }
+  sqlite::OpenOptions sqlite_options;
+  sqlite_options.synchronous = options.synchronous;
+  sqlite_options.vfs = options.vfs;
+  sqlite_options.mode = 0600;  // it holds the config's env values
+  auto db = sql::SqliteConnection::Open(target, sqlite_options);
   if (!db.ok()) return db.status();
   // A page cache of 16 MiB instead of SQLite's 2 MiB: a turn's writes touch the server and
   // attempt rows and the events' indexes all over; with the small cache, pages were spilled and
   // read back within one commit (measured: a quarter less CPU per ingested event).
   if (absl::Status s = (*db)->Exec("PRAGMA cache_size = -16384"); !s.ok()) return s;
-  if (absl::Status s = (*db)->Migrate(FleetStoreMigrations()); !s.ok()) return s;
-  return std::unique_ptr<FleetStore>(new FleetStore(*std::move(db)));
+  if (absl::Status s = (*db)->Migrate(FleetStoreMigrations(sql::Dialect::kSqlite)); !s.ok()) {
+    return s;
+  }
+  sqlite::Database* sqlite = &(*db)->database();
+  return std::unique_ptr<FleetStore>(new FleetStore(*std::move(db), sqlite, options));
+}
+
+absl::StatusOr<std::unique_ptr<FleetStore>> FleetStore::Open(
+    const std::string& path, sqlite::OpenOptions::Synchronous synchronous, const std::string& vfs) {
+  FleetStoreOptions options;
+  options.synchronous = synchronous;
+  options.vfs = vfs;
+  return Open(path, options);
 }
 
 std::string ConfigDigest(std::string_view text) {
@@ -178,9 +239,11 @@ std::string ConfigDigest(std::string_view text) {
 absl::StatusOr<int64_t> FleetStore::SaveConfig(const fleet::v1::FleetConfig& config,
                                                std::string_view source, std::string_view yaml,
                                                absl::Time now) {
+  auto tx = Scope::Begin(this);
+  if (!tx.ok()) return tx.status();
   auto st = Prepare(
       "INSERT INTO configs (created_at, source, yaml, config, digest) "
-      "VALUES (?1, ?2, ?3, ?4, ?5)");
+      "VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id");
   if (!st.ok()) return st.status();
   (*st)
       ->Bind(1, std::string_view(TimeText(now)))
@@ -192,8 +255,10 @@ absl::StatusOr<int64_t> FleetStore::SaveConfig(const fleet::v1::FleetConfig& con
   } else {
     (*st)->Bind(5, std::string_view(ConfigDigest(yaml)));
   }
-  if (absl::Status s = (*st)->Run(); !s.ok()) return s;
-  return db_->LastInsertRowId();
+  absl::StatusOr<int64_t> id = InsertedId(**st, "configs");
+  if (!id.ok()) return id.status();
+  if (absl::Status s = (*tx)->Commit(); !s.ok()) return s;
+  return *id;
 }
 
 absl::StatusOr<std::optional<StoredConfigInfo>> FleetStore::LatestConfigInfo() {
@@ -212,7 +277,7 @@ absl::StatusOr<std::optional<StoredConfigInfo>> FleetStore::LastConfigFrom(
   return ReadConfigInfo(**st);
 }
 
-absl::StatusOr<std::optional<StoredConfigInfo>> FleetStore::ReadConfigInfo(sqlite::Statement& st) {
+absl::StatusOr<std::optional<StoredConfigInfo>> FleetStore::ReadConfigInfo(sql::Statement& st) {
   auto row = st.Step();
   if (!row.ok()) return row.status();
   if (!*row) return std::optional<StoredConfigInfo>();
@@ -236,7 +301,7 @@ absl::StatusOr<std::optional<fleet::v1::FleetConfig>> FleetStore::LatestConfig()
   fleet::v1::FleetConfig c;
   if (!c.ParseFromString((*st)->ColumnBlob(0))) {
     return absl::DataLossError(
-        absl::StrCat("database ", db_->path(), ": the stored config is unreadable"));
+        absl::StrCat("database ", db_->name(), ": the stored config is unreadable"));
   }
   return std::optional<fleet::v1::FleetConfig>(std::move(c));
 }
@@ -249,9 +314,10 @@ absl::StatusOr<int64_t> FleetStore::ContainerId(const std::string& host,
   if (!host_insert.ok()) return host_insert.status();
   (*host_insert)->Bind(1, std::string_view(host));
   if (absl::Status s = (*host_insert)->Run(); !s.ok()) return s;
-  auto insert = Prepare(
-      "INSERT INTO containers (host_id, ctid, name) "
-      "SELECT id, ?2, ?3 FROM hosts WHERE name = ?1 ON CONFLICT(name) DO NOTHING");
+  auto insert =
+      Prepare(absl::StrCat("INSERT INTO containers (host_id, ", ContainerIdColumn(db_->dialect()),
+                           ", name) SELECT id, ?2, ?3 FROM hosts WHERE name = ?1 "
+                           "ON CONFLICT(name) DO NOTHING"));
   if (!insert.ok()) return insert.status();
   (*insert)
       ->Bind(1, std::string_view(host))
@@ -353,12 +419,13 @@ absl::Status FleetStore::PutServer(const ServerRecord& server) {
 }
 
 absl::StatusOr<std::vector<ServerRecord>> FleetStore::Servers() {
-  auto st = Prepare(
-      "SELECT s.name, h.name, c.ctid, s.gpu, s.desired, s.removed, s.state, s.phase_detail, "
+  auto st = Prepare(absl::StrCat(
+      "SELECT s.name, h.name, c.", ContainerIdColumn(db_->dialect()),
+      ", s.gpu, s.desired, s.removed, s.state, s.phase_detail, "
       "s.progress_step, s.progress_total, s.state_since, s.attempt_id, s.attempt_number, "
       "s.last_class, s.last_summary, s.reason, s.backoff_until, s.degraded, s.spec, s.policy "
       "FROM servers s JOIN containers c ON c.id = s.container_id JOIN hosts h ON h.id = "
-      "c.host_id ORDER BY s.name");
+      "c.host_id ORDER BY s.name"));
   if (!st.ok()) return st.status();
   std::vector<ServerRecord> out;
   while (true) {
@@ -387,7 +454,7 @@ absl::StatusOr<std::vector<ServerRecord>> FleetStore::Servers() {
     if (!s.spec.ParseFromString((*st)->ColumnBlob(18)) ||
         !s.policy.ParseFromString((*st)->ColumnBlob(19))) {
       return absl::DataLossError(
-          absl::StrCat("database ", db_->path(), ": server ", s.name, " is unreadable"));
+          absl::StrCat("database ", db_->name(), ": server ", s.name, " is unreadable"));
     }
     out.push_back(std::move(s));
   }
@@ -499,7 +566,13 @@ absl::Status FleetStore::PutAttemptRow(const AttemptRecord& a) {
   return absl::OkStatus();
 }
 
-absl::Status FleetStore::PutAttempt(const AttemptRecord& attempt) { return PutAttemptRow(attempt); }
+absl::Status FleetStore::PutAttempt(const AttemptRecord& attempt) {
+  // A scope of its own: on PostgreSQL a failed statement would otherwise spoil an open Batch.
+  auto tx = Scope::Begin(this);
+  if (!tx.ok()) return tx.status();
+  if (absl::Status s = PutAttemptRow(attempt); !s.ok()) return s;
+  return (*tx)->Commit();
+}
 
 namespace {
 
@@ -509,7 +582,7 @@ constexpr char kAttemptColumns[] =
     "a.time_to_ready_ms, a.spec, a.diagnosis, a.confidence FROM attempts a JOIN servers s ON "
     "s.id = a.server_id ";
 
-absl::StatusOr<AttemptRecord> ReadAttempt(const sqlite::Statement& st) {
+absl::StatusOr<AttemptRecord> ReadAttempt(const sql::Statement& st) {
   AttemptRecord a;
   a.id = st.ColumnText(0);
   a.server = st.ColumnText(1);
@@ -592,7 +665,7 @@ absl::StatusOr<fleet::v1::Plan> FleetStore::CreateRemediation(fleet::v1::Plan pl
   plan.mutable_created_at()->set_nanos(static_cast<int32_t>(ns % 1000000000));
   auto insert = Prepare(
       "INSERT INTO remediations (container_id, trigger, diagnosis_class, status, reason, "
-      "created_at, plan) VALUES (?1, ?2, ?3, ?4, ?5, ?6, x'')");
+      "created_at, plan) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id");
   if (!insert.ok()) return insert.status();
   (*insert)
       ->Bind(1, *container)
@@ -600,9 +673,11 @@ absl::StatusOr<fleet::v1::Plan> FleetStore::CreateRemediation(fleet::v1::Plan pl
       .Bind(3, std::string_view(plan.diagnosis_class()))
       .Bind(4, PlanStatusText(plan))
       .Bind(5, std::string_view(plan.summary()))
-      .Bind(6, std::string_view(TimeText(now)));
-  if (absl::Status s = (*insert)->Run(); !s.ok()) return s;
-  const int64_t remediation_id = db_->LastInsertRowId();
+      .Bind(6, std::string_view(TimeText(now)))
+      .BindBlob(7, std::string_view(""));  // the plan is written by UpdateRemediation below
+  absl::StatusOr<int64_t> inserted = InsertedId(**insert, "remediations");
+  if (!inserted.ok()) return inserted.status();
+  const int64_t remediation_id = *inserted;
   plan.set_id(absl::StrCat(remediation_id));
   auto action =
       Prepare("INSERT INTO actions (remediation_id, seq, kind, action) VALUES (?1, ?2, ?3, ?4)");
@@ -687,17 +762,20 @@ absl::Status FleetStore::LinkRemediationAttempt(const std::string& remediation_i
   if (!absl::SimpleAtoi(remediation_id, &id)) {
     return absl::InvalidArgumentError(absl::StrCat("remediation: bad id '", remediation_id, "'"));
   }
+  auto tx = Scope::Begin(this);
+  if (!tx.ok()) return tx.status();
   auto st = Prepare(
       "INSERT INTO remediation_attempts (remediation_id, attempt_id) VALUES (?1, ?2) "
       "ON CONFLICT DO NOTHING");
   if (!st.ok()) return st.status();
   (*st)->Bind(1, id).Bind(2, std::string_view(attempt_id));
-  return (*st)->Run();
+  if (absl::Status s = (*st)->Run(); !s.ok()) return s;
+  return (*tx)->Commit();
 }
 
 namespace {
 
-absl::StatusOr<fleet::v1::Plan> ReadPlan(const sqlite::Statement& st) {
+absl::StatusOr<fleet::v1::Plan> ReadPlan(const sql::Statement& st) {
   fleet::v1::Plan plan;
   if (!plan.ParseFromString(st.ColumnBlob(1))) {
     return absl::DataLossError(absl::StrCat("remediation ", st.ColumnInt(0), ": plan unreadable"));
@@ -829,6 +907,8 @@ absl::Status FleetStore::IngestBatch(const std::string& container,
 absl::Status FleetStore::RecordGap(const std::string& container, const AgentCursor& from,
                                    const AgentCursor& to, absl::Time now) {
   const size_t slash = container.find('/');
+  auto tx = Scope::Begin(this);
+  if (!tx.ok()) return tx.status();
   absl::StatusOr<int64_t> container_id =
       ContainerId(container.substr(0, slash), container.substr(slash + 1));
   if (!container_id.ok()) return container_id.status();
@@ -847,10 +927,13 @@ absl::Status FleetStore::RecordGap(const std::string& container, const AgentCurs
                                              from.incarnation.empty() ? "(none)" : from.incarnation,
                                              "#", from.sequence, "; continuing at ", to.incarnation,
                                              "#", to.sequence)));
-  return (*insert)->Run();
+  if (absl::Status s = (*insert)->Run(); !s.ok()) return s;
+  return (*tx)->Commit();
 }
 
 absl::Status FleetStore::PruneEvents(absl::Time older_than, int64_t max_events) {
+  auto tx = Scope::Begin(this);
+  if (!tx.ok()) return tx.status();
   for (const char* sql :
        {"DELETE FROM events WHERE received_at < ?1", "DELETE FROM fleet_events WHERE at < ?1",
         "DELETE FROM deliveries WHERE status != 'pending' AND created_at < ?1"}) {
@@ -868,7 +951,7 @@ absl::Status FleetStore::PruneEvents(absl::Time older_than, int64_t max_events) 
     (*excess)->Bind(1, max_events);
     if (absl::Status s = (*excess)->Run(); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return (*tx)->Commit();
 }
 
 }  // namespace fleet::daemon

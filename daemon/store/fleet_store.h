@@ -1,5 +1,7 @@
-// FleetStore: the daemon's permanent record in STATE_DIR/fleet.db (SQLite, WAL, migrations by
-// PRAGMA user_version). The schema is a user interface (docs/schema.md): hosts, containers,
+// FleetStore: the daemon's permanent record, in STATE_DIR/fleet.db (SQLite, WAL, migrations by
+// PRAGMA user_version) or in a PostgreSQL database (fleetd --store-file; migrations counted in a
+// schema_version table). One set of SQL text serves both (common/sql/connection.h); only the DDL
+// differs by dialect. The schema is a user interface (docs/schema.md): hosts, containers,
 // servers, configs (desired state, so it survives kill -9), attempts (a row written *before* each
 // launch and closed after), remediations and actions, events (each agent event, once), and the
 // per-agent stream cursors.
@@ -11,10 +13,16 @@
 // Writes made while a Batch is open share its transaction (each still all-or-nothing on its own,
 // as a savepoint): a daemon turn commits once. Statements are prepared once and kept.
 //
+// PostgreSQL's connection can be lost: what was written in the open transaction is gone with it
+// (never a partial turn), every call fails with Unavailable until the Batch (if any) ends, and
+// the next call outside a Batch connects again. A reconnect that fails waits a backoff (doubling,
+// bounded) before the next try; calls in between fail at once with Unavailable.
+//
 // Not thread-safe: the daemon calls it under its own lock.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/sql/connection.h"
 #include "common/sqlite/database.h"
 #include "proto/agent.pb.h"
 #include "proto/config.pb.h"
@@ -109,12 +118,32 @@ struct DeliveryRecord {
   std::string body;  // the JSON sent
 };
 
+// True when `target` names a PostgreSQL database (a postgres:// or postgresql:// URL) rather than
+// a SQLite file.
+bool IsPostgresTarget(std::string_view target);
+
+struct FleetStoreOptions {
+  // SQLite only. Every commit is synced (synchronous=FULL): a row "written before launch" must
+  // survive a power loss, not only a crash of fleetd. kNormal is for measuring what that costs
+  // (fleetd --db-synchronous=normal, bench/daemon). `vfs`: the SQLite VFS (empty: the default;
+  // fleetd --db-vfs, for the fault matrix's power-loss row). PostgreSQL's durability is the
+  // server's (synchronous_commit, on by default).
+  sqlite::OpenOptions::Synchronous synchronous = sqlite::OpenOptions::Synchronous::kFull;
+  std::string vfs;
+  // PostgreSQL only: the wait after a failed reconnect, doubled after each further failure up to
+  // the maximum; and the clock it is measured by (tests; absl::Now when empty).
+  absl::Duration reconnect_backoff = absl::Milliseconds(100);
+  absl::Duration max_reconnect_backoff = absl::Seconds(10);
+  std::function<absl::Time()> clock;
+};
+
 class FleetStore {
  public:
-  // Opens (creating, mode 0600) the record. Every commit is synced (synchronous=FULL): a row
-  // "written before launch" must survive a power loss, not only a crash of fleetd. kNormal is
-  // for measuring what that costs (fleetd --db-synchronous=normal, bench/daemon). `vfs`: the
-  // SQLite VFS (empty: the default; fleetd --db-vfs, for the fault matrix's power-loss row).
+  // Opens the record at `target`: a SQLite file (created, mode 0600) or a PostgreSQL database
+  // (postgres:// or postgresql:// URL; the database must exist, its tables are created). Messages
+  // and logs name a URL only redacted.
+  static absl::StatusOr<std::unique_ptr<FleetStore>> Open(const std::string& target,
+                                                          const FleetStoreOptions& options);
   static absl::StatusOr<std::unique_ptr<FleetStore>> Open(
       const std::string& path,
       sqlite::OpenOptions::Synchronous synchronous = sqlite::OpenOptions::Synchronous::kFull,
@@ -214,16 +243,22 @@ class FleetStore {
   absl::Status PruneEvents(absl::Time older_than, int64_t max_events);
   absl::StatusOr<int64_t> EventCount();
 
-  sqlite::Database& db() { return *db_; }
+  // The connection (tests, tools); sqlite() is the SQLite database itself, null on PostgreSQL.
+  sql::Connection& db() { return *db_; }
+  sqlite::Database* sqlite() { return sqlite_; }
 
  private:
   class Scope;
   class Query;
 
-  explicit FleetStore(std::unique_ptr<sqlite::Database> db);
+  FleetStore(std::unique_ptr<sql::Connection> db, sqlite::Database* sqlite,
+             const FleetStoreOptions& options);
+  // Connects again when the connection was lost and no transaction is open (within the backoff:
+  // Unavailable at once).
+  absl::Status EnsureConnected();
   // A statement prepared once (by its SQL text) and reset when the handle goes.
   absl::StatusOr<Query> Prepare(const std::string& sql);
-  absl::StatusOr<std::optional<StoredConfigInfo>> ReadConfigInfo(sqlite::Statement& st);
+  absl::StatusOr<std::optional<StoredConfigInfo>> ReadConfigInfo(sql::Statement& st);
   absl::StatusOr<int64_t> ContainerId(const std::string& host, const std::string& container);
   absl::Status PutServerRow(const ServerRecord& server);
   // Only what events change (state, phase, progress, attempt, diagnosis, reason, backoff): the
@@ -231,7 +266,11 @@ class FleetStore {
   absl::Status PutServerState(const ServerRecord& server);
   absl::Status PutAttemptRow(const AttemptRecord& attempt);
 
-  std::unique_ptr<sqlite::Database> db_;
+  std::unique_ptr<sql::Connection> db_;
+  sqlite::Database* const sqlite_;  // db_'s, when it is SQLite
+  const FleetStoreOptions options_;
+  absl::Duration backoff_ = absl::ZeroDuration();  // after the last failed reconnect
+  absl::Time next_reconnect_ = absl::InfinitePast();
   struct Cached;
   std::map<std::string, std::unique_ptr<Cached>, std::less<>> statements_;
   std::map<std::string, int64_t, std::less<>> container_ids_;  // name (host/ctid) -> id

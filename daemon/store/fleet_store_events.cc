@@ -10,6 +10,7 @@ namespace fleet::daemon {
 
 using store_internal::BindTime;
 using store_internal::ColumnTime;
+using store_internal::InsertedId;
 using store_internal::TimeText;
 
 absl::Status FleetStore::AppendFleetEvents(const std::vector<fleet::v1::FleetEvent>& events,
@@ -38,7 +39,7 @@ absl::Status FleetStore::AppendFleetEvents(const std::vector<fleet::v1::FleetEve
   if (deliveries != nullptr) {
     auto add = Prepare(
         "INSERT INTO deliveries (event_idx, notify, event_type, server, status, created_at, "
-        "next_at, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+        "next_at, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id");
     if (!add.ok()) return add.status();
     for (DeliveryRecord& d : *deliveries) {
       d.created_at = now;
@@ -52,8 +53,9 @@ absl::Status FleetStore::AppendFleetEvents(const std::vector<fleet::v1::FleetEve
           .Bind(6, std::string_view(TimeText(now)));
       BindTime(**add, 7, d.next_at);
       (*add)->BindBlob(8, d.body);
-      if (absl::Status s = (*add)->Run(); !s.ok()) return s;
-      d.id = db_->LastInsertRowId();
+      absl::StatusOr<int64_t> id = InsertedId(**add, "deliveries");
+      if (!id.ok()) return id.status();
+      d.id = *id;
     }
   }
   return (*scope)->Commit();
@@ -93,7 +95,7 @@ constexpr char kDeliveryColumns[] =
     "SELECT id, event_idx, notify, event_type, server, status, attempts, http_status, error, "
     "created_at, next_at, finished_at, body FROM deliveries ";
 
-DeliveryRecord ReadDelivery(const sqlite::Statement& st) {
+DeliveryRecord ReadDelivery(const sql::Statement& st) {
   DeliveryRecord d;
   d.id = st.ColumnInt(0);
   d.event_index = st.ColumnInt(1);
@@ -111,7 +113,7 @@ DeliveryRecord ReadDelivery(const sqlite::Statement& st) {
   return d;
 }
 
-absl::StatusOr<std::vector<DeliveryRecord>> ReadDeliveries(sqlite::Statement& st) {
+absl::StatusOr<std::vector<DeliveryRecord>> ReadDeliveries(sql::Statement& st) {
   std::vector<DeliveryRecord> out;
   while (true) {
     auto row = st.Step();
@@ -133,14 +135,16 @@ absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::PendingDeliveries(int64_
 }
 
 absl::StatusOr<std::vector<DeliveryRecord>> FleetStore::Deliveries(int64_t limit) {
-  auto st = Prepare(
-      absl::StrCat("SELECT * FROM (", kDeliveryColumns, "ORDER BY id DESC LIMIT ?1) ORDER BY id"));
+  auto st = Prepare(absl::StrCat("SELECT * FROM (", kDeliveryColumns,
+                                 "ORDER BY id DESC LIMIT ?1) AS d ORDER BY id"));
   if (!st.ok()) return st.status();
   (*st)->Bind(1, limit);
   return ReadDeliveries(**st);
 }
 
 absl::Status FleetStore::UpdateDelivery(const DeliveryRecord& d) {
+  auto tx = Scope::Begin(this);
+  if (!tx.ok()) return tx.status();
   auto st = Prepare(
       "UPDATE deliveries SET status = ?2, attempts = ?3, http_status = ?4, error = ?5, "
       "next_at = ?6, finished_at = ?7 WHERE id = ?1");
@@ -154,7 +158,8 @@ absl::Status FleetStore::UpdateDelivery(const DeliveryRecord& d) {
   (*st)->Bind(5, std::string_view(d.error));
   BindTime(**st, 6, d.next_at);
   BindTime(**st, 7, d.finished_at);
-  return (*st)->Run();
+  if (absl::Status s = (*st)->Run(); !s.ok()) return s;
+  return (*tx)->Commit();
 }
 
 absl::StatusOr<int64_t> FleetStore::EventCount() {

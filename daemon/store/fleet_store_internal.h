@@ -7,8 +7,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/sqlite/database.h"
+#include "common/sql/connection.h"
 #include "daemon/store/fleet_store.h"
 
 namespace fleet::daemon {
@@ -29,7 +30,7 @@ inline absl::Time ParseTime(const std::string& text) {
   return t;
 }
 
-inline void BindTime(sqlite::Statement& st, int index, absl::Time t) {
+inline void BindTime(sql::Statement& st, int index, absl::Time t) {
   if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) {
     st.BindNull(index);
   } else {
@@ -37,14 +38,25 @@ inline void BindTime(sqlite::Statement& st, int index, absl::Time t) {
   }
 }
 
-inline absl::Time ColumnTime(const sqlite::Statement& st, int index) {
+inline absl::Time ColumnTime(const sql::Statement& st, int index) {
   return st.ColumnIsNull(index) ? absl::InfinitePast() : ParseTime(st.ColumnText(index));
+}
+
+// Runs an INSERT ... RETURNING id and gives the id. The statement is run to its end, so that
+// SQLite does not hold it open (a COMMIT with a write statement in progress fails).
+inline absl::StatusOr<int64_t> InsertedId(sql::Statement& st, const char* table) {
+  auto row = st.Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::InternalError(absl::StrCat(table, ": the insert returned no id"));
+  const int64_t id = st.ColumnInt(0);
+  if (absl::Status s = st.Run(); !s.ok()) return s;
+  return id;
 }
 
 }  // namespace store_internal
 
 struct FleetStore::Cached {
-  sqlite::Statement statement;
+  sql::Statement statement;
   bool busy = false;  // a Query holds it
 };
 
@@ -53,8 +65,8 @@ class FleetStore::Query {
   // `cached` is reset and released when the query goes; `owned` (when the cached one was busy)
   // is finalized.
   explicit Query(Cached* cached) : cached_(cached), st_(&cached->statement) {}
-  explicit Query(sqlite::Statement owned)
-      : owned_(std::make_unique<sqlite::Statement>(std::move(owned))), st_(owned_.get()) {}
+  explicit Query(sql::Statement owned)
+      : owned_(std::make_unique<sql::Statement>(std::move(owned))), st_(owned_.get()) {}
   Query(Query&& o) noexcept
       : cached_(std::exchange(o.cached_, nullptr)),
         owned_(std::move(o.owned_)),
@@ -66,20 +78,23 @@ class FleetStore::Query {
       cached_->busy = false;
     }
   }
-  sqlite::Statement* operator->() const { return st_; }
-  sqlite::Statement& operator*() const { return *st_; }
+  sql::Statement* operator->() const { return st_; }
+  sql::Statement& operator*() const { return *st_; }
 
  private:
   Cached* cached_ = nullptr;
-  std::unique_ptr<sqlite::Statement> owned_;
-  sqlite::Statement* st_ = nullptr;
+  std::unique_ptr<sql::Statement> owned_;
+  sql::Statement* st_ = nullptr;
 };
 
 class FleetStore::Scope {
  public:
   static absl::StatusOr<std::unique_ptr<Scope>> Begin(FleetStore* store) {
     const bool outer = store->depth_ == 0;
-    if (absl::Status s = store->db_->Exec(outer ? "BEGIN IMMEDIATE" : "SAVEPOINT fleet_write");
+    if (outer) {
+      if (absl::Status s = store->EnsureConnected(); !s.ok()) return s;
+    }
+    if (absl::Status s = outer ? store->db_->Begin() : store->db_->Exec("SAVEPOINT fleet_write");
         !s.ok()) {
       return s;
     }
@@ -88,14 +103,15 @@ class FleetStore::Scope {
   }
   ~Scope() {
     if (done_) return;
-    store_->db_->Exec(outer_ ? "ROLLBACK" : "ROLLBACK TO fleet_write; RELEASE fleet_write")
+    (outer_ ? store_->db_->Rollback()
+            : store_->db_->Exec("ROLLBACK TO fleet_write; RELEASE fleet_write"))
         .IgnoreError();
     --store_->depth_;
     // Rows this scope inserted are gone; so are their ids.
     store_->container_ids_.clear();
   }
   absl::Status Commit() {
-    absl::Status s = store_->db_->Exec(outer_ ? "COMMIT" : "RELEASE fleet_write");
+    absl::Status s = outer_ ? store_->db_->Commit() : store_->db_->Exec("RELEASE fleet_write");
     if (s.ok()) {
       done_ = true;
       --store_->depth_;
