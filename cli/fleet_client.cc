@@ -195,37 +195,37 @@ absl::Status FleetClient::Run(const char* method, const Attempt& attempt) {
   Endpoint* endpoint = nullptr;
   std::optional<Outcome> outcome;  // the call, when made already while choosing
   {
-    // The address to use: the chosen one, or the first of the list that answers. mu_ is held
-    // while choosing, so concurrent first calls agree; never during a call on a chosen address.
+    // The address to use: the chosen one (the socket, or the one address, is chosen from the
+    // start), or the first of the list that answers. mu_ is held while choosing, so concurrent
+    // first calls agree; never during a call on a chosen address.
     absl::MutexLock lock(&mu_);
+    if (chosen_ < 0 && endpoints_.size() == 1) chosen_ = 0;
     if (chosen_ >= 0) {
+      if (absl::Status s = Open(static_cast<size_t>(chosen_)); !s.ok()) return s;
       endpoint = endpoints_[static_cast<size_t>(chosen_)].get();
     } else {
       std::vector<std::string> failures;
-      const bool several = endpoints_.size() > 1;
       const absl::Duration budget = std::min(timeout_, kConnectBudget);
       for (size_t i = 0; i < endpoints_.size() && endpoint == nullptr; ++i) {
         if (absl::Status s = Open(i); !s.ok()) return s;
         Endpoint& candidate = *endpoints_[i];
-        if (several) {
-          const grpc_connectivity_state state =
-              AwaitAnswer(candidate.channel.get(), absl::Now() + budget);
-          if (state == GRPC_CHANNEL_READY) {
-            chosen_ = static_cast<int>(i);
-            endpoint = &candidate;
-            break;
-          }
-          if (state != GRPC_CHANNEL_TRANSIENT_FAILURE) {
-            failures.push_back(
-                absl::StrCat(candidate.address, ": no answer within ", HumanDuration(budget)));
-            continue;
-          }
+        const grpc_connectivity_state state =
+            AwaitAnswer(candidate.channel.get(), absl::Now() + budget);
+        if (state == GRPC_CHANNEL_READY) {
+          chosen_ = static_cast<int>(i);
+          endpoint = &candidate;
+          break;
         }
-        // Not connected (or the one address): the call itself says. On a channel that failed to
-        // connect it fails at once, Unavailable, with gRPC's reason, and nothing was sent.
+        if (state != GRPC_CHANNEL_TRANSIENT_FAILURE) {
+          failures.push_back(
+              absl::StrCat(candidate.address, ": no answer within ", HumanDuration(budget)));
+          continue;
+        }
+        // Failed to connect (refused, the TLS handshake refused): the call itself says why. On
+        // such a channel it fails at once, Unavailable, with gRPC's reason, and nothing is sent
+        // (should the channel connect meanwhile, the call runs there and that address is used).
         Outcome tried = attempt(candidate);
-        if (several && !tried.answered &&
-            tried.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        if (!tried.answered && tried.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
             candidate.channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
           failures.push_back(absl::StrCat(candidate.address, ": ", tried.status.error_message()));
           continue;
