@@ -301,7 +301,7 @@ int RunCerts(const std::vector<std::string>& args, const CommandContext& ctx) {
   if (days < 1 || days > 36500) return Fail(err, "--days must be in 1..36500");
   if (dir.empty()) return Fail(err, "--dir must not be empty");
   std::vector<std::string> agents, listen_names, clients;
-  for (auto [lists, names, what] : {std::tuple{&agent_lists, &agents, "agent"},
+  for (auto [lists, names, what] : {std::tuple{&agent_lists, &agents, "agent name"},
                                     std::tuple{&listen_lists, &listen_names, "listen name"},
                                     std::tuple{&client_lists, &clients, "client name"}}) {
     std::set<std::string> seen;
