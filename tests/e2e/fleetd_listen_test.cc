@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -242,29 +243,30 @@ TEST_F(FleetdListenTest, RefusesClientsWithoutACertificateOfItsCa) {
 }
 
 TEST_F(FleetdListenTest, RefusesToListenWithoutTlsUnlessToldInsecure) {
-  for (const std::vector<std::string>& extra :
-       {std::vector<std::string>{"--listen", "127.0.0.1:0"},
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--listen-cert",
-                                 pki_ + "/fleetd-listen.crt"}}) {
-    const testing::RunResult refused = [&] {
-      testing::RunOptions options;
-      options.env = std::map<std::string, std::string>{{"PATH", kPath}};
-      options.output_path = dir_.Join(absl::StrCat("refused-", extra.size(), ".log"));
-      absl::StatusOr<testing::RunResult> r = testing::Run(FleetdArgv(extra), options);
-      EXPECT_TRUE(r.ok()) << r.status();
-      return r.ok() ? *r : testing::RunResult{};
-    }();
-    EXPECT_TRUE(refused.exited);
-    EXPECT_EQ(refused.exit_code, 1) << refused.output;
-    if (extra.size() == 2) {
-      EXPECT_THAT(refused.output,
-                  HasSubstr("refusing to serve fleet.proto on 127.0.0.1:0 without TLS"));
-    } else {
-      EXPECT_THAT(refused.output,
-                  HasSubstr("--listen-cert, --listen-key and --listen-ca come together"));
-    }
+  const std::string missing = dir_.Join("missing.crt");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refusals = {
+      {{"--listen", "127.0.0.1:0"}, "refusing to serve fleet.proto on 127.0.0.1:0 without TLS"},
+      {{"--listen", "127.0.0.1:0", "--listen-cert", pki_ + "/fleetd-listen.crt"},
+       "--listen-cert, --listen-key and --listen-ca come together"},
+      {{"--listen", "127.0.0.1:0", "--listen-cert", missing, "--listen-key",
+        pki_ + "/fleetd-listen.key", "--listen-ca", pki_ + "/ca.crt"},
+       "--listen-cert " + missing + ": cannot be read"},
+      {ListenTls(pki_), "--listen-cert, --listen-key and --listen-ca are for --listen"},
+      {{"--listen", "7443"}, "flag --listen '7443': give HOST:PORT"},
+  };
+  for (const auto& [extra, why] : refusals) {
+    testing::RunOptions options;
+    options.env = std::map<std::string, std::string>{{"PATH", kPath}};
+    options.output_path = dir_.Join(absl::StrCat("refused-", ++runs_, ".log"));
+    absl::StatusOr<testing::RunResult> refused = testing::Run(FleetdArgv(extra), options);
+    ASSERT_TRUE(refused.ok()) << refused.status();
+    EXPECT_TRUE(refused->exited);
+    EXPECT_EQ(refused->exit_code, 1) << refused->output;
+    EXPECT_THAT(refused->output, HasSubstr(why));
+    // Refused before anything is opened: no record, no address.
     struct stat st;
     EXPECT_NE(stat(addr_file().c_str(), &st), 0);
+    EXPECT_NE(stat((state_ + "/fleet.db").c_str(), &st), 0) << refused->output;
   }
 
   // Asked for by name: served, and said loudly.
