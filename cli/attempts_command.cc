@@ -120,7 +120,7 @@ int RunAttempts(const std::vector<std::string>& args, const CommandContext& ctx)
 
   v1::ListAttemptsRequest request;
   if (!flags.positional().empty()) request.set_server(flags.positional()[0]);
-  FleetClient client(ctx.socket_path, ctx.timeout);
+  FleetClient client(ctx, ctx.timeout);
   absl::StatusOr<v1::ListAttemptsResponse> response = client.ListAttempts(request);
   if (!response.ok()) return ReportError("attempts", response.status(), *ctx.err);
 

@@ -15,6 +15,7 @@
 #include <ostream>
 #include <set>
 #include <string_view>
+#include <tuple>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -253,21 +254,34 @@ int RunCerts(const std::vector<std::string>& args, const CommandContext& ctx) {
   std::ostream& err = *ctx.err;
   std::string dir = kDefaultCertsDir;
   std::vector<std::string> agent_lists;
+  std::vector<std::string> listen_lists;
+  std::vector<std::string> client_lists;
   int64_t days = kDefaultDays;
   bool force = false;
   FlagSet flags(
-      "fleetctl certs init [--dir DIR] [--agents NAME,...] [--days N] [--force]",
+      "fleetctl certs init [--dir DIR] [--agents NAME,...] [--listen-names NAME,...]\n"
+      "                    [--clients NAME,...] [--days N] [--force]",
       "Creates the fleet's mutual-TLS material with openssl (no daemon): a CA (ca.key, ca.crt),\n"
       "fleetd's client certificate (fleetd.crt, fleetd.key) and, per agent NAME, a server\n"
       "certificate (agent-NAME.crt, agent-NAME.key) that names NAME only (the container's\n"
       "address, or its channel's tls_name), all signed by the CA. Keys are 0600. An existing CA is "
       "reused and a fleetd certificate it\n"
-      "signed is kept; an existing agent certificate is replaced only with --force.");
+      "signed is kept; an existing agent certificate is replaced only with --force.\n"
+      "For fleetd --listen (fleetctl over the network): --listen-names makes fleetd's server\n"
+      "certificate (fleetd-listen.crt, .key) naming every NAME fleetctl dials it by, and\n"
+      "--clients a client certificate per person or machine (client-NAME.crt, .key) for\n"
+      "fleetctl --tls-cert; both are replaced only with --force.");
   flags.AddString("dir", '\0', &dir, "where the files are (created 0700 when missing)", "DIR");
   flags.AddRepeated("agents", '\0', &agent_lists,
                     "agents to make a server certificate for: names or IPv4 addresses, "
                     "comma-separated (repeatable)",
                     "NAME,...");
+  flags.AddRepeated("listen-names", '\0', &listen_lists,
+                    "fleetd's --listen server certificate, naming these host names or IPv4 "
+                    "addresses (all in one certificate; repeatable)",
+                    "NAME,...");
+  flags.AddRepeated("clients", '\0', &client_lists,
+                    "a client certificate for fleetctl --server per NAME (repeatable)", "NAME,...");
   flags.AddInt("days", '\0', &days,
                "validity of the certificates made now (a new CA: at least 3650)");
   flags.AddBool("force", '\0', &force, "replace existing agent certificates");
@@ -278,24 +292,28 @@ int RunCerts(const std::vector<std::string>& args, const CommandContext& ctx) {
   }
   if (flags.positional().empty() || flags.positional()[0] != "init") {
     return Fail(err,
-                "usage: fleetctl certs init [--dir DIR] [--agents NAME,...] [--days N] "
-                "[--force]");
+                "usage: fleetctl certs init [--dir DIR] [--agents NAME,...] [--listen-names "
+                "NAME,...] [--clients NAME,...] [--days N] [--force]");
   }
   if (flags.positional().size() > 1) {
     return Fail(err, absl::StrCat("unexpected argument '", flags.positional()[1], "'"));
   }
   if (days < 1 || days > 36500) return Fail(err, "--days must be in 1..36500");
   if (dir.empty()) return Fail(err, "--dir must not be empty");
-  std::vector<std::string> agents;
-  std::set<std::string> seen;
-  for (const std::string& list : agent_lists) {
-    for (absl::string_view part : absl::StrSplit(list, ',')) {
-      const std::string name(part.data(), part.size());
-      if (!ValidName(name)) {
-        return Fail(err, absl::StrCat("agent name '", name,
-                                      "' is not made of letters, digits, '.', '_' and '-'"));
+  std::vector<std::string> agents, listen_names, clients;
+  for (auto [lists, names, what] : {std::tuple{&agent_lists, &agents, "agent name"},
+                                    std::tuple{&listen_lists, &listen_names, "listen name"},
+                                    std::tuple{&client_lists, &clients, "client name"}}) {
+    std::set<std::string> seen;
+    for (const std::string& list : *lists) {
+      for (absl::string_view part : absl::StrSplit(list, ',')) {
+        const std::string name(part.data(), part.size());
+        if (!ValidName(name)) {
+          return Fail(err, absl::StrCat(what, " '", name,
+                                        "' is not made of letters, digits, '.', '_' and '-'"));
+        }
+        if (seen.insert(name).second) names->push_back(name);
       }
-      if (seen.insert(name).second) agents.push_back(name);
     }
   }
 
@@ -322,6 +340,17 @@ int RunCerts(const std::vector<std::string>& args, const CommandContext& ctx) {
   for (const std::string& name : agents) {
     for (const char* ext : {".crt", ".key"}) {
       const std::string file = path(absl::StrCat("agent-", name, ext));
+      if (Exists(file) && !force) {
+        return Fail(err, absl::StrCat(file, " exists: --force replaces it"));
+      }
+    }
+  }
+  std::vector<std::string> replaceable;
+  if (!listen_names.empty()) replaceable.push_back("fleetd-listen");
+  for (const std::string& name : clients) replaceable.push_back("client-" + name);
+  for (const std::string& base : replaceable) {
+    for (const char* ext : {".crt", ".key"}) {
+      const std::string file = path(base + ext);
       if (Exists(file) && !force) {
         return Fail(err, absl::StrCat(file, " exists: --force replaces it"));
       }
@@ -372,6 +401,31 @@ int RunCerts(const std::vector<std::string>& args, const CommandContext& ctx) {
     out << (existed ? "replaced " : "created ") << path(leaf.file + ".crt") << ", "
         << path(leaf.file + ".key") << ": agent " << name << " (" << absl::StrJoin(leaf.sans, ", ")
         << "; " << days << " days)\n";
+  }
+  if (!listen_names.empty()) {
+    // One certificate for every name fleetctl may dial this fleetd by (--server checks the name
+    // of the address it dials).
+    Leaf leaf{"fleetd-listen", "fleetd-listen", "serverAuth", {}};
+    std::set<std::string> sans;
+    for (const std::string& name : listen_names) {
+      for (std::string san : {"DNS:" + name, IsIpv4(name) ? "IP:" + name : std::string()}) {
+        if (!san.empty() && sans.insert(san).second) leaf.sans.push_back(san);
+      }
+    }
+    const bool existed = Exists(path(leaf.file + ".crt")) || Exists(path(leaf.file + ".key"));
+    if (absl::Status s = MakeLeaf(leaf, dir, scratch, days); !s.ok()) return Fail(err, s.message());
+    out << (existed ? "replaced " : "created ") << path(leaf.file + ".crt") << ", "
+        << path(leaf.file + ".key") << ": fleetd's --listen certificate ("
+        << absl::StrJoin(leaf.sans, ", ") << "; " << days << " days)\n";
+  }
+  for (const std::string& name : clients) {
+    // A client certificate only (clientAuth): it cannot serve as an agent or as fleetd.
+    Leaf leaf{name, "client-" + name, "clientAuth", {"DNS:" + name}};
+    const bool existed = Exists(path(leaf.file + ".crt")) || Exists(path(leaf.file + ".key"));
+    if (absl::Status s = MakeLeaf(leaf, dir, scratch, days); !s.ok()) return Fail(err, s.message());
+    out << (existed ? "replaced " : "created ") << path(leaf.file + ".crt") << ", "
+        << path(leaf.file + ".key") << ": client " << name << " for fleetctl --server (" << days
+        << " days)\n";
   }
   return kExitOk;
 }

@@ -9,18 +9,34 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/net/tls_files.h"
 
 namespace fleet::cli {
 
 inline constexpr char kDefaultStateDir[] = "/var/lib/gpu-fleet";
 inline constexpr char kSocketName[] = "fleetd.sock";
 
+// fleetd over TCP (`fleetctl --server`, `fleetd --listen`).
+struct ServerOptions {
+  // host:port, [v6]:port; tried in order (fleet_client.h).
+  std::vector<std::string> addresses;
+  // Mutual TLS: fleetctl's client certificate and key, and the CA fleetd's certificate must be
+  // signed by (it must also name the address dialled).
+  net::TlsFiles tls;
+  // Plaintext, no TLS: only when asked for by name (--insecure).
+  bool insecure = false;
+};
+
 struct CommandContext {
-  // fleetd's unix socket (the gRPC target is "unix:" + socket_path).
+  // fleetd's unix socket (the gRPC target is "unix:" + socket_path); used when `servers` has no
+  // address.
   std::string socket_path = std::string(kDefaultStateDir) + "/" + kSocketName;
+  // fleetd over TCP, when it has addresses (--server, $FLEET_SERVER).
+  ServerOptions servers;
   // Deadline of every unary call, and how long a stream may take to deliver its first message.
   absl::Duration timeout = absl::Seconds(10);
   bool stdout_is_tty = false;

@@ -8,14 +8,16 @@ namespace fleet::cli {
 namespace {
 
 // Global flags may come before the verb; their values are skipped when looking for it, and
-// --socket/--state-dir are passed on when asking fleetd for SERVER names.
+// --socket/--state-dir, --server and its TLS flags are passed on when asking fleetd for SERVER
+// names.
 constexpr char kBashScript[] =
     R"bash(# bash completion for fleetctl: source <(fleetctl completion bash)
 _fleetctl_servers() {
   local args=() i
   for ((i = 1; i < COMP_CWORD; i++)); do
     case "${COMP_WORDS[i]}" in
-      --socket|--state-dir) args+=("${COMP_WORDS[i]}" "${COMP_WORDS[i+1]}") ;;
+      --socket|--state-dir|--server|--tls-cert|--tls-key|--tls-ca) args+=("${COMP_WORDS[i]}" "${COMP_WORDS[i+1]}") ;;
+      --insecure) args+=(--insecure) ;;
     esac
   done
   "${COMP_WORDS[0]}" "${args[@]}" --timeout 2s status -o name 2>/dev/null
@@ -26,7 +28,8 @@ _fleetctl_hosts() {
   local args=() i
   for ((i = 1; i < COMP_CWORD; i++)); do
     case "${COMP_WORDS[i]}" in
-      --socket|--state-dir) args+=("${COMP_WORDS[i]}" "${COMP_WORDS[i+1]}") ;;
+      --socket|--state-dir|--server|--tls-cert|--tls-key|--tls-ca) args+=("${COMP_WORDS[i]}" "${COMP_WORDS[i+1]}") ;;
+      --insecure) args+=(--insecure) ;;
     esac
   done
   "${COMP_WORDS[0]}" "${args[@]}" --timeout 2s hosts -o json 2>/dev/null |
@@ -39,7 +42,7 @@ _fleetctl() {
   prev="${COMP_WORDS[COMP_CWORD-1]}"
   for ((i = 1; i < COMP_CWORD; i++)); do
     case "${COMP_WORDS[i]}" in
-      --socket|--state-dir|--timeout) ((i++)) ;;
+      --socket|--state-dir|--timeout|--server|--tls-cert|--tls-key|--tls-ca) ((i++)) ;;
       -*) ;;
       *) verb="${COMP_WORDS[i]}"; break ;;
     esac
@@ -56,10 +59,10 @@ _fleetctl() {
   fi
   if [[ -z $verb ]]; then
     case "$prev" in
-      --socket|--state-dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-      --timeout) return ;;
+      --socket|--state-dir|--tls-cert|--tls-key|--tls-ca) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+      --timeout|--server) return ;;
     esac
-    COMPREPLY=($(compgen -W "deploy status logs events attempts explain plan apply remediations restart stop hosts certs completion --socket --state-dir --timeout --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "deploy status logs events attempts explain plan apply remediations restart stop hosts certs completion --socket --state-dir --server --tls-cert --tls-key --tls-ca --insecure --timeout --help --version" -- "$cur"))
     return
   fi
   case "$verb:$prev" in
@@ -72,7 +75,7 @@ _fleetctl() {
     explain:--color) COMPREPLY=($(compgen -W "auto always never" -- "$cur")); return ;;
     explain:--signatures|deploy:-f|deploy:--file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     certs:--dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
-    certs:--agents|certs:--days) return ;;
+    certs:--agents|certs:--listen-names|certs:--clients|certs:--days) return ;;
     explain:--server|deploy:--only) COMPREPLY=($(compgen -W "$(_fleetctl_servers)" -- "$cur")); return ;;
     *:--attempt|*:--tail) return ;;
   esac
@@ -88,7 +91,7 @@ _fleetctl() {
       stop) flags+=" --all --output" ;;
       deploy) flags+=" --file --only --dry-run --output" ;;
       plan|apply|remediations) flags+=" --output" ;;
-      certs) flags+=" --dir --agents --days --force" ;;
+      certs) flags+=" --dir --agents --listen-names --clients --days --force" ;;
       hosts) flags+=" --output"; [[ $sub == trust ]] && flags+=" --fingerprint" ;;
     esac
     COMPREPLY=($(compgen -W "$flags" -- "$cur"))

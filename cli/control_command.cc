@@ -51,7 +51,7 @@ int RunControl(Verb verb, const std::vector<std::string>& args, const CommandCon
   for (const std::string& server : flags.positional()) request.add_servers(server);
   request.set_all(all);
   request.set_now(now);
-  FleetClient client(ctx.socket_path, ctx.timeout);
+  FleetClient client(ctx, ctx.timeout);
   absl::StatusOr<v1::ServersResponse> response =
       restart ? client.Restart(request) : client.Stop(request);
   if (!response.ok()) return ReportError(name, response.status(), *ctx.err);

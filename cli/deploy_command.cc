@@ -82,7 +82,7 @@ int RunDeployFrom(const std::vector<std::string>& args, const CommandContext& ct
   for (const std::string& server : only) request.add_only(server);
   request.set_dry_run(dry_run);
 
-  FleetClient client(ctx.socket_path, ctx.timeout);
+  FleetClient client(ctx, ctx.timeout);
   absl::StatusOr<v1::DeployResponse> response = client.Deploy(request);
   if (!response.ok()) return ReportError(kDeployVerb, response.status(), *ctx.err);
 

@@ -68,7 +68,7 @@ int RunEvents(const std::vector<std::string>& args, const CommandContext& ctx) {
   v1::FleetEventsRequest request;
   request.set_since(since);
   request.set_follow(follow);
-  FleetClient client(ctx.socket_path, ctx.timeout);
+  FleetClient client(ctx, ctx.timeout);
   std::ostream& out = *ctx.out;
   std::ostream& err = *ctx.err;
   const absl::Status status =

@@ -14,7 +14,7 @@
 
 namespace fleet::cli {
 
-// The whole command: ctx.out/err receive the output; ctx.socket_path is fleetd's for --server.
+// The whole command: ctx.out/err receive the output; ctx names fleetd for --server SERVER.
 int RunExplain(const std::vector<std::string>& args, const CommandContext& ctx);
 
 // Files only in practice: --server goes to the default socket.

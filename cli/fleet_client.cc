@@ -2,12 +2,17 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/net/tls_files.h"
 #include "grpcpp/grpcpp.h"
 
 namespace fleet::cli {
@@ -84,23 +89,188 @@ std::string HumanDuration(absl::Duration d) {
 }  // namespace
 
 FleetClient::FleetClient(const std::string& socket_path, absl::Duration timeout)
-    : socket_path_(socket_path), target_("unix:" + socket_path), timeout_(timeout) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
-  stub_ = v1::Fleet::NewStub(channel_);
+    : socket_path_(socket_path), timeout_(timeout) {
+  Init();
 }
 
-absl::Status FleetClient::Translate(const grpc::Status& status, const char* method,
-                                    bool timed_out) const {
+FleetClient::FleetClient(const ServerOptions& servers, absl::Duration timeout)
+    : servers_(servers), timeout_(timeout) {
+  Init();
+}
+
+FleetClient::FleetClient(const CommandContext& ctx, absl::Duration timeout)
+    : socket_path_(ctx.servers.addresses.empty() ? ctx.socket_path : std::string()),
+      servers_(ctx.servers),
+      timeout_(timeout) {
+  Init();
+}
+
+void FleetClient::Init() {
+  absl::MutexLock lock(&mu_);
+  if (socket_path_.empty()) {
+    for (const std::string& address : servers_.addresses) IndexOf(address);
+    return;
+  }
+  IndexOf("unix:" + socket_path_);
+  // The socket is the one address: nothing to choose (its calls behave as they always have).
+  chosen_ = 0;
+  if (absl::Status s = Open(0); !s.ok()) std::abort();  // plaintext: nothing can fail
+}
+
+std::string FleetClient::target() const {
+  absl::MutexLock lock(&mu_);
+  if (endpoints_.empty()) return "";
+  return endpoints_[chosen_ >= 0 ? static_cast<size_t>(chosen_) : 0]->address;
+}
+
+size_t FleetClient::IndexOf(const std::string& address) {
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    if (endpoints_[i]->address == address) return i;
+  }
+  endpoints_.push_back(std::make_unique<Endpoint>());
+  endpoints_.back()->address = address;
+  return endpoints_.size() - 1;
+}
+
+absl::Status FleetClient::Open(size_t i) {
+  Endpoint& endpoint = *endpoints_[i];
+  if (endpoint.channel != nullptr) return absl::OkStatus();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  if (!socket_path_.empty()) {
+    endpoint.channel =
+        grpc::CreateCustomChannel(endpoint.address, grpc::InsecureChannelCredentials(), args);
+  } else {
+    if (credentials_ == nullptr) {
+      if (servers_.insecure) {
+        credentials_ = grpc::InsecureChannelCredentials();
+      } else {
+        absl::StatusOr<net::TlsPem> pem = net::ReadTlsFiles(servers_.tls, "--tls-");
+        if (!pem.ok()) return pem.status();
+        grpc::SslCredentialsOptions ssl;
+        ssl.pem_root_certs = pem->ca_pem;
+        ssl.pem_private_key = pem->key_pem;
+        ssl.pem_cert_chain = pem->cert_pem;
+        credentials_ = grpc::SslCredentials(ssl);
+      }
+    }
+    // fleetd's certificate must name the host part of the address dialled (gRPC checks it).
+    endpoint.channel = grpc::CreateCustomChannel(endpoint.address, credentials_, args);
+  }
+  endpoint.stub = v1::Fleet::NewStub(endpoint.channel);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Waits until `channel` is connected or has failed to connect (refused, TLS refused), or
+// `deadline` passes; its state then.
+grpc_connectivity_state AwaitAnswer(grpc::Channel* channel, absl::Time deadline) {
+  grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+         state != GRPC_CHANNEL_SHUTDOWN) {
+    if (!channel->WaitForStateChange(state, absl::ToChronoTime(deadline))) break;
+    state = channel->GetState(/*try_to_connect=*/true);
+  }
+  return state;
+}
+
+// Each address gets at most this long to answer before the next is tried.
+constexpr absl::Duration kConnectBudget = absl::Seconds(5);
+// "Not the leader" answers followed per call: a leader that moved during the call, not a loop.
+constexpr int kMaxRedirects = 2;
+
+// A "not the leader" answer's leader address, or empty.
+std::string LeaderOf(const grpc::ClientContext& context, const grpc::Status& status) {
+  if (status.error_code() != grpc::StatusCode::FAILED_PRECONDITION) return "";
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto it = trailers.find(kLeaderMetadataKey);
+  if (it == trailers.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+absl::Status FleetClient::Run(const char* method, const Attempt& attempt) {
+  Endpoint* endpoint = nullptr;
+  std::optional<Outcome> outcome;  // the call, when made already while choosing
+  {
+    // The address to use: the chosen one (the socket, or the one address, is chosen from the
+    // start), or the first of the list that answers. mu_ is held while choosing, so concurrent
+    // first calls agree; never during a call on a chosen address.
+    absl::MutexLock lock(&mu_);
+    if (chosen_ < 0 && endpoints_.size() == 1) chosen_ = 0;
+    if (chosen_ >= 0) {
+      if (absl::Status s = Open(static_cast<size_t>(chosen_)); !s.ok()) return s;
+      endpoint = endpoints_[static_cast<size_t>(chosen_)].get();
+    } else {
+      std::vector<std::string> failures;
+      const absl::Duration budget = std::min(timeout_, kConnectBudget);
+      for (size_t i = 0; i < endpoints_.size() && endpoint == nullptr; ++i) {
+        if (absl::Status s = Open(i); !s.ok()) return s;
+        Endpoint& candidate = *endpoints_[i];
+        const grpc_connectivity_state state =
+            AwaitAnswer(candidate.channel.get(), absl::Now() + budget);
+        if (state == GRPC_CHANNEL_READY) {
+          chosen_ = static_cast<int>(i);
+          endpoint = &candidate;
+          break;
+        }
+        if (state != GRPC_CHANNEL_TRANSIENT_FAILURE) {
+          failures.push_back(
+              absl::StrCat(candidate.address, ": no answer within ", HumanDuration(budget)));
+          continue;
+        }
+        // Failed to connect (refused, the TLS handshake refused): the call itself says why. On
+        // such a channel it fails at once, Unavailable, with gRPC's reason, and nothing is sent
+        // (should the channel connect meanwhile, the call runs there and that address is used).
+        Outcome tried = attempt(candidate);
+        if (!tried.answered && tried.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+            candidate.channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+          failures.push_back(absl::StrCat(candidate.address, ": ", tried.status.error_message()));
+          continue;
+        }
+        chosen_ = static_cast<int>(i);
+        endpoint = &candidate;
+        outcome = std::move(tried);
+      }
+      if (endpoint == nullptr) {
+        return absl::UnavailableError(absl::StrCat("cannot reach fleetd at any of ",
+                                                   endpoints_.size(),
+                                                   " addresses: ", absl::StrJoin(failures, "; ")));
+      }
+    }
+  }
+  for (int redirects = 0;; ++redirects) {
+    if (!outcome) outcome = attempt(*endpoint);
+    if (outcome->leader.empty() || redirects == kMaxRedirects) break;
+    // "Not the leader": the request was refused, not run; the leader gets it.
+    absl::MutexLock lock(&mu_);
+    const size_t leader = IndexOf(outcome->leader);
+    if (absl::Status s = Open(leader); !s.ok()) return s;
+    chosen_ = static_cast<int>(leader);
+    endpoint = endpoints_[leader].get();
+    outcome.reset();
+  }
+  return Translate(*endpoint, outcome->status, method, outcome->timed_out);
+}
+
+absl::Status FleetClient::Translate(const Endpoint& endpoint, const grpc::Status& status,
+                                    const char* method, bool timed_out) const {
   if (status.ok()) return absl::OkStatus();
+  const std::string& target = endpoint.address;
   const std::string& message = status.error_message();
   if (timed_out || status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return absl::DeadlineExceededError(
-        absl::StrCat("fleetd at ", target_, " did not answer within ", HumanDuration(timeout_)));
+        absl::StrCat("fleetd at ", target, " did not answer within ", HumanDuration(timeout_)));
   }
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-      channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+      endpoint.channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+    if (socket_path_.empty()) {
+      // Over TCP gRPC's own reason is the best there is (connection refused, the TLS handshake
+      // refused, a name that does not resolve).
+      return absl::UnavailableError(absl::StrCat("cannot reach fleetd at ", target, ": ", message));
+    }
     // gRPC's text ("failed to connect to all addresses; ...") does not say what to do; the most
     // common causes are told apart by looking at the socket.
     struct stat st;
@@ -108,22 +278,22 @@ absl::Status FleetClient::Translate(const grpc::Status& status, const char* meth
       const int err = errno;
       if (err == ENOENT) {
         return absl::UnavailableError(absl::StrCat(
-            "cannot reach fleetd at ", target_,
+            "cannot reach fleetd at ", target,
             ": no such socket (is fleetd running? --socket, --state-dir or FLEET_SOCKET name "
             "another)"));
       }
       return absl::UnavailableError(
-          absl::StrCat("cannot reach fleetd at ", target_, ": ", std::strerror(err)));
+          absl::StrCat("cannot reach fleetd at ", target, ": ", std::strerror(err)));
     }
     if (!S_ISSOCK(st.st_mode)) {
       return absl::UnavailableError(
-          absl::StrCat("cannot reach fleetd at ", target_, ": not a socket"));
+          absl::StrCat("cannot reach fleetd at ", target, ": not a socket"));
     }
-    return absl::UnavailableError(absl::StrCat("cannot reach fleetd at ", target_, ": ", message));
+    return absl::UnavailableError(absl::StrCat("cannot reach fleetd at ", target, ": ", message));
   }
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED && message.empty()) {
     return absl::UnimplementedError(
-        absl::StrCat("fleetd at ", target_, " does not serve ", method, " (an older fleetd?)"));
+        absl::StrCat("fleetd at ", target, " does not serve ", method, " (an older fleetd?)"));
   }
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
 }
@@ -131,9 +301,14 @@ absl::Status FleetClient::Translate(const grpc::Status& status, const char* meth
 template <typename Request, typename Response>
 absl::Status FleetClient::CallInto(const char* method, StubMethod<Request, Response> fn,
                                    const Request& request, Response* response) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(Deadline()));
-  return Translate((stub_.get()->*fn)(&context, request, response), method, /*timed_out=*/false);
+  return Run(method, [&](Endpoint& endpoint) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(Deadline()));
+    Outcome outcome;
+    outcome.status = (endpoint.stub.get()->*fn)(&context, request, response);
+    outcome.leader = LeaderOf(context, outcome.status);
+    return outcome;
+  });
 }
 
 template <typename Request, typename Response>
@@ -204,6 +379,8 @@ struct StreamEnd {
   grpc::Status status;
   bool timed_out = false;
   bool stopped_by_caller = false;  // on_message said stop: not an error
+  bool answered = false;           // a message arrived
+  std::string leader;              // a "not the leader" answer's leader address
 };
 
 template <typename Response, typename Open>
@@ -212,6 +389,7 @@ StreamEnd ReadStream(absl::Duration timeout, bool follow, bool first_disarms, Op
   grpc::ClientContext context;
   bool stopped_by_caller = false;
   bool timed_out = false;
+  bool answered = false;
   grpc::Status status;
   {
     StreamWatchdog watchdog(&context, timeout);
@@ -219,6 +397,7 @@ StreamEnd ReadStream(absl::Duration timeout, bool follow, bool first_disarms, Op
     std::unique_ptr<grpc::ClientReader<Response>> reader = open(&context);
     Response message;
     while (reader->Read(&message)) {
+      answered = true;
       if (first_disarms) {
         watchdog.Disarm();
       } else {
@@ -233,36 +412,48 @@ StreamEnd ReadStream(absl::Duration timeout, bool follow, bool first_disarms, Op
     status = reader->Finish();
     timed_out = watchdog.fired();
   }
-  return {status, timed_out, stopped_by_caller};
+  return {status, timed_out, stopped_by_caller, answered, LeaderOf(context, status)};
 }
 
 }  // namespace
 
 absl::Status FleetClient::Watch(const v1::FleetStatusRequest& request,
                                 const WatchCallback& on_message) {
-  const StreamEnd end = ReadStream<v1::FleetStatusResponse>(
-      timeout_, /*follow=*/false, /*first_disarms=*/true,
-      [&](grpc::ClientContext* c) { return stub_->Watch(c, request); }, on_message);
-  if (end.stopped_by_caller) return absl::OkStatus();
-  return Translate(end.status, "Watch", end.timed_out);
+  bool stopped_by_caller = false;
+  const absl::Status status = Run("Watch", [&](Endpoint& endpoint) {
+    const StreamEnd end = ReadStream<v1::FleetStatusResponse>(
+        timeout_, /*follow=*/false, /*first_disarms=*/true,
+        [&](grpc::ClientContext* c) { return endpoint.stub->Watch(c, request); }, on_message);
+    stopped_by_caller = end.stopped_by_caller;
+    return Outcome{end.status, end.timed_out, end.answered, end.leader};
+  });
+  return stopped_by_caller ? absl::OkStatus() : status;
 }
 
 absl::Status FleetClient::Logs(const v1::ServerLogsRequest& request,
                                const LogsCallback& on_message) {
-  const StreamEnd end = ReadStream<v1::LogChunk>(
-      timeout_, request.follow(), /*first_disarms=*/false,
-      [&](grpc::ClientContext* c) { return stub_->Logs(c, request); }, on_message);
-  if (end.stopped_by_caller) return absl::OkStatus();
-  return Translate(end.status, "Logs", end.timed_out);
+  bool stopped_by_caller = false;
+  const absl::Status status = Run("Logs", [&](Endpoint& endpoint) {
+    const StreamEnd end = ReadStream<v1::LogChunk>(
+        timeout_, request.follow(), /*first_disarms=*/false,
+        [&](grpc::ClientContext* c) { return endpoint.stub->Logs(c, request); }, on_message);
+    stopped_by_caller = end.stopped_by_caller;
+    return Outcome{end.status, end.timed_out, end.answered, end.leader};
+  });
+  return stopped_by_caller ? absl::OkStatus() : status;
 }
 
 absl::Status FleetClient::FleetEvents(const v1::FleetEventsRequest& request,
                                       const EventsCallback& on_message) {
-  const StreamEnd end = ReadStream<v1::FleetEventsResponse>(
-      timeout_, request.follow(), /*first_disarms=*/false,
-      [&](grpc::ClientContext* c) { return stub_->FleetEvents(c, request); }, on_message);
-  if (end.stopped_by_caller) return absl::OkStatus();
-  return Translate(end.status, "FleetEvents", end.timed_out);
+  bool stopped_by_caller = false;
+  const absl::Status status = Run("FleetEvents", [&](Endpoint& endpoint) {
+    const StreamEnd end = ReadStream<v1::FleetEventsResponse>(
+        timeout_, request.follow(), /*first_disarms=*/false,
+        [&](grpc::ClientContext* c) { return endpoint.stub->FleetEvents(c, request); }, on_message);
+    stopped_by_caller = end.stopped_by_caller;
+    return Outcome{end.status, end.timed_out, end.answered, end.leader};
+  });
+  return stopped_by_caller ? absl::OkStatus() : status;
 }
 
 }  // namespace fleet::cli

@@ -1,10 +1,24 @@
 // FleetClient: fleetctl's connection to fleetd (proto/fleet.proto, service fleet.v1.Fleet) over
-// its unix socket. It owns the channel and the stub, puts a deadline on every call, and is the one
-// place where grpc::Status becomes absl::Status, with messages a person can act on:
+// its unix socket, or over TCP to `fleetd --listen` with mutual TLS (fleetctl --server). It owns
+// the channels and stubs, puts a deadline on every call, and is the one place where grpc::Status
+// becomes absl::Status, with messages a person can act on:
 //   Unavailable       "cannot reach fleetd at unix:PATH: ..." (no daemon, wrong socket, no access)
+//                     "cannot reach fleetd at 10.0.0.5:7443: ..." (over TCP: gRPC's reason, e.g.
+//                     connection refused or the TLS handshake refused)
 //   DeadlineExceeded  "fleetd at unix:PATH did not answer within 10s"
 //   anything else     the daemon's own code and message ("unknown server pve1/200/gpu9")
 //
+// Several addresses (fleetd and its standbys): they are tried in order and the first that answers
+// is used for every later call of this client. An address that refuses the connection or the TLS
+// handshake is passed over at once; one that does not answer at all gets min(timeout, 5s). An
+// address is passed over only when its connection was never up and the call failed Unavailable,
+// so no request that a fleetd may have run is sent twice. Once chosen, an address is kept (its
+// failures are the call's). When every address fails, the error names each with its reason.
+//
+// Leader finding: an answer FailedPrecondition carrying the trailing metadata
+// `fleet-leader: ADDR` means "not the leader; the leader is at ADDR" (the request was refused, not
+// run): the client moves to ADDR (added to its list when new) and sends the call again there, at
+// most twice per call. fleetd sends no such answer yet (a standby will: issue 16).
 // Deadlines: a unary call has `timeout`. A Watch must deliver its first message (the current
 // table) within `timeout`, then stays open for as long as the caller wants. A Logs call without
 // follow must deliver each chunk within `timeout` of the previous one; with follow it stays open
@@ -22,17 +36,31 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "cli/command_context.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/fleet.grpc.pb.h"
 
 namespace fleet::cli {
 
+// The trailing metadata key of a "not the leader" answer: the leader's address.
+inline constexpr char kLeaderMetadataKey[] = "fleet-leader";
+
 class FleetClient {
  public:
+  // Over fleetd's unix socket.
   FleetClient(const std::string& socket_path, absl::Duration timeout);
+  // Over TCP, to `servers.addresses` in order (host:port, [v6]:port), with mutual TLS from
+  // `servers.tls` (its files are read at the first call: an unreadable one fails every call,
+  // InvalidArgument), or plaintext when `servers.insecure`.
+  FleetClient(const ServerOptions& servers, absl::Duration timeout);
+  // What `ctx` says: its servers when it has any, else its socket.
+  FleetClient(const CommandContext& ctx, absl::Duration timeout);
 
-  // "unix:" + the socket path, as messages show it.
-  const std::string& target() const { return target_; }
+  // The address of fleetd as messages show it: "unix:" + the socket path, or the TCP address
+  // chosen (before the first call: the first one given).
+  std::string target() const;
 
   absl::StatusOr<v1::DeployResponse> Deploy(const v1::DeployRequest& request);
   absl::StatusOr<v1::FleetStatusResponse> Status(const v1::FleetStatusRequest& request);
@@ -66,9 +94,32 @@ class FleetClient {
   absl::Status FleetEvents(const v1::FleetEventsRequest& request, const EventsCallback& on_message);
 
  private:
+  void Init();
+  // One address of fleetd with its channel (made at first use).
+  struct Endpoint {
+    std::string address;  // as messages show it: "unix:PATH" or "HOST:PORT"
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Fleet::Stub> stub;
+  };
+  // What one attempt of a call on one address came to.
+  struct Outcome {
+    grpc::Status status;
+    bool timed_out = false;  // our own watchdog cancelled it
+    bool answered = false;   // a message arrived (a stream): never passed over
+    std::string leader;      // a "not the leader" answer's leader address
+  };
+  using Attempt = std::function<Outcome(Endpoint&)>;
+
   template <typename Request, typename Response>
   using StubMethod = grpc::Status (v1::Fleet::Stub::*)(grpc::ClientContext*, const Request&,
                                                        Response*);
+  // Runs `attempt` on the chosen address, or on each in order until one answers (see the top of
+  // this file), following "not the leader" answers; the result translated.
+  absl::Status Run(const char* method, const Attempt& attempt);
+  // The channel of endpoints_[i], made now when it is not yet.
+  absl::Status Open(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The index of `address` in endpoints_, added when new.
+  size_t IndexOf(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A unary call with the deadline, its status translated.
   template <typename Request, typename Response>
   absl::StatusOr<Response> Call(const char* method, StubMethod<Request, Response> fn,
@@ -79,13 +130,20 @@ class FleetClient {
 
   absl::Time Deadline() const { return absl::Now() + timeout_; }
   // `method` names the call in messages; `timed_out` says our own watchdog cancelled it.
-  absl::Status Translate(const grpc::Status& status, const char* method, bool timed_out) const;
+  absl::Status Translate(const Endpoint& endpoint, const grpc::Status& status, const char* method,
+                         bool timed_out) const;
 
-  const std::string socket_path_;
-  const std::string target_;
+  // Constant after construction.
+  const std::string socket_path_;  // empty: over TCP
+  const ServerOptions servers_;
   const absl::Duration timeout_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Fleet::Stub> stub_;
+
+  mutable absl::Mutex mu_;
+  // The addresses: the socket, or the servers in order (and leaders named since).
+  std::vector<std::unique_ptr<Endpoint>> endpoints_ ABSL_GUARDED_BY(mu_);
+  int chosen_ ABSL_GUARDED_BY(mu_) = -1;  // the address that answered; -1: none yet
+  // Over TCP: made from the TLS files at the first call (or its error).
+  std::shared_ptr<grpc::ChannelCredentials> credentials_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fleet::cli

@@ -149,7 +149,7 @@ int RunList(const std::vector<std::string>& args, const CommandContext& ctx) {
              << "' (see fleetctl hosts --help)\n";
     return kExitError;
   }
-  FleetClient client(ctx.socket_path, ctx.timeout);
+  FleetClient client(ctx, ctx.timeout);
   absl::StatusOr<v1::ListHostsResponse> response = client.ListHosts(v1::ListHostsRequest());
   if (!response.ok()) return ReportError("hosts", response.status(), *ctx.err);
 
@@ -218,7 +218,7 @@ int RunTrust(const std::vector<std::string>& args, const CommandContext& ctx) {
   v1::TrustHostRequest request;
   request.set_host(flags.positional()[0]);
   request.set_fingerprint(fingerprint);
-  FleetClient client(ctx.socket_path, std::max(ctx.timeout, kHostsTrustTimeout));
+  FleetClient client(ctx, std::max(ctx.timeout, kHostsTrustTimeout));
   absl::StatusOr<v1::TrustHostResponse> response = client.TrustHost(request);
   if (!response.ok()) return ReportError("hosts trust", response.status(), *ctx.err);
 

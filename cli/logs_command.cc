@@ -38,7 +38,7 @@ int RunLogs(const std::vector<std::string>& args, const CommandContext& ctx) {
   request.set_attempt_number(attempt);
   request.set_follow(follow);
   request.set_tail_lines(tail);
-  FleetClient client(ctx.socket_path, ctx.timeout);
+  FleetClient client(ctx, ctx.timeout);
   std::ostream& out = *ctx.out;
   const absl::Status status = client.Logs(request, [&out, follow](const v1::LogChunk& chunk) {
     out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));

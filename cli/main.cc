@@ -26,7 +26,8 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: fleetctl [--version] [--help] [--socket PATH | --state-dir DIR] [--timeout D] VERB "
+    "usage: fleetctl [--version] [--help] [--socket PATH | --state-dir DIR | --server ADDR...\n"
+    "                [--tls-cert F --tls-key F --tls-ca F | --insecure]] [--timeout D] VERB "
     "[flags] [args]\n"
     "\n"
     "Supervises LLM inference servers (SGLang, vLLM), one per GPU, across Proxmox LXC containers.\n"
@@ -50,7 +51,7 @@ constexpr char kUsage[] =
     "  hosts [list]              the configured hosts, their reach and recorded SSH keys\n"
     "  hosts trust HOST [--fingerprint FP]\n"
     "                            show a Proxmox host's SSH key; with FP, record it\n"
-    "  certs init [--agents NAME,...]\n"
+    "  certs init [--agents NAME,...] [--listen-names NAME,...] [--clients NAME,...]\n"
     "                            create the fleet CA and the mutual-TLS certificates\n"
     "  completion bash           a bash completion script\n"
     "\n"
@@ -63,7 +64,7 @@ constexpr char kUsage[] =
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<fleet::cli::GlobalFlags> global =
-      fleet::cli::ParseGlobalFlags(&args, std::getenv("FLEET_SOCKET"));
+      fleet::cli::ParseGlobalFlags(&args, fleet::cli::GlobalEnvFromProcess());
   if (!global.ok()) {
     std::cerr << "fleetctl: " << global.status().message() << "\n";
     return 1;
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   fleet::RealClock clock;
   fleet::cli::CommandContext ctx;
   ctx.socket_path = global->socket_path;
+  ctx.servers = global->servers;
   ctx.timeout = global->timeout;
   ctx.stdout_is_tty = isatty(STDOUT_FILENO) != 0;
   const char* no_color = std::getenv("NO_COLOR");

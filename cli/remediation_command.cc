@@ -78,7 +78,7 @@ int RunPlan(const std::vector<std::string>& args, const CommandContext& ctx) {
 
   v1::PlanRequest request;
   request.set_server(flags.positional()[0]);
-  FleetClient client(ctx.socket_path, std::max(ctx.timeout, kPlanTimeout));
+  FleetClient client(ctx, std::max(ctx.timeout, kPlanTimeout));
   absl::StatusOr<v1::PlanResponse> response = client.Plan(request);
   if (!response.ok()) return ReportError("plan", response.status(), *ctx.err);
 
@@ -116,7 +116,7 @@ int RunApply(const std::vector<std::string>& args, const CommandContext& ctx) {
 
   v1::ApplyPlanRequest request;
   request.set_plan_id(id);
-  FleetClient client(ctx.socket_path, std::max(ctx.timeout, kApplyTimeout));
+  FleetClient client(ctx, std::max(ctx.timeout, kApplyTimeout));
   absl::StatusOr<v1::ApplyPlanResponse> response = client.ApplyPlan(request);
   if (!response.ok()) return ReportError("apply", response.status(), *ctx.err);
 
@@ -169,7 +169,7 @@ int RunRemediations(const std::vector<std::string>& args, const CommandContext& 
     }
     request.set_container(name);
   }
-  FleetClient client(ctx.socket_path, ctx.timeout);
+  FleetClient client(ctx, ctx.timeout);
   absl::StatusOr<v1::ListRemediationsResponse> response = client.ListRemediations(request);
   if (!response.ok()) return ReportError("remediations", response.status(), *ctx.err);
 

@@ -21,7 +21,7 @@ int RunServerExplain(const ServerExplainRequest& request, const CommandContext& 
   v1::ExplainRequest rpc;
   rpc.set_server(request.server);
   rpc.set_attempt_number(request.attempt);
-  FleetClient client(ctx.socket_path, ctx.timeout);
+  FleetClient client(ctx, ctx.timeout);
   absl::StatusOr<v1::ExplainResponse> response = client.Explain(rpc);
   if (!response.ok()) return ReportError("explain", response.status(), *ctx.err);
 

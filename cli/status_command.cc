@@ -293,7 +293,7 @@ int RunStatus(const std::vector<std::string>& args, const CommandContext& ctx) {
   }
   if (!CheckServerNames("status", flags.positional(), *ctx.err)) return kExitError;
 
-  FleetClient client(ctx.socket_path, ctx.timeout);
+  FleetClient client(ctx, ctx.timeout);
   v1::FleetStatusRequest request;
   for (const std::string& name : flags.positional()) request.add_servers(name);
 
@@ -314,7 +314,7 @@ int RunStatus(const std::vector<std::string>& args, const CommandContext& ctx) {
   std::unique_ptr<ApplyingPlansPoller> poller;
   if (live && ctx.remediation_poll_interval > absl::ZeroDuration()) {
     plans_client =
-        std::make_unique<FleetClient>(ctx.socket_path, std::min(ctx.timeout, absl::Seconds(3)));
+        std::make_unique<FleetClient>(ctx, std::min(ctx.timeout, absl::Seconds(3)));
     poller = std::make_unique<ApplyingPlansPoller>(
         [client = plans_client.get()](const std::string& container) {
           v1::ListRemediationsRequest list;

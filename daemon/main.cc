@@ -1,7 +1,8 @@
 // fleetd: the gpu-fleet control plane. Takes its lock, opens its record, loads the config it was
 // given (or the one it stored), serves fleet.proto on a unix socket (0600, or 0660 with
-// --socket-group; each peer checked) and reconciles until SIGTERM/SIGINT. One shutdown path: the
-// servers keep running (they belong to the agents).
+// --socket-group; each peer checked) and, with --listen, on TCP with mutual TLS (the client's
+// certificate required and checked against --listen-ca), and reconciles until SIGTERM/SIGINT.
+// One shutdown path: the servers keep running (they belong to the agents).
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -9,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -29,6 +32,7 @@
 #include "common/config/fleet_config.h"
 #include "common/log/log.h"
 #include "common/net/peer_checked_listener.h"
+#include "common/net/tls_files.h"
 #include "daemon/agent_client.h"
 #include "daemon/bounded_stop.h"
 #include "daemon/daemon.h"
@@ -106,6 +110,28 @@ std::unique_ptr<fleet::daemon::AgentClient> MakeClient(const RemoteContext& remo
   return std::make_unique<fleet::daemon::GrpcAgentClient>(container, target, *tls);
 }
 
+// --listen's address with the port the kernel chose: "127.0.0.1:0" and 7443 give "127.0.0.1:7443"
+// (an IPv6 literal keeps its brackets).
+std::string ChosenAddress(const std::string& listen, int port) {
+  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+}
+
+// STATE_DIR/listen.addr: the address fleetd serves fleet.proto on, for whoever asked for port 0 (a
+// test, a script). Written whole or not at all (a reader never sees half a line), owner-only.
+absl::Status WriteListenAddress(const std::string& path, const std::string& address) {
+  const std::string tmp = path + ".tmp";
+  fleet::UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  const std::string line = address + "\n";
+  if (!fd.valid() || fchmod(fd.get(), 0600) != 0 ||
+      write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()) ||
+      fsync(fd.get()) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat(path, ": cannot be written: ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
 // --socket-group: a group name or number.
 bool ParseGroup(const std::string& text, gid_t* gid) {
   uint32_t id = 0;
@@ -145,13 +171,15 @@ int main(int argc, char** argv) {
   std::string metrics_listen;
   std::string metrics_cert, metrics_key, metrics_ca;
   bool insecure_listen = false;
+  std::string listen;
+  fleet::net::TlsFiles listen_tls;
   fleet::FlagSet flags(
       "fleetd [flags]",
       "The gpu-fleet daemon: holds the fleet config as desired state (in STATE_DIR/fleet.db),\n"
       "follows every container's agent, records every start attempt, diagnosis and remediation,\n"
       "and reconciles: launch, restart with backoff, give up with the reason, stop. fleetctl\n"
-      "talks to it over STATE_DIR/fleetd.sock. It runs in the foreground (systemd: deploy/\n"
-      "fleetd.service); stopping it leaves the servers running.");
+      "talks to it over STATE_DIR/fleetd.sock, and over --listen with mutual TLS. It runs in the\n"
+      "foreground (systemd: deploy/fleetd.service); stopping it leaves the servers running.");
   flags.AddBool("version", '\0', &version, "print the version and exit");
   flags.AddString("config", '\0', &config_path,
                   "fleet config (YAML): seeds an empty record, and is applied at a start only when "
@@ -213,9 +241,24 @@ int main(int argc, char** argv) {
   flags.AddString("metrics-key", '\0', &metrics_key, "TLS for --metrics-listen: its key", "FILE");
   flags.AddString("metrics-ca", '\0', &metrics_ca,
                   "TLS for --metrics-listen: the CA of the scrapers' certificates", "FILE");
+  flags.AddString("listen", '\0', &listen,
+                  "serve fleet.proto (fleetctl --server) on HOST:PORT too, with mutual TLS "
+                  "(--listen-cert, --listen-key, --listen-ca); port 0: any free one, written to "
+                  "STATE_DIR/listen.addr and logged. The unix socket keeps working",
+                  "ADDR");
+  flags.AddString("listen-cert", '\0', &listen_tls.cert_file,
+                  "TLS for --listen: fleetd's server certificate (fleetctl certs init "
+                  "--listen-names)",
+                  "FILE");
+  flags.AddString("listen-key", '\0', &listen_tls.key_file, "TLS for --listen: its key", "FILE");
+  flags.AddString("listen-ca", '\0', &listen_tls.ca_file,
+                  "TLS for --listen: the CA a client's certificate must be signed by (every "
+                  "client presents one; none, or another CA's, is refused)",
+                  "FILE");
   flags.AddBool("insecure-listen", '\0', &insecure_listen,
                 "let --metrics-listen serve plaintext off loopback (whoever reaches it reads the "
-                "fleet's state)");
+                "fleet's state), and --listen serve fleet.proto in plaintext without "
+                "authentication (whoever reaches it runs anything in every container)");
   flags.AddString("log-level", '\0', &log_level,
                   "the least level logged: trace, debug, info, warn, error or off", "LEVEL");
   if (absl::Status s = flags.Parse(args); !s.ok()) {
@@ -296,6 +339,46 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // fleet.proto over TCP: mutual TLS, or plaintext only when asked for by name. Even on loopback:
+  // every local user reaches a TCP port, and fleet.proto runs anything in every container (the
+  // unix socket checks its peers; TCP has only the certificate to go by).
+  std::shared_ptr<grpc::ServerCredentials> listen_credentials;
+  if (!listen.empty()) {
+    const size_t colon = listen.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size() ||
+        listen.find_first_not_of("0123456789", colon + 1) != std::string::npos ||
+        absl::StartsWith(listen, "unix:")) {
+      Log().error("flag --listen '{}': give HOST:PORT (port 0: any free one)", listen);
+      return 1;
+    }
+    if (listen_tls.given() == 0 && !insecure_listen) {
+      Log().error(
+          "refusing to serve fleet.proto on {} without TLS: whoever reaches a TCP port (every "
+          "local user, even on loopback) could run anything in every container. Give "
+          "--listen-cert, --listen-key and --listen-ca (fleetctl certs init --listen-names, "
+          "--clients), or pass --insecure-listen",
+          listen);
+      return 1;
+    }
+    if (listen_tls.given() == 0) {
+      listen_credentials = grpc::InsecureServerCredentials();
+    } else {
+      absl::StatusOr<fleet::net::TlsPem> pem = fleet::net::ReadTlsFiles(listen_tls, "--listen-");
+      if (!pem.ok()) {
+        Log().error("{}", pem.status().message());
+        return 1;
+      }
+      grpc::SslServerCredentialsOptions ssl(
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      ssl.pem_root_certs = pem->ca_pem;
+      ssl.pem_key_cert_pairs.push_back({pem->key_pem, pem->cert_pem});
+      listen_credentials = grpc::SslServerCredentials(ssl);
+    }
+  } else if (listen_tls.given() != 0) {
+    Log().error("--listen-cert, --listen-key and --listen-ca are for --listen");
+    return 1;
+  }
+
   // A bad config is reported before anything else happens.
   std::optional<fleet::v1::FleetConfig> config;
   std::string yaml;
@@ -347,6 +430,8 @@ int main(int argc, char** argv) {
     Log().error("another fleetd runs on {} ({}/fleetd.lock is held)", state_dir, state_dir);
     return 1;
   }
+  // A listen.addr of a previous run names a port nobody serves now: gone before anyone reads it.
+  unlink((state_dir + "/listen.addr").c_str());
   const std::string pid = std::to_string(getpid()) + "\n";
   if (ftruncate(lock.get(), 0) == 0 && write(lock.get(), pid.data(), pid.size()) < 0) {
     // The pid in the lock file is a courtesy; the lock is what counts.
@@ -441,7 +526,7 @@ int main(int argc, char** argv) {
     if (!metrics_server->tls() && !fleet::daemon::IsLoopbackHost(host)) {
       Log().warn("--insecure-listen: metrics served in plaintext on {}", metrics_listen);
     }
-  } else if (insecure_listen) {
+  } else if (insecure_listen && (listen.empty() || listen_tls.given() != 0)) {
     Log().warn("--insecure-listen without --metrics-listen: nothing to serve in plaintext");
   }
 
@@ -455,23 +540,57 @@ int main(int argc, char** argv) {
   }
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
+  // The same service on --listen: gRPC's own TCP listener, whose TLS checks each client.
+  int listen_port = 0;
+  if (!listen.empty()) builder.AddListeningPort(listen, listen_credentials, &listen_port);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    Log().error("cannot serve on {}", socket_path);
+  if (server == nullptr || (!listen.empty() && listen_port == 0)) {
+    if (listen.empty()) {
+      Log().error("cannot serve on {}", socket_path);
+    } else {
+      Log().error(
+          "cannot serve on {} (the address is in use or not this machine's, or the TLS "
+          "certificate and key do not fit together)",
+          listen);
+    }
     return 1;
+  }
+  std::string listen_address;
+  if (!listen.empty()) {
+    listen_address = ChosenAddress(listen, listen_port);
+    const std::string addr_file = state_dir + "/listen.addr";
+    if (absl::Status s = WriteListenAddress(addr_file, listen_address); !s.ok()) {
+      Log().error("{}", s.message());
+      return 1;
+    }
+    if (listen_tls.given() != 0) {
+      Log().info(
+          "serving fleet.proto on {} with mutual TLS: clients must present a certificate "
+          "signed by {} (address in {})",
+          listen_address, listen_tls.ca_file, addr_file);
+    } else {
+      // Said loudly, on every start: this is a door without a lock.
+      Log().warn(
+          "--insecure-listen: serving fleet.proto on {} in PLAINTEXT WITHOUT AUTHENTICATION: "
+          "whoever reaches it can deploy, stop and run anything in every container (address "
+          "in {})",
+          listen_address, addr_file);
+    }
   }
   grpc::Server* const serving = server.get();
   (*listener)->Start(
       [serving](fleet::UniqueFd fd) { grpc::AddInsecureChannelFromFd(serving, fd.Release()); },
       [](const absl::Status& why) { Log().warn("{}", why.message()); });
   (*daemon)->Start();
-  Log().info("fleetd {}: serving on {} (only {}), record {}", fleet::kVersion, socket_path,
-             (*listener)->Describe(), record_name);
+  Log().info("fleetd {}: serving on {} (only {}){}, record {}", fleet::kVersion, socket_path,
+             (*listener)->Describe(),
+             listen_address.empty() ? "" : absl::StrCat(" and ", listen_address), record_name);
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
   Log().info("stopping (the servers keep running)");
   listener->reset();  // no new connection; the socket file goes with it
+  if (!listen.empty()) unlink((state_dir + "/listen.addr").c_str());
   const bool stopped = fleet::daemon::StopWithin(stop_timeout, [&] {
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server.reset();
