@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/string_view.h"
 #include "common/log/log.h"
+#include "daemon/store/term_fence.h"
 
 namespace fleet::daemon {
 namespace {
@@ -194,9 +195,7 @@ absl::StatusOr<LeaseView> LeaderLease::Current() {
 
 absl::Status LeaderLease::CheckTerm(postgres::Database& db, std::string_view fleet_id,
                                     int64_t term) {
-  auto check = db.Prepare(
-      "SELECT 1 FROM fleet_leases WHERE fleet_id = ?1 AND term = ?2 "
-      "AND expires_at > clock_timestamp() FOR SHARE");
+  auto check = db.Prepare(kTermFenceSql);
   if (!check.ok()) return check.status();
   check->Bind(1, fleet_id).Bind(2, term);
   auto live = check->Step();

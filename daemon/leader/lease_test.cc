@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "daemon/store/fleet_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/eventually.h"
@@ -182,6 +183,84 @@ TEST_F(LeaseTest, OptionsAreChecked) {
   EXPECT_FALSE(LeaderLease::Create(
                    db.get(), {.fleet_id = "f", .holder = "x", .duration = absl::Milliseconds(10)})
                    .ok());
+}
+
+}  // namespace
+}  // namespace fleet::daemon
+
+namespace fleet::daemon {
+namespace {
+
+// The store's side of fencing: with a term (FleetStore::SetFence), each write transaction checks
+// the lease, and a term that no longer leads writes nothing.
+TEST_F(LeaseTest, StoreWritesCheckTheTermAndAReplacedLeaderWritesNothing) {
+  auto store = FleetStore::Open(server_->url());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto fleet_id = (*store)->FleetId();
+  ASSERT_TRUE(fleet_id.ok()) << fleet_id.status();
+  fleet_ = *fleet_id;  // the leases below are the record's own fleet's
+  auto db_a = Connect(), db_b = Connect();
+  auto a = Lease(db_a.get(), "fleetd-a"), b = Lease(db_b.get(), "fleetd-b");
+  auto term_a = a->TryAcquire();
+  ASSERT_TRUE(term_a.ok()) << term_a.status();
+  (*store)->SetFence(*fleet_id, *term_a);
+
+  fleet::v1::FleetConfig config;
+  auto v1 = (*store)->SaveConfig(config, "a.yaml", "hosts: []\n", absl::Now());
+  ASSERT_TRUE(v1.ok()) << v1.status();
+
+  // A hands over (as at a clean stop); B takes the lease with a higher term.
+  ASSERT_TRUE(a->Release().ok());
+  auto term_b = b->TryAcquire();
+  ASSERT_TRUE(term_b.ok()) << term_b.status();
+  EXPECT_GT(*term_b, *term_a);
+
+  // A's store, still fenced with A's term: nothing is written, alone or in a batch.
+  auto refused = (*store)->SaveConfig(config, "b.yaml", "hosts: []\n", absl::Now());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("fenced"));
+  {
+    FleetStore::Batch batch(store->get());
+    EXPECT_FALSE((*store)->SaveConfig(config, "c.yaml", "hosts: []\n", absl::Now()).ok());
+    EXPECT_EQ(batch.Commit().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  auto latest = (*store)->LatestConfigInfo();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->version, *v1);
+
+  // With B's term the same store writes again.
+  (*store)->SetFence(*fleet_id, *term_b);
+  auto v2 = (*store)->SaveConfig(config, "d.yaml", "hosts: []\n", absl::Now());
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_GT(*v2, *v1);
+  ASSERT_TRUE(b->Release().ok());
+}
+
+TEST_F(LeaseTest, TheFleetIdIsMadeWithTheRecordAndKept) {
+  auto first = FleetStore::Open(server_->url());
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto id = (*first)->FleetId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(id->size(), 32u);
+  first->reset();
+  auto again = FleetStore::Open(server_->url());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*(*again)->FleetId(), *id);
+
+  // Another record (another database) is another fleet.
+  auto admin = Connect();
+  ASSERT_TRUE(admin->Exec("DROP DATABASE IF EXISTS other_fleet").ok());
+  ASSERT_TRUE(admin->Exec("CREATE DATABASE other_fleet").ok());
+  std::string other_url = server_->url();
+  const size_t at = other_url.find("/fleet?");
+  ASSERT_NE(at, std::string::npos) << "the test server's URL changed shape";
+  other_url.replace(at, 7, "/other_fleet?");
+  auto other = FleetStore::Open(other_url);
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto other_id = (*other)->FleetId();
+  ASSERT_TRUE(other_id.ok()) << other_id.status();
+  EXPECT_NE(*other_id, *id);
 }
 
 }  // namespace

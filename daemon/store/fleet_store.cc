@@ -21,6 +21,7 @@
 #include "common/state/states.h"
 #include "daemon/store/fleet_store_internal.h"
 #include "daemon/store/fleet_store_schema.h"
+#include "daemon/store/term_fence.h"
 
 namespace fleet::daemon {
 
@@ -120,6 +121,41 @@ absl::Status FleetStore::EnsureConnected() {
   return s;
 }
 
+absl::Status FleetStore::BeginWrite() {
+  if (absl::Status s = EnsureConnected(); !s.ok()) return s;
+  if (absl::Status s = db_->Begin(); !s.ok()) return s;
+  if (fence_term_ == 0) return absl::OkStatus();
+  absl::Status s = [&]() -> absl::Status {
+    auto check = db_->Prepare(kTermFenceSql);
+    if (!check.ok()) return check.status();
+    check->Bind(1, fence_fleet_).Bind(2, fence_term_);
+    auto live = check->Step();
+    if (!live.ok()) return live.status();
+    if (!*live) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("fenced: term ", fence_term_, " no longer leads fleet ", fence_fleet_,
+                       " (another fleetd took over): nothing written"));
+    }
+    return absl::OkStatus();
+  }();
+  if (!s.ok()) db_->Rollback().IgnoreError();
+  return s;
+}
+
+void FleetStore::SetFence(std::string fleet_id, int64_t term) {
+  fence_fleet_ = std::move(fleet_id);
+  fence_term_ = term;
+}
+
+absl::StatusOr<std::string> FleetStore::FleetId() {
+  auto st = Prepare("SELECT fleet_id FROM fleet_identity WHERE singleton = 1");
+  if (!st.ok()) return st.status();
+  auto row = (*st)->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::DataLossError(absl::StrCat("store ", db_->name(), ": no fleet id"));
+  return (*st)->ColumnText(0);
+}
+
 absl::StatusOr<FleetStore::Query> FleetStore::Prepare(const std::string& sql) {
   if (absl::Status s = EnsureConnected(); !s.ok()) return s;
   auto it = statements_.find(sql);
@@ -143,8 +179,7 @@ absl::StatusOr<FleetStore::Query> FleetStore::Prepare(const std::string& sql) {
 
 FleetStore::Batch::Batch(FleetStore* store) : store_(store) {
   if (store_->depth_ > 0) return;  // already inside one
-  begin_ = store_->EnsureConnected();
-  if (begin_.ok()) begin_ = store_->db_->Begin();
+  begin_ = store_->BeginWrite();
   if (begin_.ok()) {
     open_ = true;
     ++store_->depth_;

@@ -243,6 +243,15 @@ class FleetStore {
   absl::Status PruneEvents(absl::Time older_than, int64_t max_events);
   absl::StatusOr<int64_t> EventCount();
 
+  // The fleet's id (schema v5: made once, with the record): what the leader lease's terms and the
+  // agents' fences are scoped by.
+  absl::StatusOr<std::string> FleetId();
+  // A leader's store (PostgreSQL, issue 16): from now on every write transaction begins by checking
+  // that `term` still holds the live lease of `fleet_id` (term_fence.h: the lease row locked FOR
+  // SHARE until the transaction ends), and fails without writing anything, FailedPrecondition
+  // "fenced", when it does not. 0: no check (SQLite, a fleetd alone).
+  void SetFence(std::string fleet_id, int64_t term);
+
   // The connection (tests, tools); sqlite() is the SQLite database itself, null on PostgreSQL.
   sql::Connection& db() { return *db_; }
   sqlite::Database* sqlite() { return sqlite_; }
@@ -256,6 +265,9 @@ class FleetStore {
   // Connects again when the connection was lost and no transaction is open (within the backoff:
   // Unavailable at once).
   absl::Status EnsureConnected();
+  // The outer write transaction: connected, begun, and the term checked (SetFence); rolled back
+  // when the check fails.
+  absl::Status BeginWrite();
   // A statement prepared once (by its SQL text) and reset when the handle goes.
   absl::StatusOr<Query> Prepare(const std::string& sql);
   absl::StatusOr<std::optional<StoredConfigInfo>> ReadConfigInfo(sql::Statement& st);
@@ -275,6 +287,8 @@ class FleetStore {
   std::map<std::string, std::unique_ptr<Cached>, std::less<>> statements_;
   std::map<std::string, int64_t, std::less<>> container_ids_;  // name (host/ctid) -> id
   int depth_ = 0;                                              // open transaction and savepoints
+  std::string fence_fleet_;
+  int64_t fence_term_ = 0;
 };
 
 }  // namespace fleet::daemon

@@ -91,10 +91,7 @@ class FleetStore::Scope {
  public:
   static absl::StatusOr<std::unique_ptr<Scope>> Begin(FleetStore* store) {
     const bool outer = store->depth_ == 0;
-    if (outer) {
-      if (absl::Status s = store->EnsureConnected(); !s.ok()) return s;
-    }
-    if (absl::Status s = outer ? store->db_->Begin() : store->db_->Exec("SAVEPOINT fleet_write");
+    if (absl::Status s = outer ? store->BeginWrite() : store->db_->Exec("SAVEPOINT fleet_write");
         !s.ok()) {
       return s;
     }

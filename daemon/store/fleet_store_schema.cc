@@ -1,6 +1,14 @@
 // The record's schema, version by version, per dialect where it must differ (fleet_store_schema.h).
 #include "daemon/store/fleet_store_schema.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
 namespace fleet::daemon {
 namespace {
 
@@ -358,6 +366,28 @@ ALTER TABLE attempts ADD COLUMN confidence TEXT NOT NULL DEFAULT 'high'
   CHECK (confidence IN ('high', 'low'));
 )sql";
 
+// v5 (both engines): the fleet's identity (issue 16): one row, a random id made when the record is
+// created (or, for a record made before v5, when it is first opened by a fleetd that knows v5). The
+// leader lease, its terms and the agents' fences are scoped by it: an agent that served one fleet
+// may later serve another, whose terms start again.
+constexpr char kSchemaV5[] = R"sql(
+CREATE TABLE fleet_identity (
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  fleet_id TEXT NOT NULL
+);
+)sql";
+
+// 128 random bits in hex, from the kernel: a fleet id no other record has.
+absl::StatusOr<std::string> NewFleetId() {
+  unsigned char bytes[16];
+  if (getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
+    return absl::InternalError(absl::StrCat("getrandom: ", std::strerror(errno)));
+  }
+  std::string out;
+  for (unsigned char b : bytes) absl::StrAppendFormat(&out, "%02x", b);
+  return out;
+}
+
 }  // namespace
 
 const char* ContainerIdColumn(sql::Dialect dialect) {
@@ -371,6 +401,15 @@ std::vector<sql::Migration> FleetStoreMigrations(sql::Dialect dialect) {
                           pg ? kPostgresSchemaV3 : kSchemaV3, kSchemaV4}) {
     out.push_back([ddl](sql::Connection& db) { return db.Exec(ddl); });
   }
+  out.push_back([](sql::Connection& db) -> absl::Status {
+    if (absl::Status s = db.Exec(kSchemaV5); !s.ok()) return s;
+    absl::StatusOr<std::string> id = NewFleetId();
+    if (!id.ok()) return id.status();
+    auto insert = db.Prepare("INSERT INTO fleet_identity (singleton, fleet_id) VALUES (1, ?1)");
+    if (!insert.ok()) return insert.status();
+    insert->Bind(1, *id);
+    return insert->Run();
+  });
   return out;
 }
 

@@ -286,7 +286,7 @@ TEST_P(FleetStoreTest, TheConfigSurvivesAReopenAndTheFileIsSound) {
   ASSERT_TRUE(servers.ok());
   ASSERT_EQ(servers->size(), 1u);
   EXPECT_EQ((*servers)[0].name, "local/200/gpu3");
-  EXPECT_EQ(SchemaVersion(*store), 4);
+  EXPECT_EQ(SchemaVersion(*store), 5);
   if (!postgres()) {
     auto check = store->db().Prepare("PRAGMA integrity_check");
     ASSERT_TRUE(check.ok());
@@ -342,12 +342,16 @@ TEST_P(FleetStoreTest, ConfigsKeepTheDigestOfTheirTextAndAVersionOneFileGainsThe
             .Exec(absl::StrCat(
                 "DROP TABLE fleet_events; DROP TABLE deliveries; "
                 "DROP INDEX configs_source; ALTER TABLE configs DROP COLUMN digest; "
-                "ALTER TABLE attempts DROP COLUMN confidence; ",
+                "ALTER TABLE attempts DROP COLUMN confidence; DROP TABLE fleet_identity; ",
                 postgres() ? "UPDATE schema_version SET version = 1" : "PRAGMA user_version = 1"))
             .ok());
   }
-  auto store = Open();  // migrated to version 2, 3, then 4
-  EXPECT_EQ(SchemaVersion(*store), 4);
+  auto store = Open();  // migrated to version 2, 3, 4, then 5
+  EXPECT_EQ(SchemaVersion(*store), 5);
+  // Version 5 gave the older record a fleet id.
+  auto fleet_id = store->FleetId();
+  ASSERT_TRUE(fleet_id.ok()) << fleet_id.status();
+  EXPECT_EQ(fleet_id->size(), 32u);
   EXPECT_EQ(Count(*store, "SELECT count(*) FROM configs WHERE digest IS NULL"), 2);
   // An old row's digest is computed from its stored text.
   auto from = store->LastConfigFrom("/etc/fleet.yaml");
