@@ -53,7 +53,8 @@ fleet::v1::Host WithoutContainers(const fleet::v1::Host& h) {
 
 Daemon::Daemon(std::unique_ptr<FleetStore> store, AgentClientFactory factory, Clock* clock,
                DaemonOptions options)
-    : factory_(std::move(factory)),
+    : factory_(options.fence ? FencedFactory(std::move(factory), options.fence)
+                             : std::move(factory)),
       clock_(clock),
       options_(options),
       reconciler_(options.backoff_reset),
@@ -127,6 +128,37 @@ Daemon::~Daemon() {
 absl::Status Daemon::Recover() {
   absl::MutexLock lock(&mu_);
   absl::MutexLock store_lock(&store_mu_);
+  return RecoverLocked();
+}
+
+absl::Status Daemon::Reload(absl::Duration max_age) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  absl::MutexLock store_lock(&store_mu_);
+  if (loaded_at_ > now - max_age && max_age > absl::ZeroDuration()) return absl::OkStatus();
+  // A standby never connected a link nor ran a turn: nothing here is the only copy of anything.
+  servers_.clear();
+  links_.clear();
+  fixes_.clear();
+  unsaved_ = Unsaved();
+  dirty_.clear();
+  absl::Status s = RecoverLocked();
+  if (s.ok()) changed_ = true;
+  return s;
+}
+
+void Daemon::FenceRecord(const std::string& fleet_id, int64_t term) {
+  absl::MutexLock store_lock(&store_mu_);
+  store_->SetFence(fleet_id, term);
+}
+
+absl::StatusOr<std::string> Daemon::FleetId() {
+  absl::MutexLock store_lock(&store_mu_);
+  return store_->FleetId();
+}
+
+absl::Status Daemon::RecoverLocked() {
+  loaded_at_ = clock_->Now();
   auto records = store_->Servers();
   if (!records.ok()) return records.status();
   for (ServerRecord& r : *records) {
@@ -220,6 +252,9 @@ void Daemon::Loop() {
 }
 
 void Daemon::Step() {
+  // A leader that may no longer act (its lease lapsed; it steps down) does nothing more: its
+  // writes would be fenced and its agent requests refused, but nothing is even tried.
+  if (options_.may_act && !options_.may_act()) return;
   const absl::Time now = clock_->Now();
   Ingest(now);
   Connect(now);

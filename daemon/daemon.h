@@ -52,6 +52,7 @@
 #include "daemon/agent_client.h"
 #include "daemon/call_pacer.h"
 #include "daemon/events/fleet_journal.h"
+#include "daemon/fenced_agent_client.h"
 #include "daemon/planner/planner.h"
 #include "daemon/reconciler.h"
 #include "daemon/remediation_runner.h"
@@ -87,6 +88,12 @@ struct DaemonOptions {
   PlannerOptions planner;
   // After this long READY a server's failure count (the backoff's exponent) starts again.
   absl::Duration backoff_reset = absl::Minutes(10);
+  // With a leader lease (issue 16; fleetd --store-file): the fence every agent request that
+  // changes something carries (the factory's clients are wrapped: fenced_agent_client.h), and
+  // whether this fleetd may act now (its lease held, before its local deadline): while it says no,
+  // no turn runs. Both empty for a fleetd alone.
+  std::shared_ptr<const LeaderFence> fence;
+  std::function<bool()> may_act;
 };
 
 // What `fleetd --config FILE` does with FILE when it starts. The stored desired state wins (the
@@ -163,6 +170,19 @@ class Daemon : public EventSink, public PlanRecorder {
   void Start();
   // One turn of the reconciler.
   void Step();
+
+  // A standby (issue 16) is a Daemon that is not started: it answers the read verbs from its
+  // copy of the record, which Reload reads again (servers, attempts, remediations, links and
+  // cursors: what a start reads), when it is older than `max_age`. At a takeover the new leader
+  // reloads once more, then fences the record and starts: it carries on from what the old
+  // leader committed. Not after Start().
+  absl::Status Reload(absl::Duration max_age = absl::ZeroDuration())
+      ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
+  // From now on every write of the record first checks that `term` leads `fleet_id`
+  // (FleetStore::SetFence): a leader that lost its lease writes nothing more.
+  void FenceRecord(const std::string& fleet_id, int64_t term) ABSL_LOCKS_EXCLUDED(store_mu_);
+  // The record's fleet id (FleetStore::FleetId).
+  absl::StatusOr<std::string> FleetId() ABSL_LOCKS_EXCLUDED(store_mu_);
 
   // fleet.proto, for the service.
   absl::StatusOr<fleet::v1::DeployResponse> Deploy(const fleet::v1::DeployRequest& request);
@@ -277,7 +297,8 @@ class Daemon : public EventSink, public PlanRecorder {
   };
   Daemon(std::unique_ptr<FleetStore> store, AgentClientFactory factory, Clock* clock,
          DaemonOptions options);
-  absl::Status Recover();
+  absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
+  absl::Status RecoverLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
   absl::Status ApplyConfig(const fleet::v1::FleetConfig& config, const std::set<std::string>& only,
                            std::vector<fleet::v1::Change>* changes, bool dry_run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, store_mu_);
@@ -453,6 +474,7 @@ class Daemon : public EventSink, public PlanRecorder {
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   std::set<StatusSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
+  absl::Time loaded_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // the last Recover/Reload
   absl::Time last_prune_ ABSL_GUARDED_BY(store_mu_) = absl::InfinitePast();
   std::string record_error_ ABSL_GUARDED_BY(store_mu_);     // the last write failure's reason
   int64_t record_failures_ ABSL_GUARDED_BY(store_mu_) = 0;  // since the last write that worked

@@ -1057,9 +1057,14 @@ TEST(StopWithin, WaitsForAStopThatEndsAndNotLongerThanTheTimeoutForOneThatDoesNo
   release->Notify();  // the abandoned stop ends
 }
 
-TEST(FleetdUnit, SystemdWaitsLongerThanFleetdTakesToStop) {
-  std::ifstream in(fleet::testing::SourcePath("deploy/fleetd.service"));
+class FleetdUnit : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Units, FleetdUnit,
+                         ::testing::Values("deploy/fleetd.service", "deploy/fleetd-ha.service"));
+
+TEST_P(FleetdUnit, SystemdWaitsLongerThanFleetdTakesToStopAndRestartsAfterALostLease) {
+  std::ifstream in(fleet::testing::SourcePath(GetParam()));
   ASSERT_TRUE(in.good());
+  std::string restart;
   absl::Duration systemd = absl::InfiniteDuration();
   absl::Duration fleetd = kDefaultStopTimeout;
   std::string line;
@@ -1071,6 +1076,11 @@ TEST(FleetdUnit, SystemdWaitsLongerThanFleetdTakesToStop) {
       ASSERT_TRUE(absl::SimpleAtoi(text, &seconds)) << line;
       systemd = absl::Seconds(seconds);
     }
+    if (absl::StartsWith(line, "Restart=")) restart = line.substr(8);
+    // A leader that lost its lease exits 75 and must come back as a standby.
+    EXPECT_FALSE(absl::StartsWith(line, "RestartPreventExitStatus=") &&
+                 absl::StrContains(line, "75"))
+        << line;
     if (absl::StartsWith(line, "ExecStart=")) {
       const size_t flag = line.find("--stop-timeout");
       if (flag != std::string::npos) {
@@ -1083,9 +1093,10 @@ TEST(FleetdUnit, SystemdWaitsLongerThanFleetdTakesToStop) {
     }
   }
   // Without TimeoutStopSec, systemd's default (90 s) applies, whatever fleetd takes.
-  ASSERT_NE(systemd, absl::InfiniteDuration()) << "deploy/fleetd.service sets no TimeoutStopSec";
+  ASSERT_NE(systemd, absl::InfiniteDuration()) << GetParam() << " sets no TimeoutStopSec";
   EXPECT_GE(systemd, fleetd + absl::Seconds(10))
       << "systemd would SIGKILL fleetd before it ends on its own";
+  EXPECT_TRUE(restart == "on-failure" || restart == "always") << "Restart=" << restart;
 }
 
 // The config with container 200 reached through another channel: a redeploy replaces its client.
