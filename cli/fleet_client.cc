@@ -243,7 +243,9 @@ absl::Status FleetClient::Run(const char* method, const Attempt& attempt) {
   }
   for (int redirects = 0;; ++redirects) {
     if (!outcome) outcome = attempt(*endpoint);
-    if (outcome->leader.empty() || redirects == kMaxRedirects) break;
+    // Over the socket there are no TLS settings to reach the leader with: its address is in the
+    // standby's message (following it in plaintext would be a silent downgrade).
+    if (outcome->leader.empty() || redirects == kMaxRedirects || !socket_path_.empty()) break;
     // "Not the leader": the request was refused, not run; the leader gets it.
     absl::MutexLock lock(&mu_);
     const size_t leader = IndexOf(outcome->leader);

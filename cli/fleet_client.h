@@ -18,7 +18,10 @@
 // Leader finding: an answer FailedPrecondition carrying the trailing metadata
 // `fleet-leader: ADDR` means "not the leader; the leader is at ADDR" (the request was refused, not
 // run): the client moves to ADDR (added to its list when new) and sends the call again there, at
-// most twice per call. fleetd sends no such answer yet (a standby will: issue 16).
+// most twice per call. A standby fleetd (issue 16) sends it for every write and stream. Over the
+// unix socket it is not followed: the client has no TLS settings for TCP, and a plaintext
+// connection to the leader would be a downgrade nobody asked for; the standby's message names the
+// leader and its address.
 // Deadlines: a unary call has `timeout`. A Watch must deliver its first message (the current
 // table) within `timeout`, then stays open for as long as the caller wants. A Logs call without
 // follow must deliver each chunk within `timeout` of the previous one; with follow it stays open

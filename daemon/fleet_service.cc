@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/config/secret_redaction.h"
 #include "common/net/grpc_status.h"
@@ -49,6 +50,14 @@ grpc::ServerUnaryReactor* Fail(grpc::CallbackServerContext* c, const absl::Statu
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
+
+// A stream refused before it began: finished at once with `status`.
+template <typename T>
+class RefusedStream final : public grpc::ServerWriteReactor<T> {
+ public:
+  explicit RefusedStream(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
 
 // The whole table first, then each change, until the client goes away.
 class WatchStream : public net::SubscriberStream<fleet::v1::FleetStatusResponse>,
@@ -222,12 +231,14 @@ absl::StatusOr<fleet::v1::FleetConfig> ConfigOrEmpty(Daemon* daemon) {
 grpc::ServerUnaryReactor* FleetService::Deploy(grpc::CallbackServerContext* c,
                                                const fleet::v1::DeployRequest* request,
                                                fleet::v1::DeployResponse* response) {
+  if (absl::Status s = Serves(c, "Deploy", false); !s.ok()) return Fail(c, s);
   return Answer(c, daemon_->Deploy(*request), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::Status(grpc::CallbackServerContext* c,
                                                const fleet::v1::FleetStatusRequest* request,
                                                fleet::v1::FleetStatusResponse* response) {
+  if (absl::Status s = Serves(c, "Status", true); !s.ok()) return Fail(c, s);
   daemon_->Status(*request, response);  // built in place, on the call's arena
   auto* reactor = c->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -265,45 +276,86 @@ class FleetService::StatusAllocator
   };
 };
 
-FleetService::FleetService(Daemon* daemon, std::string state_dir)
+FleetService::FleetService(Daemon* daemon, std::string state_dir,
+                           std::function<LeaderView()> leader)
     : daemon_(daemon),
       state_dir_(std::move(state_dir)),
+      leader_(std::move(leader)),
       status_allocator_(std::make_unique<StatusAllocator>()) {
   SetMessageAllocatorFor_Status(status_allocator_.get());
 }
 
 FleetService::~FleetService() = default;
 
+absl::Status FleetService::Serves(grpc::CallbackServerContext* c, const char* verb, bool read) {
+  if (!leader_) return absl::OkStatus();
+  const LeaderView leader = leader_();
+  if (leader.self) return absl::OkStatus();
+  if (read) {
+    // The leader's commits, at most a second old.
+    if (absl::Status s = daemon_->Reload(absl::Seconds(1)); !s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("this fleetd stands by and cannot read the record: ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+  if (leader.holder.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        verb, ": no fleetd leads the fleet right now (a takeover takes a few seconds): try again"));
+  }
+  if (leader.address.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(verb, ": this fleetd stands by; the leader is ", leader.holder,
+                     ", which serves no --listen address: run fleetctl on its machine"));
+  }
+  c->AddTrailingMetadata(kLeaderMetadataKey, leader.address);
+  return absl::FailedPreconditionError(absl::StrCat(verb, ": this fleetd stands by; the leader is ",
+                                                    leader.holder, " at ", leader.address,
+                                                    " (fleetctl --server ", leader.address, ")"));
+}
+
 grpc::ServerWriteReactor<fleet::v1::FleetStatusResponse>* FleetService::Watch(
     grpc::CallbackServerContext* c, const fleet::v1::FleetStatusRequest* request) {
+  if (absl::Status s = Serves(c, "Watch", false); !s.ok()) {
+    return new RefusedStream<fleet::v1::FleetStatusResponse>(s);
+  }
   return new WatchStream(daemon_, *request);
 }
 
 grpc::ServerWriteReactor<fleet::v1::FleetEventsResponse>* FleetService::FleetEvents(
     grpc::CallbackServerContext* c, const fleet::v1::FleetEventsRequest* request) {
+  if (absl::Status s = Serves(c, "FleetEvents", false); !s.ok()) {
+    return new RefusedStream<fleet::v1::FleetEventsResponse>(s);
+  }
   return new FleetEventsStream(daemon_, *request);
 }
 
 grpc::ServerWriteReactor<fleet::v1::LogChunk>* FleetService::Logs(
     grpc::CallbackServerContext* c, const fleet::v1::ServerLogsRequest* request) {
+  if (absl::Status s = Serves(c, "Logs", false); !s.ok()) {
+    return new RefusedStream<fleet::v1::LogChunk>(s);
+  }
   return new LogRelay(daemon_, *request);
 }
 
 grpc::ServerUnaryReactor* FleetService::ListAttempts(grpc::CallbackServerContext* c,
                                                      const fleet::v1::ListAttemptsRequest* request,
                                                      fleet::v1::ListAttemptsResponse* response) {
+  if (absl::Status s = Serves(c, "ListAttempts", true); !s.ok()) return Fail(c, s);
   return Answer(c, daemon_->ListAttempts(*request), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::Explain(grpc::CallbackServerContext* c,
                                                 const fleet::v1::ExplainRequest* request,
                                                 fleet::v1::ExplainResponse* response) {
+  if (absl::Status s = Serves(c, "Explain", true); !s.ok()) return Fail(c, s);
   return Answer(c, daemon_->Explain(*request), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::Plan(grpc::CallbackServerContext* c,
                                              const fleet::v1::PlanRequest* request,
                                              fleet::v1::PlanResponse* response) {
+  if (absl::Status s = Serves(c, "Plan", false); !s.ok()) return Fail(c, s);
   // Blocks on the agent's probe (seconds): a CLI request, not on any hot path.
   return Answer(c, WithPlansRedacted(daemon_->Plan(*request)), response);
 }
@@ -311,6 +363,7 @@ grpc::ServerUnaryReactor* FleetService::Plan(grpc::CallbackServerContext* c,
 grpc::ServerUnaryReactor* FleetService::ApplyPlan(grpc::CallbackServerContext* c,
                                                   const fleet::v1::ApplyPlanRequest* request,
                                                   fleet::v1::ApplyPlanResponse* response) {
+  if (absl::Status s = Serves(c, "ApplyPlan", false); !s.ok()) return Fail(c, s);
   // Blocks while the agent applies it (a pip install may take minutes): `fleetctl apply` waits
   // for the outcome it prints.
   return Answer(c, WithPlansRedacted(daemon_->ApplyPlan(*request)), response);
@@ -319,24 +372,28 @@ grpc::ServerUnaryReactor* FleetService::ApplyPlan(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* FleetService::ListRemediations(
     grpc::CallbackServerContext* c, const fleet::v1::ListRemediationsRequest* request,
     fleet::v1::ListRemediationsResponse* response) {
+  if (absl::Status s = Serves(c, "ListRemediations", true); !s.ok()) return Fail(c, s);
   return Answer(c, WithPlansRedacted(daemon_->ListRemediations(*request)), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::Restart(grpc::CallbackServerContext* c,
                                                 const fleet::v1::ServersRequest* request,
                                                 fleet::v1::ServersResponse* response) {
+  if (absl::Status s = Serves(c, "Restart", false); !s.ok()) return Fail(c, s);
   return Answer(c, daemon_->Restart(*request), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::Stop(grpc::CallbackServerContext* c,
                                              const fleet::v1::ServersRequest* request,
                                              fleet::v1::ServersResponse* response) {
+  if (absl::Status s = Serves(c, "Stop", false); !s.ok()) return Fail(c, s);
   return Answer(c, daemon_->Stop(*request), response);
 }
 
 grpc::ServerUnaryReactor* FleetService::TrustHost(grpc::CallbackServerContext* c,
                                                   const fleet::v1::TrustHostRequest* request,
                                                   fleet::v1::TrustHostResponse* response) {
+  if (absl::Status s = Serves(c, "TrustHost", false); !s.ok()) return Fail(c, s);
   // Connects to the host (blocks up to its connect timeout, per round trip): a CLI request, on no
   // hot path. The config comes from the record, so the daemon's state lock is never held.
   absl::StatusOr<fleet::v1::FleetConfig> config = ConfigOrEmpty(daemon_);
@@ -347,6 +404,7 @@ grpc::ServerUnaryReactor* FleetService::TrustHost(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* FleetService::ListHosts(grpc::CallbackServerContext* c,
                                                   const fleet::v1::ListHostsRequest* request,
                                                   fleet::v1::ListHostsResponse* response) {
+  if (absl::Status s = Serves(c, "ListHosts", true); !s.ok()) return Fail(c, s);
   // Reads the known_hosts files, no connection.
   absl::StatusOr<fleet::v1::FleetConfig> config = ConfigOrEmpty(daemon_);
   if (!config.ok()) return Fail(c, config.status());

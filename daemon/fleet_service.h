@@ -7,6 +7,7 @@
 // shut down.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -15,10 +16,27 @@
 
 namespace fleet::daemon {
 
+// Who leads the fleet, as this fleetd sees it (issue 16: fleetds sharing a PostgreSQL record).
+struct LeaderView {
+  bool self = true;     // this fleetd leads (or runs alone): it serves every verb
+  std::string holder;   // else the leader, when one holds the lease now ("" when none does)
+  std::string address;  // and its --listen address ("" when it has none)
+};
+
+// The trailing metadata key of a "not the leader" answer (fleetctl follows it: cli/fleet_client.h).
+inline constexpr char kLeaderMetadataKey[] = "fleet-leader";
+
 class FleetService final : public fleet::v1::Fleet::CallbackService {
  public:
-  // `state_dir`: fleetd's --state-dir (the default place of known_hosts).
-  explicit FleetService(Daemon* daemon, std::string state_dir = "/var/lib/gpu-fleet");
+  // `state_dir`: fleetd's --state-dir (the default place of known_hosts). `leader` (empty: this
+  // fleetd always leads) is asked at each call. A standby answers the read verbs (Status,
+  // ListAttempts, Explain, ListRemediations, ListHosts) from the record, read again when its copy
+  // is older than a second (Daemon::Reload), and refuses the rest, which the leader serves
+  // (writes, and the streams: Watch, Logs, FleetEvents), with FAILED_PRECONDITION and the
+  // leader's address in the trailing metadata `fleet-leader`, or UNAVAILABLE while no fleetd
+  // leads (a takeover in progress).
+  explicit FleetService(Daemon* daemon, std::string state_dir = "/var/lib/gpu-fleet",
+                        std::function<LeaderView()> leader = nullptr);
   ~FleetService() override;
 
   grpc::ServerUnaryReactor* Deploy(grpc::CallbackServerContext* c,
@@ -64,8 +82,13 @@ class FleetService final : public fleet::v1::Fleet::CallbackService {
  private:
   class StatusAllocator;
 
+  // OK when this fleetd serves `verb` now (it leads, or the verb is a read and the record was read
+  // again); else the refusal, its metadata added to `c`.
+  absl::Status Serves(grpc::CallbackServerContext* c, const char* verb, bool read);
+
   Daemon* const daemon_;
   const std::string state_dir_;
+  const std::function<LeaderView()> leader_;
   std::unique_ptr<StatusAllocator> status_allocator_;
 };
 

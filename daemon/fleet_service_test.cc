@@ -133,3 +133,91 @@ TEST(FleetService, FleetEventsResumeFromAnIndexAndSayResyncWhenItWasPruned) {
 }
 
 }  // namespace fleet::daemon
+
+namespace fleet::daemon {
+namespace {
+
+// A standby (issue 16): reads answered from the record, read again when older than a second (a
+// remediation the leader committed meanwhile shows up); writes and streams refused with the
+// leader's address in `fleet-leader`, or UNAVAILABLE while nobody leads.
+TEST(FleetService, AStandbyAnswersReadsFromTheRecordAndSendsTheRestToTheLeader) {
+  fleet::testing::TempDir dir;
+  auto store = FleetStore::Open(dir.Join("fleet.db"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  // The leader's writes, through a connection of their own.
+  auto leader_store = FleetStore::Open(dir.Join("fleet.db"));
+  ASSERT_TRUE(leader_store.ok()) << leader_store.status();
+
+  fleet::testing::FakeClock clock;
+  auto daemon = DaemonWithoutAgents(*std::move(store), &clock);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  LeaderView view{.self = false, .holder = "fleetd-b/42/0a0b0c0d", .address = "10.0.0.2:7443"};
+  absl::Mutex view_mu;
+  FleetService service(daemon->get(), dir.path(), [&] {
+    absl::MutexLock lock(&view_mu);
+    return view;
+  });
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  auto stub = fleet::v1::Fleet::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+  const auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(10); };
+
+  const auto status_rows = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(deadline());
+    fleet::v1::FleetStatusResponse response;
+    EXPECT_TRUE(stub->Status(&context, {}, &response).ok());
+    return response.servers_size();
+  };
+  EXPECT_EQ(status_rows(), 0);
+  ServerRecord row;
+  row.name = "local/200/gpu0";
+  row.host = "local";
+  row.container = "200";
+  ASSERT_TRUE((*leader_store)->PutServer(row).ok());
+  EXPECT_EQ(status_rows(), 0);      // the copy is less than a second old: not read again
+  clock.Advance(absl::Seconds(2));  // now it is
+  EXPECT_EQ(status_rows(), 1);
+
+  {
+    grpc::ClientContext context;
+    context.set_deadline(deadline());
+    fleet::v1::ServersResponse response;
+    const grpc::Status status = stub->Restart(&context, {}, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr("stands by"));
+    const auto& trailers = context.GetServerTrailingMetadata();
+    const auto it = trailers.find(kLeaderMetadataKey);
+    ASSERT_NE(it, trailers.end());
+    EXPECT_EQ(std::string(it->second.data(), it->second.size()), "10.0.0.2:7443");
+  }
+  {
+    // A stream too: the leader serves it.
+    grpc::ClientContext context;
+    context.set_deadline(deadline());
+    auto reader = stub->Watch(&context, {});
+    fleet::v1::FleetStatusResponse message;
+    EXPECT_FALSE(reader->Read(&message));
+    const grpc::Status status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(context.GetServerTrailingMetadata().count(kLeaderMetadataKey), 1u);
+  }
+  {
+    absl::MutexLock lock(&view_mu);
+    view = LeaderView{.self = false};  // a takeover in progress: nobody leads
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(deadline());
+    fleet::v1::DeployResponse response;
+    const grpc::Status status = stub->Deploy(&context, {}, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(status.error_message(), HasSubstr("no fleetd leads"));
+    EXPECT_EQ(context.GetServerTrailingMetadata().count(kLeaderMetadataKey), 0u);
+  }
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace fleet::daemon
