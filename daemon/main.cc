@@ -7,9 +7,12 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +25,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/base/flag_set.h"
@@ -37,6 +41,7 @@
 #include "daemon/bounded_stop.h"
 #include "daemon/daemon.h"
 #include "daemon/fleet_service.h"
+#include "daemon/leader/elector.h"
 #include "daemon/metrics/fleet_metrics.h"
 #include "daemon/notify/notifier.h"
 #include "daemon/remote/agent_bootstrap.h"
@@ -132,6 +137,58 @@ absl::Status WriteListenAddress(const std::string& path, const std::string& addr
   return absl::OkStatus();
 }
 
+// A fleetd that lost its lease exits with this (EX_TEMPFAIL): its supervisor starts it again, as a
+// standby.
+constexpr int kLostLeaseExit = 75;
+
+// This fleetd among those sharing the record: host, pid and a random part (a pid is reused).
+std::string HolderName() {
+  static const std::string name = [] {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    unsigned char bytes[4] = {};
+    if (getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
+      // Without randomness the pid and the time tell fleetds apart well enough.
+      const auto t = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+      for (int i = 0; i < 4; ++i) bytes[i] = static_cast<unsigned char>(t >> (8 * i));
+    }
+    return absl::StrFormat("%s/%d/%02x%02x%02x%02x", host, getpid(), bytes[0], bytes[1], bytes[2],
+                           bytes[3]);
+  }();
+  return name;
+}
+
+// A fleetd sharing its record (--store-file): whether it leads, and who does when it does not.
+struct Leadership {
+  std::string fleet_id;
+  std::shared_ptr<fleet::daemon::LeaderFence> fence;
+  std::unique_ptr<fleet::daemon::LeaderElector> owned;
+  std::atomic<fleet::daemon::LeaderElector*> elector{nullptr};
+  std::atomic<int64_t> pending_term{0};  // set by the elector's on_lead, taken by main
+  std::atomic<bool> stopping{false};
+  bool leading = false;  // main thread only
+
+  // Whether this fleetd may act now: it took over and its lease is held, before its deadline.
+  bool HoldsNow() const {
+    fleet::daemon::LeaderElector* e = elector.load();
+    return e != nullptr && fence->term() > 0 && e->HoldsNow(absl::Now());
+  }
+  fleet::daemon::LeaderView View() const {
+    fleet::daemon::LeaderView v;
+    v.self = HoldsNow();
+    if (v.self) return v;
+    fleet::daemon::LeaderElector* e = elector.load();
+    if (e == nullptr) return v;
+    const fleet::daemon::LeaseView seen = e->seen();
+    // Itself while taking over (or stepping down): nobody leads for the client yet.
+    if (seen.term > 0 && seen.holder != HolderName()) {
+      v.holder = seen.holder;
+      v.address = seen.address;
+    }
+    return v;
+  }
+};
+
 // --socket-group: a group name or number.
 bool ParseGroup(const std::string& text, gid_t* gid) {
   uint32_t id = 0;
@@ -171,6 +228,7 @@ int main(int argc, char** argv) {
   std::string metrics_listen;
   std::string metrics_cert, metrics_key, metrics_ca;
   bool insecure_listen = false;
+  std::string lease_text = "3s";
   std::string listen;
   fleet::net::TlsFiles listen_tls;
   fleet::FlagSet flags(
@@ -219,8 +277,15 @@ int main(int argc, char** argv) {
                   "keep the record in PostgreSQL instead of STATE_DIR/fleet.db: FILE (mode 0600 "
                   "or stricter) holds its postgres:// URL, password included, so that the URL is "
                   "never in argv; the database must exist (its tables are made). The lock and "
-                  "the socket stay in STATE_DIR",
+                  "the socket stay in STATE_DIR. Several fleetds may share the record: one leads "
+                  "(a lease), the others stand by, answer reads and take over "
+                  "(docs/high-availability.md)",
                   "FILE");
+  flags.AddString("lease", '\0', &lease_text,
+                  "with --store-file: how long the leader's lease lasts without a renewal (it "
+                  "renews every second; a standby takes over once it expired, by the database's "
+                  "clock). Every fleetd of a fleet should say the same",
+                  "DURATION");
   flags.AddString("db-synchronous", '\0', &db_synchronous,
                   "how fleet.db commits: full (each commit synced: survives a power loss; the "
                   "default) or normal (survives a crash of fleetd only; for measuring the cost)",
@@ -339,6 +404,14 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  absl::Duration lease_duration;
+  if (auto d = fleet::config::ParseConfigDuration(lease_text); d.ok() && *d >= absl::Seconds(1)) {
+    lease_duration = *d;
+  } else {
+    Log().error("flag --lease: '{}' is not a duration of at least 1s (3s, 10s)", lease_text);
+    return 1;
+  }
+
   // fleet.proto over TCP: mutual TLS, or plaintext only when asked for by name. Even on loopback:
   // every local user reaches a TCP port, and fleet.proto runs anything in every container (the
   // unix socket checks its peers; TCP has only the certificate to go by).
@@ -447,6 +520,8 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  // SIGUSR1: the elector (on its thread) tells the main thread that this fleetd now leads.
+  sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   fleet::daemon::FleetStoreOptions store_options;
@@ -455,13 +530,29 @@ int main(int argc, char** argv) {
                                   : fleet::sqlite::OpenOptions::Synchronous::kFull;
   store_options.vfs = db_vfs;
   auto store = fleet::daemon::FleetStore::Open(store_target, store_options);
-  // Never store_target itself in a log: a URL's password. The store's name is redacted.
+  // Never store_target itself in a log: a URL's password. The store's name is redacted. A shared
+  // record keeps it until the elector has opened its own session with it.
+  const bool shared = !store_file.empty();
+  std::string lease_url = shared ? store_target : "";
   store_target.clear();
   if (!store.ok()) {
     Log().error("{}", store.status().message());
     return 1;
   }
   const std::string record_name = (*store)->db().name();  // a file's path, or a redacted URL
+  // Fleetds sharing a record lead by a lease (issue 16): until this one takes it, it stands by.
+  Leadership leadership;
+  if (shared) {
+    absl::StatusOr<std::string> fleet_id = (*store)->FleetId();
+    if (!fleet_id.ok()) {
+      Log().error("{}", fleet_id.status().message());
+      return 1;
+    }
+    leadership.fleet_id = *fleet_id;
+    leadership.fence = std::make_shared<fleet::daemon::LeaderFence>();
+    options.fence = leadership.fence;
+    options.may_act = [&leadership] { return leadership.HoldsNow(); };
+  }
   const fleet::WallClock wall(clock_offset_file);
   // Timers run on the monotonic clock (common/base/clock.h): a step of the wall clock is said.
   fleet::RealClock clock(&wall, [](absl::Duration step) {
@@ -487,21 +578,28 @@ int main(int argc, char** argv) {
     Log().error("{}", daemon.status().message());
     return 1;
   }
-  if (config) {
-    // The stored desired state wins: the file seeds an empty record, and is applied again only
-    // when it changed since it was last applied (a `fleetctl deploy -f` since then stays).
-    auto r = (*daemon)->ApplyStartupConfig(config_path, yaml);
-    if (!r.ok()) {
-      Log().error("{}", r.status().message());
-      return 1;
-    }
-    Log().info("{}", r->message);
-  }
-
-  // Webhooks: the deliveries the record holds pending (a stop, a crash) go first.
+  // What a leader does before its first turn: a fleetd alone at once, one sharing its record once
+  // it takes the lease (a standby writes nothing, sends nothing).
   auto notifier = std::make_unique<fleet::daemon::Notifier>(
       [d = daemon->get()](const fleet::daemon::DeliveryRecord& r) { return d->RecordDelivery(r); });
-  (*daemon)->SetDeliverySink(notifier.get());
+  const auto start_leading = [&]() -> bool {
+    if (config) {
+      // The stored desired state wins: the file seeds an empty record, and is applied again only
+      // when it changed since it was last applied (a `fleetctl deploy -f` since then stays).
+      auto r = (*daemon)->ApplyStartupConfig(config_path, yaml);
+      if (!r.ok()) {
+        Log().error("{}", r.status().message());
+        return false;
+      }
+      Log().info("{}", r->message);
+    }
+    // Webhooks: the deliveries the record holds pending (a stop, a crash, the leader before) go
+    // first.
+    (*daemon)->SetDeliverySink(notifier.get());
+    (*daemon)->Start();
+    return true;
+  };
+  if (!shared && !start_leading()) return 1;
   // Metrics: counted from the first event on, served once the rest is up.
   std::unique_ptr<fleet::daemon::FleetMetrics> metrics;
   std::unique_ptr<fleet::daemon::MetricsServer> metrics_server;
@@ -530,7 +628,10 @@ int main(int argc, char** argv) {
     Log().warn("--insecure-listen without --metrics-listen: nothing to serve in plaintext");
   }
 
-  fleet::daemon::FleetService service(daemon->get(), state_dir);
+  fleet::daemon::FleetService service(daemon->get(), state_dir,
+                                      shared ? std::function<fleet::daemon::LeaderView()>(
+                                                   [&leadership] { return leadership.View(); })
+                                             : nullptr);
   // fleet.proto tells every agent what to run: each connection's peer is checked (SO_PEERCRED)
   // before gRPC sees it. A stale socket of a previous run is replaced (the lock says none runs).
   auto listener = fleet::net::PeerCheckedListener::Create(socket_options);
@@ -581,13 +682,84 @@ int main(int argc, char** argv) {
   (*listener)->Start(
       [serving](fleet::UniqueFd fd) { grpc::AddInsecureChannelFromFd(serving, fd.Release()); },
       [](const absl::Status& why) { Log().warn("{}", why.message()); });
-  (*daemon)->Start();
   Log().info("fleetd {}: serving on {} (only {}){}, record {}", fleet::kVersion, socket_path,
              (*listener)->Describe(),
              listen_address.empty() ? "" : absl::StrCat(" and ", listen_address), record_name);
+  if (shared) {
+    fleet::daemon::ElectorOptions eo;
+    eo.lease.fleet_id = leadership.fleet_id;
+    eo.lease.holder = HolderName();
+    eo.lease.address = listen_address;
+    eo.lease.duration = lease_duration;
+    eo.lease.margin = std::min(absl::Milliseconds(500), lease_duration / 4);
+    eo.retry = std::min(absl::Milliseconds(500), lease_duration / 4);
+    eo.renew = std::min(absl::Seconds(1), lease_duration / 3);
+    eo.on_lead = [&leadership](int64_t term) {
+      leadership.pending_term.store(term);
+      kill(getpid(), SIGUSR1);  // the main thread takes over (it sigwaits)
+    };
+    eo.on_step_down = [&leadership] {
+      if (leadership.stopping.load()) return;
+      // Kubernetes' controllers do the same: a process that lost its lease ends, and its
+      // supervisor (systemd: Restart=on-failure) starts it again as a standby. Nothing of this
+      // one can act by now: its writes are fenced by the term, its agent requests refused.
+      Log().critical("lost the lease of fleet {}: exiting (restart me as a standby)",
+                     leadership.fleet_id);
+      _exit(kLostLeaseExit);
+    };
+    auto elector = fleet::daemon::LeaderElector::Start(lease_url, std::move(eo));
+    lease_url.clear();
+    if (!elector.ok()) {
+      Log().error("leader lease: {}", elector.status().message());
+      return 1;
+    }
+    leadership.elector = elector->get();
+    leadership.owned = *std::move(elector);
+    Log().info("fleet {}: standing by as {} until the lease ({}) is free", leadership.fleet_id,
+               HolderName(), absl::FormatDuration(lease_duration));
+  }
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  for (;;) {
+    if (!shared) {
+      sigwait(&stop_signals, &sig);
+      break;
+    }
+    // A leader also watches its lease's local deadline here: the elector's thread may be blocked
+    // in a call to a database it no longer reaches (a partition drops packets; nothing fails
+    // until TCP gives up), and this fleetd must stop being the leader anyway.
+    const timespec quarter = {0, 250 * 1000 * 1000};
+    sig = sigtimedwait(&stop_signals, nullptr, &quarter);
+    if (sig < 0) {
+      if (leadership.leading && !leadership.HoldsNow()) {
+        Log().critical(
+            "fleet {}: the lease was not renewed before its local deadline (the database is "
+            "unreachable?): exiting (restart me as a standby)",
+            leadership.fleet_id);
+        _exit(kLostLeaseExit);
+      }
+      continue;
+    }
+    if (sig != SIGUSR1) break;
+    const int64_t term = leadership.pending_term.exchange(0);
+    if (term == 0 || leadership.leading) continue;  // not the elector's
+    // The takeover: the record as the old leader left it (its last commit), fenced by the new
+    // term before anything is written, then the turns, which follow every agent from its stored
+    // cursor and carry on the attempts, backoffs and remediations the record holds.
+    const absl::Time began = absl::Now();
+    if (absl::Status s = (*daemon)->Reload(); !s.ok()) {
+      Log().critical("taking over fleet {}: reading the record: {}: exiting", leadership.fleet_id,
+                     s.message());
+      _exit(kLostLeaseExit);
+    }
+    (*daemon)->FenceRecord(leadership.fleet_id, term);
+    leadership.fence->Lead(leadership.fleet_id, term,
+                           [&leadership] { return leadership.HoldsNow(); });
+    leadership.leading = true;
+    if (!start_leading()) _exit(1);
+    Log().info("leading fleet {} with term {} (record read and turns started in {})",
+               leadership.fleet_id, term, absl::FormatDuration(absl::Now() - began));
+  }
   Log().info("stopping (the servers keep running)");
   listener->reset();  // no new connection; the socket file goes with it
   if (!listen.empty()) unlink((state_dir + "/listen.addr").c_str());
@@ -600,6 +772,9 @@ int main(int argc, char** argv) {
     notifier.reset();
     metrics.reset();
     daemon->reset();
+    // Released last, once nothing of this fleetd writes: a standby takes over at once.
+    leadership.stopping.store(true);
+    if (leadership.owned) leadership.owned->Stop();
   });
   if (!stopped) {
     // Within systemd's TimeoutStopSec, on our own terms: every commit is whole in fleet.db, and

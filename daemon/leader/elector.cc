@@ -40,6 +40,11 @@ int64_t LeaderElector::term() const {
   return leading_;
 }
 
+LeaseView LeaderElector::seen() const {
+  absl::MutexLock lock(&mu_);
+  return seen_;
+}
+
 bool LeaderElector::HoldsNow(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   return leading_ > 0 && now < deadline_;
@@ -99,11 +104,20 @@ void LeaderElector::Round() {
     return;
   }
   auto term = lease_->TryAcquire();
-  if (!term.ok()) return;  // another leads, or the database is unreachable: try again later
+  if (!term.ok()) {
+    // Another leads, or the database is unreachable: try again later. Who leads is kept for the
+    // clients a standby sends to the leader.
+    absl::StatusOr<LeaseView> view = absl::UnavailableError("not asked");
+    if (absl::IsFailedPrecondition(term.status())) view = lease_->Current();
+    absl::MutexLock lock(&mu_);
+    seen_ = view.ok() && view->live ? *view : LeaseView{};
+    return;
+  }
   {
     absl::MutexLock lock(&mu_);
     leading_ = *term;
     deadline_ = lease_->LocalDeadline();
+    seen_ = LeaseView{*term, options_.lease.holder, options_.lease.address, true};
   }
   if (options_.on_lead) options_.on_lead(*term);
 }
@@ -114,6 +128,7 @@ void LeaderElector::StepDown() {
     if (leading_ == 0) return;
     leading_ = 0;
     deadline_ = absl::InfinitePast();
+    seen_ = LeaseView{};
   }
   if (options_.on_step_down) options_.on_step_down();
 }

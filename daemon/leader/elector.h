@@ -48,6 +48,10 @@ class LeaderElector {
   // checks it before each action, since the thread notices a passed deadline only at its next
   // round.
   bool HoldsNow(absl::Time now) const;
+  // The lease as this elector last saw it: itself while it leads; else the live holder and its
+  // address (what a standby sends clients to), or none (term 0) when nobody held it live or the
+  // database could not be asked.
+  LeaseView seen() const;
 
  private:
   LeaderElector(std::unique_ptr<postgres::Database> db, std::unique_ptr<LeaderLease> lease,
@@ -66,6 +70,7 @@ class LeaderElector {
   bool release_ ABSL_GUARDED_BY(mu_) = false;
   int64_t leading_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  LeaseView seen_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
