@@ -51,7 +51,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source deploy/lib/fleet.sh
 
 case ${1:-} in
-  agent | daemon | remediation | remote) exec bash "bench/$1/run.sh" "${@:2}" ;;
+  agent | daemon | failover | remediation | remote) exec bash "bench/$1/run.sh" "${@:2}" ;;
 esac
 
 size_mib=${1:-1024}

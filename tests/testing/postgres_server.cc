@@ -1,10 +1,13 @@
 #include "tests/testing/postgres_server.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <libpq-fe.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -149,6 +152,25 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start(const Opti
         "installs the postgresql package)");
   }
   server->password_ = options.password;
+  if (!options.tcp_address.empty()) {
+    if (options.password.empty()) {
+      return absl::InvalidArgumentError("postgres: TCP only with a password");
+    }
+    // A port free now: bound to 0, read back, let go (the server binds it a moment later).
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    socklen_t len = sizeof addr;
+    if (fd < 0 || inet_pton(AF_INET, options.tcp_address.c_str(), &addr.sin_addr) != 1 ||
+        bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      return ErrnoToStatus(err, absl::StrCat("postgres: a port on ", options.tcp_address));
+    }
+    close(fd);
+    server->port_ = std::to_string(ntohs(addr.sin_port));
+  }
   server->data_dir_ = server->dir_.Join("data");
   server->log_path_ = server->dir_.Join("server.log");
   const std::string& dir = server->dir_.path();
@@ -209,7 +231,8 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start(const Opti
   {
     std::ofstream conf(server->data_dir_ + "/postgresql.conf", std::ios::app);
     conf << "\n# tests/testing/postgres_server.cc\n"
-         << "listen_addresses = ''\n"
+         << "listen_addresses = '" << options.tcp_address << "'\n"
+         << "port = " << server->port_ << "\n"
          << "unix_socket_directories = '" << quoted_dir << "'\n"
          << "unix_socket_permissions = 0700\n"
          << "fsync = on\n"
@@ -219,10 +242,15 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start(const Opti
          << "wal_level = minimal\n";
     if (!conf) return absl::InternalError("postgres: cannot append to postgresql.conf");
   }
+  if (!options.tcp_address.empty()) {
+    std::ofstream hba(server->data_dir_ + "/pg_hba.conf", std::ios::app);
+    hba << "host all all 0.0.0.0/0 scram-sha-256\n";
+    if (!hba) return absl::InternalError("postgres: cannot append to pg_hba.conf");
+  }
   FLEET_RETURN_IF_ERROR(server->Launch());
 
   // The database the tests use, made through the superuser's own database.
-  const std::string port = "5432";
+  const std::string& port = server->port_;
   const char* keywords[] = {"host", "port", "user", "password", "dbname", nullptr};
   const char* values[] = {dir.c_str(), port.c_str(), kUser, options.password.c_str(),
                           "postgres",  nullptr};
@@ -242,7 +270,12 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start(const Opti
 
   server->url_ = absl::StrCat("postgresql://", kUser,
                               options.password.empty() ? "" : ":" + PercentEncode(options.password),
-                              "@/", kDatabase, "?host=", PercentEncode(dir));
+                              "@/", kDatabase, "?host=", PercentEncode(dir),
+                              server->port_ == "5432" ? "" : "&port=" + server->port_);
+  if (!options.tcp_address.empty()) {
+    server->tcp_url_ = absl::StrCat("postgresql://", kUser, ":", PercentEncode(options.password),
+                                    "@", options.tcp_address, ":", server->port_, "/", kDatabase);
+  }
   return server;
 }
 
@@ -253,7 +286,7 @@ absl::Status PostgresServer::Launch() {
   run.output_path = log_path_;
   FLEET_ASSIGN_OR_RETURN(pid_, Spawn(AsOwner({bin_dir_ + "/postgres", "-D", data_dir_}), run));
   // Ready when it answers a ping (PQping needs no credentials); failed when it exits first.
-  const std::string port = "5432";
+  const std::string& port = port_;
   const char* keywords[] = {"host", "port", "dbname", "connect_timeout", nullptr};
   const char* values[] = {dir_.path().c_str(), port.c_str(), "postgres", "5", nullptr};
   bool exited = false;

@@ -38,6 +38,10 @@ class PostgresServer {
   struct Options {
     // Empty: trust on the socket. Else the superuser's password (scram-sha-256).
     std::string password;
+    // Also listen on TCP at this address (an IPv4 address of this machine, e.g. a veth's in a
+    // test's network namespace), on a port free when it started; clients of any address must
+    // give the password (required then). Empty: the socket only.
+    std::string tcp_address;
   };
 
   // The directory holding initdb and postgres: the one of the first initdb on PATH, else the
@@ -58,6 +62,8 @@ class PostgresServer {
   // postgresql://fleet@/fleet?host=DIR (keep it out of argv and logs).
   const std::string& url() const { return url_; }
   const std::string& password() const { return password_; }
+  // With Options::tcp_address: postgresql://fleet:PASSWORD@ADDRESS:PORT/fleet; else "".
+  const std::string& tcp_url() const { return tcp_url_; }
   const std::string& socket_dir() const { return dir_.path(); }
   bool running() const { return pid_ > 0; }
   // What the server wrote to its stderr (its log), for a failing test's message.
@@ -84,6 +90,8 @@ class PostgresServer {
   std::string log_path_;
   std::string password_;
   std::string url_;
+  std::string tcp_url_;
+  std::string port_ = "5432";  // the socket's name too (.s.PGSQL.PORT)
   bool as_nobody_ = false;
   uid_t uid_ = 0;
   gid_t gid_ = 0;
