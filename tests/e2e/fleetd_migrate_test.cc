@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sim/sim_test_support.h"
@@ -67,20 +68,23 @@ templates:
     if (fleetd_ != nullptr) StopFleetd();
   }
 
-  testing::RunResult Run(const std::string& binary, const std::vector<std::string>& args) {
+  testing::RunResult Run(const std::string& binary, const std::vector<std::string>& args,
+                         std::map<std::string, std::string> env = {}) {
     std::vector<std::string> argv = {testing::BuildPath(binary)};
     argv.insert(argv.end(), args.begin(), args.end());
     testing::RunOptions options;
-    options.env = std::map<std::string, std::string>{{"PATH", kPath}};
+    env["PATH"] = kPath;
+    options.env = env;
     options.output_path = dir_.Join(absl::StrCat("run-", ++runs_, ".out"));
     absl::StatusOr<testing::RunResult> r = testing::Run(argv, options);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : testing::RunResult{};
   }
-  testing::RunResult Migrate(const std::vector<std::string>& args) {
+  testing::RunResult Migrate(const std::vector<std::string>& args,
+                             std::map<std::string, std::string> env = {}) {
     std::vector<std::string> all = {"migrate-store"};
     all.insert(all.end(), args.begin(), args.end());
-    return Run("daemon/fleetd", all);
+    return Run("daemon/fleetd", all, std::move(env));
   }
   testing::RunResult Status(const std::string& state) {
     return Run("cli/fleetctl", {"--state-dir", state, "status", "-o", "name"});
@@ -152,6 +156,26 @@ TEST_F(FleetdMigrateTest, CopiesARunningFleetsRecordAndFleetdServesItFromPostgre
   EXPECT_EQ(Status(pg_state).output, status_on_sqlite);
   const testing::RunResult attempts = Run("cli/fleetctl", {"--state-dir", pg_state, "attempts"});
   EXPECT_EQ(attempts.exit_code, 0) << attempts.output;
+}
+
+// --to with a URL that has no password: taken, the password coming from libpq's environment (or
+// ~/.pgpass), never argv. From a stopped fleetd's record.
+TEST_F(FleetdMigrateTest, TakesAUrlWithoutAPasswordInArgv) {
+  const std::string state = dir_.Join("state");
+  ASSERT_NO_FATAL_FAILURE(StartFleetd(state, {"--config", dir_.Join("fleet.yaml")}));
+  ASSERT_NO_FATAL_FAILURE(StopFleetd());
+  const std::string url =
+      absl::StrReplaceAll(postgres_->url(), {{absl::StrCat(":", kPassword), ""}});
+  ASSERT_THAT(url, Not(HasSubstr(kPassword)));
+
+  const std::vector<std::string> args = {"--from", absl::StrCat("sqlite:", state, "/fleet.db"),
+                                         "--to", url};
+  const testing::RunResult no_password = Migrate(args);
+  EXPECT_EQ(no_password.exit_code, 1) << no_password.output;
+  const testing::RunResult copied = Migrate(args, {{"PGPASSWORD", kPassword}});
+  EXPECT_EQ(copied.exit_code, 0) << copied.output;
+  EXPECT_THAT(copied.output, ContainsRegex("servers +2 +2\n"));
+  EXPECT_THAT(copied.output, Not(HasSubstr(kPassword)));
 }
 
 TEST_F(FleetdMigrateTest, RefusesAMissingSourceAndBadFlags) {
