@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -37,6 +38,8 @@
 #include "common/log/log.h"
 #include "common/net/peer_checked_listener.h"
 #include "common/net/tls_files.h"
+#include "common/sql/postgres_connection.h"
+#include "common/sql/sqlite_connection.h"
 #include "daemon/agent_client.h"
 #include "daemon/bounded_stop.h"
 #include "daemon/daemon.h"
@@ -47,6 +50,7 @@
 #include "daemon/remote/agent_bootstrap.h"
 #include "daemon/remote/remote_agent_client.h"
 #include "daemon/ssh/ssh_reach.h"
+#include "daemon/store/migrate_store.h"
 #include "daemon/store/store_url_file.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/grpc.h"
@@ -207,10 +211,143 @@ bool ParseGroup(const std::string& text, gid_t* gid) {
   return true;
 }
 
+// `fleetd migrate-store`: copies a SQLite record (fleet.db, which a fleetd may be writing to) into
+// an empty PostgreSQL database (migrate_store.h), prints each table's rows in both, and exits 0
+// only when everything was copied and the counts match. The URL comes from --to when it carries
+// no password, else from --to-file (read as --store-file is): a password is never in argv.
+int MigrateStoreCommand(const std::vector<std::string>& args) {
+  std::string from;
+  std::string to;
+  std::string to_file;
+  std::string log_level = "info";
+  fleet::FlagSet flags(
+      "fleetd migrate-store --from sqlite:PATH (--to-file FILE | --to URL) [flags]",
+      "Copies a fleet record from SQLite (fleet.db; fleetd may be running on it: the copy is one\n"
+      "consistent snapshot, and the file is only read) into an empty PostgreSQL database, in one\n"
+      "transaction, then compares every table's rows in the two. The database must exist; its\n"
+      "tables are made as fleetd --store-file makes them. A database whose tables hold rows is\n"
+      "refused. Then run fleetd with --store-file FILE. Exit 0 when copied and the counts match.");
+  flags.AddString("from", '\0', &from,
+                  "the record to copy: sqlite:PATH (e.g. "
+                  "sqlite:/var/lib/gpu-fleet/fleet.db)",
+                  "sqlite:PATH");
+  flags.AddString("to-file", '\0', &to_file,
+                  "FILE (mode 0600 or stricter, as for fleetd --store-file) holds the target's "
+                  "postgres:// URL, password included",
+                  "FILE");
+  flags.AddString("to", '\0', &to,
+                  "the target's postgres:// URL, only without a password (argv is seen by every "
+                  "user: a password goes in --to-file's file, or libpq's ~/.pgpass)",
+                  "URL");
+  flags.AddString("log-level", '\0', &log_level,
+                  "the least level logged: trace, debug, info, warn, error or off", "LEVEL");
+  if (absl::Status s = flags.Parse(args); !s.ok()) {
+    std::cerr << "fleetd migrate-store: " << s.message() << "\n";
+    return 1;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return 0;
+  }
+  if (!flags.positional().empty()) {
+    std::cerr << "fleetd migrate-store: unexpected argument '" << flags.positional()[0] << "'\n";
+    return 1;
+  }
+  if (!absl::StartsWith(from, "sqlite:") || from.size() == std::strlen("sqlite:")) {
+    std::cerr << "fleetd migrate-store: give --from sqlite:PATH (the fleet.db to copy)\n";
+    return 1;
+  }
+  if (to.empty() == to_file.empty()) {
+    std::cerr << "fleetd migrate-store: give one of --to-file FILE and --to URL\n";
+    return 1;
+  }
+  if (!to.empty()) {
+    // Said without quoting the URL: its password would be shown once more.
+    if (absl::Status s = fleet::daemon::CheckUrlWithoutPassword(to); !s.ok()) {
+      std::cerr << "fleetd migrate-store: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  absl::StatusOr<spdlog::level::level_enum> level = fleet::log::ParseLevel(log_level);
+  if (!level.ok()) {
+    std::cerr << "fleetd migrate-store: --log-level: " << level.status().message() << "\n";
+    return 1;
+  }
+  fleet::log::LogOptions log_options;
+  log_options.level = *level;
+  if (absl::Status s = fleet::log::InitLogging(log_options); !s.ok()) {
+    std::cerr << "fleetd migrate-store: " << s.message() << "\n";
+    return 1;
+  }
+  spdlog::logger& log = fleet::log::Get(fleet::log::Component::kStore);
+  std::string url = to;
+  if (!to_file.empty()) {
+    absl::StatusOr<std::string> read = fleet::daemon::ReadStoreUrlFile(to_file);
+    if (!read.ok()) {
+      log.error("{}", read.status().message());
+      return 1;
+    }
+    url = *std::move(read);
+  }
+
+  // The source as it is: never created (a wrong path is not an empty record), its mode kept.
+  const std::string path = from.substr(std::strlen("sqlite:"));
+  struct stat st = {};
+  if (stat(path.c_str(), &st) != 0) {
+    log.error("source {}: {}", path, std::strerror(errno));
+    return 1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    log.error("source {}: not a regular file", path);
+    return 1;
+  }
+  fleet::sqlite::OpenOptions open;
+  open.mode = static_cast<int>(st.st_mode & 07777);
+  auto source = fleet::sql::SqliteConnection::Open(path, open);
+  if (!source.ok()) {
+    log.error("{}", source.status().message());
+    return 1;
+  }
+  auto target = fleet::sql::PostgresConnection::Connect(url);
+  if (!target.ok()) {
+    log.error("{}", target.status().message());
+    return 1;
+  }
+  log.info("copying {} into {}", path, (*target)->name());
+  fleet::daemon::MigrateOptions options;
+  options.progress = [&log](const fleet::daemon::MigrateProgress& p) {
+    if (p.done) {
+      log.info("{}: {} rows copied", p.table, p.rows);
+    } else {
+      log.info("{}: {} rows so far", p.table, p.rows);
+    }
+  };
+  absl::StatusOr<fleet::daemon::MigrateResult> result =
+      fleet::daemon::MigrateStore(**source, **target, options);
+  if (!result.ok()) {
+    log.error("{}", result.status().message());
+    return 1;
+  }
+  std::cout << std::left << std::setw(22) << "table" << std::right << std::setw(12) << "source"
+            << std::setw(12) << "target"
+            << "\n";
+  for (const fleet::daemon::TableCount& t : result->tables) {
+    std::cout << std::left << std::setw(22) << t.table << std::right << std::setw(12) << t.source
+              << std::setw(12) << t.target << "\n";
+  }
+  std::cout << "copied " << result->tables.size() << " tables (schema version "
+            << result->schema_version << ") into " << (*target)->name()
+            << "; the counts match. Next: fleetd --store-file FILE\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "migrate-store") {
+    return MigrateStoreCommand(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   bool version = false;
   std::string config_path;
   std::string state_dir = "/var/lib/gpu-fleet";
@@ -237,7 +374,8 @@ int main(int argc, char** argv) {
       "follows every container's agent, records every start attempt, diagnosis and remediation,\n"
       "and reconciles: launch, restart with backoff, give up with the reason, stop. fleetctl\n"
       "talks to it over STATE_DIR/fleetd.sock, and over --listen with mutual TLS. It runs in the\n"
-      "foreground (systemd: deploy/fleetd.service); stopping it leaves the servers running.");
+      "foreground (systemd: deploy/fleetd.service); stopping it leaves the servers running.\n"
+      "`fleetd migrate-store --help`: copying fleet.db into PostgreSQL (for --store-file).");
   flags.AddBool("version", '\0', &version, "print the version and exit");
   flags.AddString("config", '\0', &config_path,
                   "fleet config (YAML): seeds an empty record, and is applied at a start only when "
