@@ -176,8 +176,8 @@ ProcSample SampleProc(pid_t pid) {
 struct PostgresSample {
   int64_t rss_kib = 0;  // summed: the shared buffers are counted once per process that maps them
   int64_t pss_kib = 0;  // summed proportional set sizes: what the server takes, shared once
-  int64_t cpu_ticks =
-      0;  // the live processes' utime + stime, and the reaped ones' (cutime, cstime)
+  // The live processes' utime + stime, and those of the children the postmaster reaped.
+  int64_t cpu_ticks = 0;
   int64_t processes = 0;
 };
 
