@@ -1,6 +1,10 @@
 // daemon_bench: one real fleetd against N simulated agents x 8 servers (issue 4, "Benchmarks";
 // bench/daemon/run.sh runs it for N = 10, 100, 1000; BENCHMARKS.md, "fleetd at scale"). Real
-// gRPC on unix sockets, the real fleetd and fleetctl binaries, fleetd's real SQLite record.
+// gRPC on unix sockets, the real fleetd and fleetctl binaries, fleetd's real record: fleet.db
+// (SQLite, the default), or with --store postgres a real PostgreSQL server started for the run
+// (tests/testing/postgres_server.h: its own temp dir, a unix socket only, as `nobody` under root)
+// whose URL fleetd reads from a 0600 file (--store-file). The driver follows and checks the
+// record through common/sql's Connection, with one set of SQL for both engines.
 //
 //   1. starts fleet-sim-agents (N agents, one unix socket each) and writes a fleet config with N
 //      containers of 8 GPUs pointing at them (docs/config.md);
@@ -18,10 +22,16 @@
 //   4. once the simulator reports every server READY and the record holds every event: checks
 //      that each container's events are stored exactly once (count, distinct sequences, 1..last,
 //      the agent's incarnation, no gap rows, the cursor at the last sequence), every server READY
-//      and every attempt `ready`; then stops both.
+//      and every attempt `ready`; then stops both (and PostgreSQL).
+//
+// With PostgreSQL, the server's own footprint is sampled too: RSS and PSS summed over the
+// postmaster and its processes (PSS counts the shared buffers once), and their CPU time.
 //
 // It prints a summary and one JSON line (also to --json). Exit status 1 when a check fails or
-// something times out (a missed target is reported, not a failure); 2 on bad flags.
+// something times out (a missed target is reported, not a failure); 2 on bad flags; 77 (ctest's
+// skip) with --store postgres when no PostgreSQL is installed.
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -30,8 +40,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -54,9 +66,12 @@
 #include "absl/time/time.h"
 #include "common/base/flag_set.h"
 #include "common/base/json_text.h"
-#include "common/sqlite/database.h"
+#include "common/sql/connection.h"
+#include "common/sql/postgres_connection.h"
+#include "common/sql/sqlite_connection.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/fleet.grpc.pb.h"
+#include "tests/testing/postgres_server.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::bench {
@@ -84,6 +99,9 @@ struct Options {
   std::string timeline_path;
   bool keep = false;
   std::string db_synchronous;  // fleetd --db-synchronous (empty: fleetd's default, full)
+  // Where fleetd keeps its record: sqlite (STATE_DIR/fleet.db) or postgres (a server of the run's
+  // own, given to fleetd with --store-file).
+  std::string store = "sqlite";
   // CPUs (taskset's list) fleetd, and the simulated agents, run on; empty: any.
   std::string fleetd_cpus;
   std::string agents_cpus;
@@ -148,6 +166,67 @@ ProcSample SampleProc(pid_t pid) {
     if (f.size() > 12 && absl::SimpleAtoi(f[11], &u) && absl::SimpleAtoi(f[12], &st)) {
       s.cpu_ticks = u + st;
     }
+  }
+  return s;
+}
+
+// --- PostgreSQL's processes: the postmaster and its children (backends, checkpointer, WAL
+// writer, ...).
+
+struct PostgresSample {
+  int64_t rss_kib = 0;  // summed: the shared buffers are counted once per process that maps them
+  int64_t pss_kib = 0;  // summed proportional set sizes: what the server takes, shared once
+  // The live processes' utime + stime, and those of the children the postmaster reaped.
+  int64_t cpu_ticks = 0;
+  int64_t processes = 0;
+};
+
+// `key:` of /proc/PID/smaps_rollup in KiB (0 when absent).
+int64_t RollupKib(const std::string& rollup, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(rollup, '\n')) {
+    if (!absl::StartsWith(line, key)) continue;
+    std::vector<absl::string_view> f =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    int64_t v = 0;
+    if (f.size() >= 2 && absl::SimpleAtoi(f[1], &v)) return v;
+  }
+  return 0;
+}
+
+// The fields of /proc/PID/stat after "(comm) ", empty when it is gone.
+std::vector<std::string> StatFields(pid_t pid) {
+  const std::string stat = ReadAll(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 > stat.size()) return {};
+  return absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+}
+
+PostgresSample SamplePostgres(pid_t postmaster) {
+  PostgresSample s;
+  if (postmaster <= 0) return s;
+  std::vector<pid_t> pids = {postmaster};
+  if (DIR* proc = opendir("/proc")) {
+    while (dirent* entry = readdir(proc)) {
+      int pid = 0;
+      if (!absl::SimpleAtoi(entry->d_name, &pid) || pid == postmaster) continue;
+      const std::vector<std::string> f = StatFields(pid);
+      int ppid = 0;  // the second field after the name
+      if (f.size() > 1 && absl::SimpleAtoi(f[1], &ppid) && ppid == postmaster) pids.push_back(pid);
+    }
+    closedir(proc);
+  }
+  for (pid_t pid : pids) {
+    const std::vector<std::string> f = StatFields(pid);
+    // utime, stime, cutime, cstime: fields 14-17 of proc(5), 11-14 after "(comm) ".
+    if (f.size() <= 14) continue;
+    int64_t t = 0;
+    for (int i = 11; i <= (pid == postmaster ? 14 : 12); ++i) {
+      if (absl::SimpleAtoi(f[i], &t)) s.cpu_ticks += t;
+    }
+    const std::string rollup = ReadAll(absl::StrCat("/proc/", pid, "/smaps_rollup"));
+    s.rss_kib += RollupKib(rollup, "Rss:");
+    s.pss_kib += RollupKib(rollup, "Pss:");
+    ++s.processes;
   }
   return s;
 }
@@ -261,8 +340,11 @@ class Bench {
   std::vector<Sample> cli_idle_;
   std::vector<ProcSample> proc_;
   std::vector<std::pair<int64_t, int64_t>> progress_;  // (unix ms, events stored)
+  std::vector<PostgresSample> pg_samples_;             // with ProcLoop's, under mu_
   std::mutex db_mu_;                                   // db_ is used by one thread at a time
-  std::unique_ptr<sqlite::Database> db_;               // the driver's own connection to fleet.db
+  std::unique_ptr<sql::Connection> db_;                // the driver's own connection to the record
+  // --store postgres: the server (stopped and removed when the Bench goes, after fleetd).
+  std::unique_ptr<testing::PostgresServer> postgres_;
 };
 
 std::string Bench::Config() const {
@@ -404,6 +486,7 @@ void Bench::CliLoop() {
 int64_t Bench::StoredSoFar() {
   std::lock_guard<std::mutex> lock(db_mu_);
   if (!db_) return -1;
+  // PostgreSQL's sum of bigints is a numeric; its text reads as the integer.
   auto st = db_->Prepare("SELECT coalesce(sum(sequence), 0) FROM agent_cursors");
   if (!st.ok()) return -1;
   auto row = st->Step();
@@ -415,10 +498,12 @@ void Bench::ProcLoop() {
   while (!stop_.load()) {
     ProcSample p = SampleProc(fleetd_);
     const int64_t stored = StoredSoFar();
+    const PostgresSample pg = postgres_ ? SamplePostgres(postgres_->pid()) : PostgresSample();
     {
       std::lock_guard<std::mutex> lock(mu_);
       proc_.push_back(p);
       progress_.push_back({p.at_ms, stored});
+      if (postgres_) pg_samples_.push_back(pg);
     }
     absl::SleepFor(absl::Milliseconds(250));
   }
@@ -467,7 +552,7 @@ void Bench::Stop(pid_t* pid) {
 }
 
 // Runs `sql` and returns its rows as strings.
-std::vector<std::vector<std::string>> Query(sqlite::Database& db, const std::string& sql,
+std::vector<std::vector<std::string>> Query(sql::Connection& db, const std::string& sql,
                                             int columns) {
   std::vector<std::vector<std::string>> rows;
   auto st = db.Prepare(sql);
@@ -511,7 +596,33 @@ int Bench::Run() {
   const int64_t servers = o_.containers * kGpus;
   std::cerr << "daemon_bench: N=" << o_.containers << " containers, " << servers
             << " servers, rate " << o_.rate << " events/s, " << o_.events_per_server
-            << " events per server; work dir " << dir_ << "\n";
+            << " events per server, record in " << o_.store << "; work dir " << dir_ << "\n";
+
+  // 0. PostgreSQL, when it keeps the record: a server of this run's own, its URL in a file only
+  // the owner reads (fleetd takes it from there, never from argv).
+  const std::string store_file = dir_ + "/store.url";
+  if (o_.store == "postgres") {
+    testing::PostgresServer::Options pg_options;
+    // PostgreSQL's default, not the tests' 16MB (many servers of tests run side by side).
+    pg_options.settings = {"shared_buffers = 128MB"};
+    auto pg = testing::PostgresServer::Start(pg_options);
+    if (!pg.ok()) {
+      std::cerr << "daemon_bench: " << pg.status() << "\n";
+      return absl::IsNotFound(pg.status()) ? 77 : 1;
+    }
+    postgres_ = *std::move(pg);
+    const int fd = open(store_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const std::string line = postgres_->url() + "\n";
+    const bool written =
+        fd >= 0 && write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    if (fd >= 0) close(fd);
+    if (!written) {
+      std::cerr << "daemon_bench: cannot write " << store_file << ": " << strerror(errno) << "\n";
+      return 1;
+    }
+    std::cerr << "daemon_bench: PostgreSQL " << postgres_->pid() << " on "
+              << postgres_->socket_dir() << "\n";
+  }
 
   // 1. The agents.
   testing::RunOptions sim_options;
@@ -544,6 +655,10 @@ int Bench::Run() {
   if (!o_.db_synchronous.empty()) {
     fleetd_argv.push_back(absl::StrCat("--db-synchronous=", o_.db_synchronous));
   }
+  if (postgres_) {
+    fleetd_argv.push_back("--store-file");
+    fleetd_argv.push_back(store_file);
+  }
   if (o_.scrape_interval_ms > 0) fleetd_argv.push_back("--metrics-listen=127.0.0.1:0");
   auto fleetd = testing::Spawn(PinnedTo(o_.fleetd_cpus, fleetd_argv), fleetd_options);
   if (!fleetd.ok()) {
@@ -560,8 +675,18 @@ int Bench::Run() {
   }
   const int64_t serving_ms = NowMs();
   const ProcSample at_serving = SampleProc(fleetd_);
-  auto db = sqlite::Database::Open(state_dir_ + "/fleet.db");
-  if (db.ok()) db_ = *std::move(db);
+  // fleetd made the tables (its migrations) before it served.
+  absl::StatusOr<std::unique_ptr<sql::Connection>> db;
+  if (postgres_) {
+    db = sql::PostgresConnection::Connect(postgres_->url());
+  } else {
+    db = sql::SqliteConnection::Open(state_dir_ + "/fleet.db");
+  }
+  if (db.ok()) {
+    db_ = *std::move(db);
+  } else {
+    std::cerr << "daemon_bench: the record: " << db.status() << "\n";
+  }
 
   if (o_.scrape_interval_ms > 0) {
     // fleetd logs the metrics' address before it serves fleet.proto.
@@ -652,6 +777,7 @@ int Bench::Run() {
   proc_thread.join();
   const ProcSample at_end = fleetd_ > 0 ? SampleProc(fleetd_) : ProcSample();
   const ProcSample sim_end = sim_ > 0 ? SampleProc(sim_) : ProcSample();
+  const PostgresSample pg_end = postgres_ ? SamplePostgres(postgres_->pid()) : PostgresSample();
 
   // 4. Check the record.
   Json verify_json = Json::object();
@@ -738,7 +864,13 @@ int Bench::Run() {
   summary["servers"] = servers;
   summary["rate"] = o_.rate;
   summary["events_per_server"] = o_.events_per_server;
-  summary["db_synchronous"] = o_.db_synchronous.empty() ? "full" : o_.db_synchronous;
+  summary["store"] = o_.store;
+  // PostgreSQL: fsync and synchronous_commit on, each commit flushed (as SQLite's FULL).
+  if (postgres_) {
+    summary["db_synchronous"] = "synchronous_commit=on";
+  } else {
+    summary["db_synchronous"] = o_.db_synchronous.empty() ? "full" : o_.db_synchronous;
+  }
   summary["fleetd_cpus"] = o_.fleetd_cpus;
   summary["agents_cpus"] = o_.agents_cpus;
   summary["ok"] = ok;
@@ -787,6 +919,21 @@ int Bench::Run() {
   summary["cpu_us_per_event"] = events > 0 ? total_cpu_s * 1e6 / events : 0;
   summary["sim_cpu_s"] = static_cast<double>(sim_end.cpu_ticks) / tick;
   summary["sim_rss_kib"] = sim_end.rss_kib;
+  if (postgres_) {
+    int64_t pss_peak = pg_end.pss_kib, rss_peak = pg_end.rss_kib;
+    for (const PostgresSample& p : pg_samples_) {
+      pss_peak = std::max(pss_peak, p.pss_kib);
+      rss_peak = std::max(rss_peak, p.rss_kib);
+    }
+    const double pg_cpu_s = static_cast<double>(pg_end.cpu_ticks) / tick;
+    summary["pg_processes_end"] = pg_end.processes;
+    summary["pg_rss_end_kib"] = pg_end.rss_kib;
+    summary["pg_rss_peak_kib"] = rss_peak;
+    summary["pg_pss_end_kib"] = pg_end.pss_kib;
+    summary["pg_pss_peak_kib"] = pss_peak;
+    summary["pg_cpu_total_s"] = pg_cpu_s;
+    summary["pg_cpu_us_per_event"] = events > 0 ? pg_cpu_s * 1e6 / events : 0;
+  }
   summary["verify"] = std::move(verify_json);
   const std::string json = JsonText(std::move(summary));
 
@@ -812,12 +959,20 @@ int Bench::Run() {
       "p50 %.1f p99 %.1f ms (n=%d)\n"
       "  idle afterwards:   Status RPC p50 %.1f p99 %.1f ms (n=%d), fleetctl status p50 %.1f "
       "p99 %.1f ms (n=%d)\n"
-      "  fleetd: RSS %.1f MiB (peak %.1f), CPU %.1f s (%.1f us/event); %s\n",
+      "  fleetd: RSS %.1f MiB (peak %.1f), CPU %.1f s (%.1f us/event); %s\n%s",
       o_.containers, report.total_events, flow_s, ingest_rate, offered_rate, peak_rate, rpc.p50,
       rpc.p99, rpc.max, rpc.n, cli.p50, cli.p99, cli.n, rpc_idle.p50, rpc_idle.p99, rpc_idle.n,
       cli_idle.p50, cli_idle.p99, cli_idle.n, static_cast<double>(at_end.rss_kib) / 1024,
       static_cast<double>(at_end.hwm_kib) / 1024, total_cpu_s,
-      events > 0 ? total_cpu_s * 1e6 / events : 0, ok ? "record checked" : "CHECK FAILED");
+      events > 0 ? total_cpu_s * 1e6 / events : 0, ok ? "record checked" : "CHECK FAILED",
+      postgres_ ? absl::StrFormat(
+                      "  PostgreSQL: %d processes, PSS %.1f MiB (RSS summed %.1f), "
+                      "CPU %.1f s (%.1f us/event)\n",
+                      pg_end.processes, static_cast<double>(pg_end.pss_kib) / 1024,
+                      static_cast<double>(pg_end.rss_kib) / 1024,
+                      static_cast<double>(pg_end.cpu_ticks) / tick,
+                      events > 0 ? static_cast<double>(pg_end.cpu_ticks) / tick * 1e6 / events : 0)
+                : std::string());
 
   {
     std::lock_guard<std::mutex> lock(db_mu_);
@@ -825,6 +980,10 @@ int Bench::Run() {
   }
   Stop(&fleetd_);
   Stop(&sim_);
+  if (postgres_) {
+    if (absl::Status s = postgres_->Stop(); !s.ok()) std::cerr << "daemon_bench: " << s << "\n";
+    postgres_.reset();  // its dir too; --keep keeps fleetd's state dir, not the server's data
+  }
   if (ok && !o_.keep) std::filesystem::remove_all(dir_);
   if (!ok) std::cerr << "daemon_bench: kept " << dir_ << " for a look\n";
   return ok ? 0 : 1;
@@ -897,8 +1056,10 @@ bool Bench::Verify(const SimReport& report, Json* json) {
   auto ready = Query(*db_, "SELECT count(*) FROM servers WHERE state = 'READY'", 1);
   const int64_t ready_servers = ready.empty() ? -1 : Int(ready[0][0]);
   if (ready_servers != o_.containers * kGpus) fail(absl::StrCat(ready_servers, " servers READY"));
-  auto attempts = Query(
-      *db_, "SELECT count(*), sum(outcome = 'ready'), sum(time_to_ready_ms > 0) FROM attempts", 3);
+  auto attempts = Query(*db_,
+                        "SELECT count(*), sum(CASE WHEN outcome = 'ready' THEN 1 ELSE 0 END), "
+                        "sum(CASE WHEN time_to_ready_ms > 0 THEN 1 ELSE 0 END) FROM attempts",
+                        3);
   const int64_t attempt_rows = attempts.empty() ? -1 : Int(attempts[0][0]);
   const int64_t ready_attempts = attempts.empty() ? -1 : Int(attempts[0][1]);
   if (attempt_rows != o_.containers * kGpus || ready_attempts != attempt_rows) {
@@ -961,6 +1122,10 @@ int main(int argc, char** argv) {
                   "fleetd's --db-synchronous (full or normal; default: fleetd's, full)",
                   "full|normal");
   flags.AddBool("keep", '\0', &o.keep, "keep the work dir (fleet.db, logs) after a good run");
+  flags.AddString("store", '\0', &o.store,
+                  "fleetd's record: sqlite (STATE_DIR/fleet.db) or postgres (a PostgreSQL server "
+                  "started for the run in a temp dir, unix socket only; fleetd --store-file)",
+                  "sqlite|postgres");
   flags.AddString("fleetd-cpus", '\0', &o.fleetd_cpus, "run fleetd on these CPUs (taskset -c)",
                   "LIST");
   flags.AddString("agents-cpus", '\0', &o.agents_cpus,
@@ -975,6 +1140,14 @@ int main(int argc, char** argv) {
   }
   if (o.fleetd.empty() || o.fleetctl.empty() || o.sim.empty() || o.containers < 1) {
     std::cerr << "daemon_bench: --fleetd, --fleetctl and --sim are required\n";
+    return 2;
+  }
+  if (o.store != "sqlite" && o.store != "postgres") {
+    std::cerr << "daemon_bench: --store: sqlite or postgres, got '" << o.store << "'\n";
+    return 2;
+  }
+  if (o.store == "postgres" && !o.db_synchronous.empty()) {
+    std::cerr << "daemon_bench: --db-synchronous is SQLite's: not with --store postgres\n";
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);

@@ -15,6 +15,12 @@
 #   DURATION=10 bench/daemon/run.sh                   seconds of event flow per N (default 20)
 #   DB_SYNC=normal bench/daemon/run.sh                fleet.db commits synchronous=NORMAL
 #                                                     (default: fleetd's, FULL)
+#   STORE=postgres bench/daemon/run.sh                fleetd's record in PostgreSQL: each run
+#                                                     starts a server of its own (a temp dir,
+#                                                     unix socket only, as nobody under root),
+#                                                     fleetd gets --store-file; its labels are
+#                                                     pg-n1000, ... and its footprint (PSS, CPU)
+#                                                     is reported too (default: sqlite)
 #   SCRAPE_MS=1000 bench/daemon/run.sh                fleetd serves Prometheus metrics
 #                                                     (--metrics-listen), scraped every 1000 ms
 #                                                     while the events flow (default 0: none)
@@ -37,7 +43,8 @@
 # naming the runs that failed, when a run fails its record check or times out, or when fleetd has
 # not started every server (PENDING, say) START_TIMEOUT seconds after it serves (default
 # 120): then daemon_bench says how many; a missed target is reported, not a failure.
-# ctest's daemon_bench_smoke runs daemon_bench at N = 2 (bench/daemon/CMakeLists.txt).
+# ctest's daemon_bench_smoke runs daemon_bench at N = 2 (bench/daemon/CMakeLists.txt), and
+# daemon_bench_postgres_smoke the same with STORE=postgres (label postgres).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source deploy/lib/fleet.sh
@@ -51,11 +58,20 @@ capacity=${CAPACITY:-1}
 sweep=${SWEEP-10000}
 break_ms=${BREAK_MS:-1000}
 db_sync=${DB_SYNC:-full}
+store=${STORE:-sqlite}
 start_timeout=${START_TIMEOUT:-120}
 repeat=${REPEAT:-1}
 scrape_ms=${SCRAPE_MS:-0}
 pin=${PIN:-0}
 out=.bench
+case $store in
+  sqlite) prefix="" store_args=(--store sqlite --db-synchronous "$db_sync") ;;
+  postgres)
+    [ -z "${DB_SYNC:-}" ] || die "DB_SYNC is SQLite's: not with STORE=postgres"
+    prefix=pg- store_args=(--store postgres)
+    ;;
+  *) die "STORE: sqlite or postgres, got '$store'" ;;
+esac
 pin_args=() driver=()
 if [ "$pin" = 1 ]; then
   cpus=$(nproc)
@@ -80,13 +96,19 @@ echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)   revision: $revision   dat
 # N agents and N daemon connections: two descriptors each, and more.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 echo "open files limit: $(ulimit -n)"
+if [ "$store" = postgres ]; then
+  echo "record: PostgreSQL, $( (initdb --version || ls -d /usr/lib/postgresql/*/bin) 2>/dev/null |
+    tail -1), a server of each run's own (shared_buffers 128MB, fsync and synchronous_commit on)"
+else
+  echo "record: SQLite fleet.db, synchronous=$db_sync"
+fi
 
 largest=$(tr ' ' '\n' <<<"$sizes" | sort -n | tail -1)
 runs=()  # N:RATE:LABEL:BREAK_MS
-for n in $sizes; do runs+=("$n:$rate:n$n:0"); done
-[ "$capacity" = 1 ] && runs+=("$largest:0:n$largest-unpaced:0")
-for r in $sweep; do runs+=("$largest:$r:n$largest-r$r:0"); done
-[ "$break_ms" != 0 ] && runs+=("$largest:$rate:n$largest-breaks:$break_ms")
+for n in $sizes; do runs+=("$n:$rate:${prefix}n$n:0"); done
+[ "$capacity" = 1 ] && runs+=("$largest:0:${prefix}n$largest-unpaced:0")
+for r in $sweep; do runs+=("$largest:$r:${prefix}n$largest-r$r:0"); done
+[ "$break_ms" != 0 ] && runs+=("$largest:$rate:${prefix}n$largest-breaks:$break_ms")
 
 mkdir -p "$out"
 rc=0
@@ -113,7 +135,7 @@ for run in "${runs[@]}"; do
       --containers "$n" --rate "$r" \
       --events-per-server "$per_server" --break-ms "$breaks" --fleetd "$build/daemon/fleetd" \
       --fleetctl "$build/cli/fleetctl" --sim "$build/bench/daemon/fleet-sim-agents" \
-      --db-synchronous "$db_sync" --start-timeout "$start_timeout" ${pin_args[@]+"${pin_args[@]}"} \
+      "${store_args[@]}" --start-timeout "$start_timeout" ${pin_args[@]+"${pin_args[@]}"} \
       --scrape-interval-ms "$scrape_ms" \
       --json "$json" >/dev/null; then
       echo "$label (run $rep of $repeat): FAILED" >&2
@@ -152,8 +174,18 @@ for label in "${labels[@]}"; do
       b=$(field "$label" streams_broken); [ "${b:-0}" = 0 ] || echo ", $b streams broken")"
 done
 
+if [ "$store" = postgres ]; then
+  echo "PostgreSQL's own footprint (the postmaster and its processes; PSS counts shared memory once):"
+  for label in "${labels[@]}"; do
+    printf '%-16s PSS %7s MiB at the end, peak %7s MiB; RSS summed %7s MiB; CPU %7.1f s (%.1f us/ev)\n' \
+      "$label" "$(mib "$(field "$label" pg_pss_end_kib)")" "$(mib "$(field "$label" pg_pss_peak_kib)")" \
+      "$(mib "$(field "$label" pg_rss_end_kib)")" "$(field "$label" pg_cpu_total_s)" \
+      "$(field "$label" pg_cpu_us_per_event)"
+  done
+fi
+
 # Targets, at the largest N with the default rate (ingest: the unpaced run when made).
-f="n$largest"
+f="${prefix}n$largest"
 if ls "$out/daemon-$f".[0-9]*.json >/dev/null 2>&1; then
   holds() { awk "BEGIN {print ($1) ? \"true\" : \"false\"}"; }
   if [ "$scrape_ms" != 0 ]; then
@@ -164,8 +196,8 @@ if ls "$out/daemon-$f".[0-9]*.json >/dev/null 2>&1; then
   p99=$(field "$f" status_rpc_p99_ms)
   cli99=$(field "$f" status_cli_p99_ms)
   ingest=$(field "$f" ingest_events_per_s)
-  ls "$out/daemon-n$largest-unpaced".[0-9]*.json >/dev/null 2>&1 &&
-    ingest=$(field "n$largest-unpaced" ingest_events_per_s)
+  ls "$out/daemon-${prefix}n$largest-unpaced".[0-9]*.json >/dev/null 2>&1 &&
+    ingest=$(field "${prefix}n$largest-unpaced" ingest_events_per_s)
   offered=$(field "$f" offered_events_per_s)
   paced=$(field "$f" ingest_events_per_s)
   hwm=$(field "$f" hwm_kib)

@@ -240,6 +240,7 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start(const Opti
          << "max_connections = 20\n"
          << "max_wal_senders = 0\n"
          << "wal_level = minimal\n";
+    for (const std::string& setting : options.settings) conf << setting << "\n";
     if (!conf) return absl::InternalError("postgres: cannot append to postgresql.conf");
   }
   if (!options.tcp_address.empty()) {

@@ -26,6 +26,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -42,6 +43,9 @@ class PostgresServer {
     // test's network namespace), on a port free when it started; clients of any address must
     // give the password (required then). Empty: the socket only.
     std::string tcp_address;
+    // More postgresql.conf lines ("name = value"), written after this file's own settings, so
+    // that they win (bench/daemon runs with PostgreSQL's default shared_buffers, not 16MB).
+    std::vector<std::string> settings;
   };
 
   // The directory holding initdb and postgres: the one of the first initdb on PATH, else the
@@ -66,6 +70,8 @@ class PostgresServer {
   const std::string& tcp_url() const { return tcp_url_; }
   const std::string& socket_dir() const { return dir_.path(); }
   bool running() const { return pid_ > 0; }
+  // The postmaster's pid (-1 when not running), for measuring the server's processes.
+  pid_t pid() const { return pid_; }
   // What the server wrote to its stderr (its log), for a failing test's message.
   std::string Log() const;
 
