@@ -22,9 +22,22 @@ namespace {
 // keys at each insert). The one list of the copy: a table added by a migration is one line here
 // (schema v5's `fleet_identity` too); its columns are read from the databases.
 constexpr const char* kRecordTables[] = {
-    "hosts",   "containers",           "configs", "servers",      "attempts",   "remediations",
-    "actions", "remediation_attempts", "events",  "fleet_events", "deliveries", "agent_cursors",
+    "hosts",          "containers",   "configs",    "servers",
+    "attempts",       "remediations", "actions",    "remediation_attempts",
+    "events",         "fleet_events", "deliveries", "agent_cursors",
+    "fleet_identity",
 };
+// Tables whose rows the target's own migrations make (the fleet id a new record gets): not a sign
+// of a used target, and replaced by the source's (the record keeps its fleet id, so the leader
+// lease's terms and the agents' fences stay its own).
+constexpr const char* kReplacedTables[] = {"fleet_identity"};
+
+bool Replaced(std::string_view table) {
+  for (const char* t : kReplacedTables) {
+    if (table == t) return true;
+  }
+  return false;
+}
 
 // Rows per INSERT, and the bytes of values after which a batch is sent sooner (blobs: a plan, an
 // event's diagnosis, can be megabytes).
@@ -101,6 +114,7 @@ absl::StatusOr<std::map<std::string, TargetColumnInfo>> TargetColumns(sql::Conne
 // it does not have (yet) are empty.
 absl::Status CheckEmpty(sql::Connection& target) {
   for (const char* table : kRecordTables) {
+    if (Replaced(table)) continue;
     auto columns = TargetColumns(target, table);
     if (!columns.ok()) return columns.status();
     if (columns->empty()) continue;
@@ -280,6 +294,11 @@ absl::StatusOr<std::vector<TableCount>> CopyTables(sql::Connection& source, sql:
   for (const char* table : kRecordTables) {
     auto count = Count(source, table);
     if (!count.ok()) return count.status();
+    if (Replaced(table)) {
+      if (absl::Status s = target.Exec(absl::StrCat("DELETE FROM ", Quoted(table))); !s.ok()) {
+        return s;
+      }
+    }
     auto copied = TableCopy(table, source, target, options).Run();
     if (!copied.ok()) return copied.status();
     if (*copied != *count) {

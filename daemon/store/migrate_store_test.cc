@@ -313,9 +313,10 @@ TEST_F(MigrateStoreTest, CopiesEveryTableAndFleetdReadsTheSameRecordBack) {
   }
   EXPECT_THAT(tables, ElementsAreArray(RecordTables()));
   const std::map<std::string, int64_t> want = {
-      {"hosts", 1},    {"containers", 2},   {"configs", 2},    {"servers", 3},
-      {"attempts", 3}, {"remediations", 1}, {"actions", 2},    {"remediation_attempts", 2},
-      {"events", 7},   {"fleet_events", 3}, {"deliveries", 2}, {"agent_cursors", 2},
+      {"hosts", 1},          {"containers", 2},   {"configs", 2},    {"servers", 3},
+      {"attempts", 3},       {"remediations", 1}, {"actions", 2},    {"remediation_attempts", 2},
+      {"events", 7},         {"fleet_events", 3}, {"deliveries", 2}, {"agent_cursors", 2},
+      {"fleet_identity", 1},
   };
   EXPECT_EQ(counted, want);
   EXPECT_EQ(TargetCounts(), want);
@@ -327,6 +328,10 @@ TEST_F(MigrateStoreTest, CopiesEveryTableAndFleetdReadsTheSameRecordBack) {
   ASSERT_NE(target, nullptr);
   EXPECT_EQ(Dump(*target), before);
   EXPECT_EQ(Dump(*source), before);
+  // The record keeps its fleet id (the target's migrations made one of their own: replaced).
+  auto source_id = source->FleetId();
+  ASSERT_TRUE(source_id.ok()) << source_id.status();
+  EXPECT_EQ(*target->FleetId(), *source_id);
   EXPECT_THAT(before, HasSubstr("server local/201/gpu0"));
   EXPECT_THAT(before, HasSubstr("cursor local/201 inc-9 1"));
 }
@@ -594,7 +599,10 @@ TEST_F(MigrateStoreTest, AServerLostMidCopyLeavesTheTargetEmpty) {
   EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable) << lost.status();
   ASSERT_TRUE(server_->Restart().ok()) << server_->Log();
 
-  for (const auto& [table, rows] : TargetCounts()) EXPECT_EQ(rows, 0) << table;
+  for (const auto& [table, rows] : TargetCounts()) {
+    // The fleet id is the target's migrations' own (made before the copy's transaction).
+    EXPECT_EQ(rows, table == "fleet_identity" ? 1 : 0) << table;
+  }
   auto again = Migrate();
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(TargetCounts().at("events"), 1002);
