@@ -7,6 +7,7 @@
 // shut down.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@ struct LeaderView {
   bool self = true;     // this fleetd leads (or runs alone): it serves every verb
   std::string holder;   // else the leader, when one holds the lease now ("" when none does)
   std::string address;  // and its --listen address ("" when it has none)
+  int64_t term = 0;     // the term this fleetd leads with (0: alone, or not leading)
 };
 
 // The trailing metadata key of a "not the leader" answer (fleetctl follows it: cli/fleet_client.h).

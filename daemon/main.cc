@@ -180,7 +180,10 @@ struct Leadership {
   fleet::daemon::LeaderView View() const {
     fleet::daemon::LeaderView v;
     v.self = HoldsNow();
-    if (v.self) return v;
+    if (v.self) {
+      v.term = fence->term();
+      return v;
+    }
     fleet::daemon::LeaderElector* e = elector.load();
     if (e == nullptr) return v;
     const fleet::daemon::LeaseView seen = e->seen();
@@ -742,7 +745,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<fleet::daemon::FleetMetrics> metrics;
   std::unique_ptr<fleet::daemon::MetricsServer> metrics_server;
   if (!metrics_listen.empty()) {
-    metrics = std::make_unique<fleet::daemon::FleetMetrics>(daemon->get());
+    metrics = std::make_unique<fleet::daemon::FleetMetrics>(
+        daemon->get(), shared ? std::function<fleet::daemon::LeaderView()>(
+                                    [&leadership] { return leadership.View(); })
+                              : nullptr);
     fleet::daemon::MetricsServerOptions mo;
     mo.listen = metrics_listen;
     mo.insecure = insecure_listen;

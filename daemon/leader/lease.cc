@@ -195,16 +195,7 @@ absl::StatusOr<LeaseView> LeaderLease::Current() {
 
 absl::Status LeaderLease::CheckTerm(postgres::Database& db, std::string_view fleet_id,
                                     int64_t term) {
-  auto check = db.Prepare(kTermFenceSql);
-  if (!check.ok()) return check.status();
-  check->Bind(1, fleet_id).Bind(2, term);
-  auto live = check->Step();
-  if (!live.ok()) return live.status();
-  if (!*live) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("fenced: term ", term, " no longer leads fleet ", AsAbsl(fleet_id)));
-  }
-  return absl::OkStatus();
+  return CheckTermFence(db, fleet_id, term);
 }
 
 }  // namespace fleet::daemon

@@ -46,9 +46,30 @@ ClientMetric Sample(std::vector<ClientMetric::Label> labels, double value, bool 
 // The gauges of the fleet as it is now, read from the daemon at each scrape.
 class StateCollectable : public prometheus::Collectable {
  public:
-  explicit StateCollectable(Daemon* daemon) : daemon_(daemon) {}
+  StateCollectable(Daemon* daemon, std::function<LeaderView()> leader)
+      : daemon_(daemon), leader_(std::move(leader)) {}
 
   std::vector<MetricFamily> Collect() const override {
+    const LeaderView view = leader_ ? leader_() : LeaderView{};
+    MetricFamily leading{"fleet_leader",
+                         "1 while this fleetd leads the fleet (or runs alone), 0 while it stands "
+                         "by; across a fleet's fleetds the sum should be 1",
+                         MetricType::Gauge,
+                         {Sample({}, view.self ? 1 : 0)}};
+    MetricFamily term{"fleet_leader_term",
+                      "The lease term this fleetd leads with (0: alone, or standing by)",
+                      MetricType::Gauge,
+                      {Sample({}, static_cast<double>(view.term))}};
+    MetricFamily build{"fleet_build_info",
+                       "Always 1: the fleetd build",
+                       MetricType::Gauge,
+                       {Sample({{"revision", kGitRevision}, {"version", kVersion}}, 1)}};
+    if (!view.self) {
+      // A standby's copy of the fleet is the leader's business: only who it is.
+      std::vector<MetricFamily> out;
+      for (MetricFamily* f : {&leading, &term, &build}) out.push_back(std::move(*f));
+      return out;
+    }
     const FleetSnapshot snap = daemon_->Snapshot();
     MetricFamily state{"fleet_server_state",
                        "1 for the server's current state, 0 for the others (a series per state)",
@@ -114,12 +135,9 @@ class StateCollectable : public prometheus::Collectable {
                           "Agent events fleetd took from the agents' streams since it started",
                           MetricType::Counter,
                           {Sample({}, static_cast<double>(daemon_->EventsIngested()), true)}};
-    MetricFamily build{"fleet_build_info",
-                       "Always 1: the fleetd build",
-                       MetricType::Gauge,
-                       {Sample({{"revision", kGitRevision}, {"version", kVersion}}, 1)}};
     std::vector<MetricFamily> out;
-    for (MetricFamily* f : {&state, &since, &info, &agents, &ssh, &approval, &ingested, &build}) {
+    for (MetricFamily* f :
+         {&state, &since, &info, &agents, &ssh, &approval, &ingested, &build, &leading, &term}) {
       out.push_back(std::move(*f));
     }
     return out;
@@ -127,6 +145,7 @@ class StateCollectable : public prometheus::Collectable {
 
  private:
   Daemon* const daemon_;
+  const std::function<LeaderView()> leader_;
 };
 
 // The metrics of the one MetricsServer of the process, for civetweb's begin_request (a plain
@@ -180,10 +199,10 @@ bool IsLoopbackHost(const std::string& host) {
   return false;
 }
 
-FleetMetrics::FleetMetrics(Daemon* daemon)
+FleetMetrics::FleetMetrics(Daemon* daemon, std::function<LeaderView()> leader)
     : daemon_(daemon),
       registry_(std::make_shared<prometheus::Registry>()),
-      state_(std::make_shared<StateCollectable>(daemon)),
+      state_(std::make_shared<StateCollectable>(daemon, std::move(leader))),
       attempts_(
           prometheus::BuildCounter()
               .Name("fleet_attempts_total")

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/daemon.h"
+#include "daemon/fleet_service.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -41,8 +42,11 @@ const std::vector<double>& StartupBuckets();
 
 class FleetMetrics : public FleetEventListener {
  public:
-  // Listens to `daemon`'s journal until destroyed.
-  explicit FleetMetrics(Daemon* daemon);
+  // Listens to `daemon`'s journal until destroyed. `leader` (fleetds sharing a record): asked
+  // at each scrape; a standby exports fleet_leader 0 and its build, not the fleet's state (its
+  // copy of the record is the leader's, possibly older: scrape every fleetd, and the leader's
+  // series are the fleet's).
+  explicit FleetMetrics(Daemon* daemon, std::function<LeaderView()> leader = nullptr);
   ~FleetMetrics() override;
   FleetMetrics(const FleetMetrics&) = delete;
   FleetMetrics& operator=(const FleetMetrics&) = delete;

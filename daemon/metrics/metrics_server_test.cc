@@ -111,3 +111,39 @@ TEST_F(MetricsServerTest, WithTlsAScraperNeedsACertificateTheFleetCaSigned) {
 
 }  // namespace
 }  // namespace fleet::daemon
+
+namespace fleet::daemon {
+namespace {
+
+// Fleetds sharing a record (issue 16): the leader exports the fleet and fleet_leader 1 with its
+// term; a standby only who it is (its copy of the fleet is the leader's).
+TEST_F(MetricsServerTest, AStandbyExportsOnlyThatItStandsBy) {
+  {
+    // A server in the record (as a leader wrote it), read again.
+    auto writer = FleetStore::Open(dir_.Join("fleet.db"));
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ServerRecord row;
+    row.name = "local/200/gpu0";
+    row.host = "local";
+    row.container = "200";
+    ASSERT_TRUE((*writer)->PutServer(row).ok());
+  }
+  ASSERT_TRUE(daemon_->Reload().ok());
+  LeaderView view{.self = true, .term = 7};
+  FleetMetrics leader(daemon_.get(), [&] { return view; });
+  const std::string leading = leader.Text();
+  EXPECT_THAT(leading, HasSubstr("fleet_leader 1"));
+  EXPECT_THAT(leading, HasSubstr("fleet_leader_term 7"));
+  EXPECT_THAT(leading, HasSubstr("fleet_server_state{"));
+  view = LeaderView{.self = false, .holder = "fleetd-b", .address = "10.0.0.2:7443"};
+  const std::string standing_by = leader.Text();
+  EXPECT_THAT(standing_by, HasSubstr("fleet_leader 0"));
+  EXPECT_THAT(standing_by, HasSubstr("fleet_leader_term 0"));
+  EXPECT_THAT(standing_by, HasSubstr("fleet_build_info{"));
+  EXPECT_THAT(standing_by, Not(HasSubstr("fleet_server_state{")));
+  // A fleetd alone leads.
+  EXPECT_THAT(metrics_->Text(), HasSubstr("fleet_leader 1"));
+}
+
+}  // namespace
+}  // namespace fleet::daemon

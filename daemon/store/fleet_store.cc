@@ -125,19 +125,7 @@ absl::Status FleetStore::BeginWrite() {
   if (absl::Status s = EnsureConnected(); !s.ok()) return s;
   if (absl::Status s = db_->Begin(); !s.ok()) return s;
   if (fence_term_ == 0) return absl::OkStatus();
-  absl::Status s = [&]() -> absl::Status {
-    auto check = db_->Prepare(kTermFenceSql);
-    if (!check.ok()) return check.status();
-    check->Bind(1, fence_fleet_).Bind(2, fence_term_);
-    auto live = check->Step();
-    if (!live.ok()) return live.status();
-    if (!*live) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("fenced: term ", fence_term_, " no longer leads fleet ", fence_fleet_,
-                       " (another fleetd took over): nothing written"));
-    }
-    return absl::OkStatus();
-  }();
+  absl::Status s = CheckTermFence(*db_, fence_fleet_, fence_term_);
   if (!s.ok()) db_->Rollback().IgnoreError();
   return s;
 }

@@ -5,10 +5,34 @@
 // and a row comes back only while `term` is the live lease's. ?1: the fleet id, ?2: the term.
 #pragma once
 
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/string_view.h"
+
 namespace fleet::daemon {
 
 inline constexpr char kTermFenceSql[] =
     "SELECT 1 FROM fleet_leases WHERE fleet_id = ?1 AND term = ?2 "
     "AND expires_at > clock_timestamp() FOR SHARE";
+
+// Runs the check on `db` (a postgres::Database or a sql::Connection, inside the write transaction
+// it fences): OK while `term` leads `fleet_id`, FailedPrecondition "fenced" when not.
+template <typename Db>
+absl::Status CheckTermFence(Db& db, std::string_view fleet_id, int64_t term) {
+  auto check = db.Prepare(kTermFenceSql);
+  if (!check.ok()) return check.status();
+  check->Bind(1, fleet_id).Bind(2, term);
+  auto live = check->Step();
+  if (!live.ok()) return live.status();
+  if (!*live) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("fenced: term ", term, " no longer leads fleet ", AsAbsl(fleet_id),
+                     " (another fleetd took over): nothing written"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace fleet::daemon

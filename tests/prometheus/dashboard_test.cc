@@ -197,7 +197,7 @@ TEST(FleetRules, EveryAlertHasSeverityAClassInItsSummaryAndACommand) {
   }
   EXPECT_THAT(alerts, ElementsAre("FleetServerGaveUp", "FleetCrashLooping", "FleetStartupSlow",
                                   "FleetAgentDown", "FleetRemediationAwaitingApproval",
-                                  "FleetMetricsAbsent"));
+                                  "FleetNoLeader", "FleetMetricsAbsent"));
 }
 
 TEST(FleetMetricNames, EveryExpressionNamesOnlyMetricsFleetdExposes) {

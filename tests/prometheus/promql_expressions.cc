@@ -17,14 +17,23 @@ namespace {
 using Json = nlohmann::json;
 
 // fleetd's metrics, as docs/observability.md lists them.
-constexpr std::array<std::string_view, 14> kFleetMetrics = {
-    "fleet_server_state",           "fleet_server_state_since_timestamp_seconds",
-    "fleet_server_diagnosis_info",  "fleet_attempts_total",
-    "fleet_server_restarts_total",  "fleet_startup_duration_seconds",
-    "fleet_phase_duration_seconds", "fleet_stalls_total",
-    "fleet_remediations_total",     "fleet_remediation_pending_approval",
-    "fleet_agent_connected",        "fleet_ssh_host_up",
-    "fleet_events_ingested_total",  "fleet_build_info",
+constexpr std::array<std::string_view, 16> kFleetMetrics = {
+    "fleet_server_state",
+    "fleet_server_state_since_timestamp_seconds",
+    "fleet_server_diagnosis_info",
+    "fleet_attempts_total",
+    "fleet_server_restarts_total",
+    "fleet_startup_duration_seconds",
+    "fleet_phase_duration_seconds",
+    "fleet_stalls_total",
+    "fleet_remediations_total",
+    "fleet_remediation_pending_approval",
+    "fleet_agent_connected",
+    "fleet_ssh_host_up",
+    "fleet_events_ingested_total",
+    "fleet_build_info",
+    "fleet_leader",
+    "fleet_leader_term",
 };
 constexpr std::array<std::string_view, 2> kFleetHistograms = {
     "fleet_startup_duration_seconds",
