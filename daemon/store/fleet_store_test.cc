@@ -265,6 +265,24 @@ TEST_P(FleetStoreTest, AnEventDeliveredTwiceIsStoredOnceAndTheCursorMovesWithIt)
   EXPECT_EQ(Count(*store, "SELECT count(*) FROM events"), 5);
 }
 
+// A batch longer than one INSERT's rows (IngestBatch writes 32 events a statement), replayed in
+// part with new ones among the old (a reconnect mid-batch): each event once, in every statement.
+TEST_P(FleetStoreTest, ALongBatchIsStoredOnceAcrossItsStatements) {
+  auto store = Open();
+  ASSERT_TRUE(store->PutServer(Server("0")).ok());
+  std::vector<fleet::v1::AgentEvent> batch;
+  for (int i = 1; i <= 70; ++i) batch.push_back(Event("inc-1", i));
+  ASSERT_TRUE(store->IngestBatch("local/200", batch, {}, {}, {"inc-1", 70}, kNow).ok());
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM events"), 70);
+  std::vector<fleet::v1::AgentEvent> replay;
+  for (int i = 40; i <= 110; ++i) replay.push_back(Event("inc-1", i));
+  ASSERT_TRUE(store->IngestBatch("local/200", replay, {}, {}, {"inc-1", 110}, kNow).ok());
+  EXPECT_EQ(Count(*store, "SELECT count(*) FROM events"), 110);
+  EXPECT_EQ(Count(*store, "SELECT count(DISTINCT sequence) FROM events"), 110);
+  EXPECT_EQ(Count(*store, "SELECT max(sequence) FROM events"), 110);
+  EXPECT_EQ(store->Cursor("local/200")->sequence, 110u);
+}
+
 TEST_P(FleetStoreTest, TheConfigSurvivesAReopenAndTheFileIsSound) {
   {
     auto store = Open();
