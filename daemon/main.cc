@@ -141,6 +141,19 @@ absl::Status WriteListenAddress(const std::string& path, const std::string& addr
   return absl::OkStatus();
 }
 
+// Where standbys send clients while this fleetd leads: --advertise, else the --listen address as
+// chosen, its wildcard host (0.0.0.0, [::], none) replaced by this machine's name; "" without
+// --listen (standbys then say the leader has no address).
+std::string AdvertisedAddress(const std::string& advertise, const std::string& listen_address) {
+  if (!advertise.empty() || listen_address.empty()) return advertise;
+  const size_t colon = listen_address.rfind(':');
+  const std::string host = listen_address.substr(0, colon);
+  if (host != "0.0.0.0" && host != "[::]" && host != "::" && !host.empty()) return listen_address;
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return listen_address;
+  return absl::StrCat(name, listen_address.substr(colon));
+}
+
 // A fleetd that lost its lease exits with this (EX_TEMPFAIL): its supervisor starts it again, as a
 // standby.
 constexpr int kLostLeaseExit = 75;
@@ -369,6 +382,7 @@ int main(int argc, char** argv) {
   std::string metrics_cert, metrics_key, metrics_ca;
   bool insecure_listen = false;
   std::string lease_text = "3s";
+  std::string advertise;
   std::string listen;
   fleet::net::TlsFiles listen_tls;
   fleet::FlagSet flags(
@@ -427,6 +441,12 @@ int main(int argc, char** argv) {
                   "renews every second; a standby takes over once it expired, by the database's "
                   "clock). Every fleetd of a fleet should say the same",
                   "DURATION");
+  flags.AddString("advertise", '\0', &advertise,
+                  "with --store-file: the HOST:PORT standbys send fleetctl to while this fleetd "
+                  "leads (its --listen as clients reach it; its certificate must name HOST). "
+                  "Default: the --listen address, with this machine's host name for a wildcard "
+                  "(0.0.0.0, [::])",
+                  "ADDR");
   flags.AddString("db-synchronous", '\0', &db_synchronous,
                   "how fleet.db commits: full (each commit synced: survives a power loss; the "
                   "default) or normal (survives a crash of fleetd only; for measuring the cost)",
@@ -551,6 +571,20 @@ int main(int argc, char** argv) {
   } else {
     Log().error("flag --lease: '{}' is not a duration of at least 1s (3s, 10s)", lease_text);
     return 1;
+  }
+
+  if (!advertise.empty()) {
+    const size_t colon = advertise.rfind(':');
+    if (store_file.empty() || listen.empty() || colon == std::string::npos || colon == 0 ||
+        colon + 1 == advertise.size() ||
+        advertise.find_first_not_of("0123456789", colon + 1) != std::string::npos ||
+        advertise.find_first_of(" \t\n,") != std::string::npos) {
+      Log().error(
+          "flag --advertise '{}': give HOST:PORT, with --store-file and --listen (where standbys "
+          "send fleetctl while this fleetd leads)",
+          advertise);
+      return 1;
+    }
   }
 
   // fleet.proto over TCP: mutual TLS, or plaintext only when asked for by name. Even on loopback:
@@ -833,7 +867,7 @@ int main(int argc, char** argv) {
     fleet::daemon::ElectorOptions eo;
     eo.lease.fleet_id = leadership.fleet_id;
     eo.lease.holder = HolderName();
-    eo.lease.address = listen_address;
+    eo.lease.address = AdvertisedAddress(advertise, listen_address);
     eo.lease.duration = lease_duration;
     eo.lease.margin = std::min(absl::Milliseconds(500), lease_duration / 4);
     eo.retry = std::min(absl::Milliseconds(500), lease_duration / 4);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -112,17 +113,19 @@ class FailoverTest : public ::testing::Test {
   // Starts `d` (again): a fresh process on its state dir, serving once this returns. `prefix`
   // runs it (`ip netns exec NS`); `store_file`: its URL file (default: the socket's).
   void Start(Fleetd& d, const std::vector<std::string>& prefix = {},
-             const std::string& store_file = "") {
+             const std::string& store_file = "", const std::string& listen = "127.0.0.1:0",
+             const std::vector<std::string>& extra = {}) {
     d.state_dir = fleet_->Join(d.name);
     const std::string log = fleet_->Join(absl::StrCat(d.name, ".", ++runs_, ".log"));
     std::vector<std::string> argv = prefix;
     for (const std::string& arg :
          {fleet::testing::BuildPath("daemon/fleetd"), std::string("--state-dir"), d.state_dir,
           std::string("--store-file"), store_file.empty() ? store_file_ : store_file,
-          std::string("--lease"), Lease(), std::string("--listen"), std::string("127.0.0.1:0"),
+          std::string("--lease"), Lease(), std::string("--listen"), listen,
           std::string("--insecure-listen")}) {
       argv.push_back(arg);
     }
+    argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = BackgroundProcess::Start(argv, ToolEnv(), log);
     ASSERT_TRUE(p.ok()) << p.status();
     d.process = *std::move(p);
@@ -222,6 +225,35 @@ TEST_F(FailoverTest, TheStandbyReadsTheRecordAndSendsWritesToTheLeader) {
   EXPECT_THAT(refused.output, HasSubstr("stands by"));
   EXPECT_THAT(refused.output, HasSubstr(a.address));
   EXPECT_EQ(Count(b.process->Log(), kLeading), 0u);
+}
+
+// Where a standby sends clients: the leader's --advertise, or its --listen address with the
+// machine's host name for a wildcard (0.0.0.0 means nothing to a client elsewhere).
+TEST_F(FailoverTest, StandbysSendClientsToTheAddressTheLeaderAdvertises) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  for (const bool wildcard : {false, true}) {
+    SCOPED_TRACE(wildcard ? "--listen 0.0.0.0:0" : "--advertise");
+    Fleetd a{wildcard ? "a2" : "a"}, b{wildcard ? "b2" : "b"};
+    Start(a, {}, "", wildcard ? "0.0.0.0:0" : "127.0.0.1:0",
+          wildcard ? std::vector<std::string>{}
+                   : std::vector<std::string>{"--advertise", "fleetd-a.example:7443"});
+    ASSERT_TRUE(WaitLeading(a));
+    Start(b);
+    const std::string port = a.address.substr(a.address.rfind(':') + 1);
+    const std::string want =
+        wildcard ? absl::StrCat(host, ":", port) : std::string("fleetd-a.example:7443");
+    ASSERT_TRUE(Eventually([&] {
+      const CtlResult r = Local(b, {"restart", ServerName(0)});
+      return r.code() != 0 && absl::StrContains(r.output, absl::StrCat(" at ", want, " "));
+    })) << Local(b, {"restart", ServerName(0)}).output;
+    // A clean stop hands the lease over at once.
+    ASSERT_EQ(kill(a.process->pid(), SIGTERM), 0);
+    ASSERT_TRUE(WaitLeading(b));
+    ASSERT_TRUE(a.process->Wait(kDeadline).ok());
+    ASSERT_EQ(kill(b.process->pid(), SIGTERM), 0);
+    ASSERT_TRUE(b.process->Wait(kDeadline).ok());
+  }
 }
 
 // A leader gone at once (kill -9), then one paused past its lease (SIGSTOP), FLEET_FAILOVER_ROUNDS

@@ -253,6 +253,11 @@ TEST_F(FleetdListenTest, RefusesToListenWithoutTlsUnlessToldInsecure) {
        "--listen-cert " + missing + ": cannot be read"},
       {ListenTls(pki_), "--listen-cert, --listen-key and --listen-ca are for --listen"},
       {{"--listen", "7443"}, "flag --listen '7443': give HOST:PORT"},
+      // Where standbys send clients is a leader's business (issue 16): --store-file, and a port.
+      {{"--listen", "127.0.0.1:0", "--insecure-listen", "--advertise", "fleetd-a.example:7443"},
+       "flag --advertise 'fleetd-a.example:7443': give HOST:PORT, with --store-file and --listen"},
+      {{"--advertise", "fleetd-a.example"}, "flag --advertise 'fleetd-a.example'"},
+      {{"--lease", "100ms"}, "flag --lease: '100ms' is not a duration of at least 1s"},
   };
   for (const auto& [extra, why] : refusals) {
     testing::RunOptions options;
