@@ -685,12 +685,10 @@ int main(int argc, char** argv) {
     // The pid in the lock file is a courtesy; the lock is what counts.
   }
 
-  signal(SIGPIPE, SIG_IGN);
-  grpc_init();  // ended with grpc_shutdown_blocking() at the end of main
-  // Debian's Abseil is built with its mutex deadlock detection on: every lock taken while another
-  // is held (gRPC's and ours) goes through one global lock-order graph. Measured at 1,000
-  // agents (bench/daemon), that was 4-5% of fleetd's CPU time; the lock order is our code's job.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // The signals main waits for are blocked before any thread starts (gRPC's start with
+  // grpc_init): a thread that left one unblocked would take it and die of it (SIGUSR1's default
+  // action), or end fleetd without its clean stop (SIGTERM). Every thread inherits this mask.
+  // Until here a SIGTERM ends fleetd at once: nothing it started yet needs a clean stop.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
@@ -698,6 +696,13 @@ int main(int argc, char** argv) {
   // SIGUSR1: the elector (on its thread) tells the main thread that this fleetd now leads.
   sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const pthread_t main_thread = pthread_self();
+  signal(SIGPIPE, SIG_IGN);
+  grpc_init();  // ended with grpc_shutdown_blocking() at the end of main
+  // Debian's Abseil is built with its mutex deadlock detection on: every lock taken while another
+  // is held (gRPC's and ours) goes through one global lock-order graph. Measured at 1,000
+  // agents (bench/daemon), that was 4-5% of fleetd's CPU time; the lock order is our code's job.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   fleet::daemon::FleetStoreOptions store_options;
   store_options.synchronous = db_synchronous == "normal"
@@ -872,9 +877,11 @@ int main(int argc, char** argv) {
     eo.lease.margin = std::min(absl::Milliseconds(500), lease_duration / 4);
     eo.retry = std::min(absl::Milliseconds(500), lease_duration / 4);
     eo.renew = std::min(absl::Seconds(1), lease_duration / 3);
-    eo.on_lead = [&leadership](int64_t term) {
+    eo.on_lead = [&leadership, main_thread](int64_t term) {
       leadership.pending_term.store(term);
-      kill(getpid(), SIGUSR1);  // the main thread takes over (it sigwaits)
+      // To the main thread itself (it waits for it): a signal to the process could be taken by
+      // any thread that does not block it.
+      pthread_kill(main_thread, SIGUSR1);
     };
     eo.on_step_down = [&leadership] {
       if (leadership.stopping.load()) return;
