@@ -8,7 +8,8 @@
 //                                      (mode 0600, as for fleetd --store-file; never in argv)
 //   fault-check (--fleet-db F | --store-file FILE) --query NAME
 //                                      what the harness asks of the record while the fleet runs:
-//                                      `cursor` (INCARNATION#SEQUENCE) or `applying` (a count)
+//                                      `cursor` (INCARNATION#SEQUENCE), `applying` (a count) or
+//                                      `dump` (the record's story, kept with a failed injection)
 //   fault-check --store-file FILE --hold-lock MS
 //                                      fleetd-busy on PostgreSQL: an outside session holds LOCK
 //                                      TABLE servers IN EXCLUSIVE MODE (every turn's write needs
@@ -67,7 +68,8 @@ int main(int argc, char** argv) {
                   "FILE");
   flags.AddString("query", '\0', &query,
                   "print what the record says (cursor: the agent's stored cursor; applying: how "
-                  "many remediations are applying) and exit",
+                  "many remediations are applying; dump: its servers, attempts, remediations and "
+                  "fleet events) and exit",
                   "NAME");
   flags.AddString("hold-lock", '\0', &hold_lock,
                   "with --store-file: hold LOCK TABLE servers IN EXCLUSIVE MODE for MS "

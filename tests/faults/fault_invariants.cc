@@ -374,7 +374,54 @@ absl::StatusOr<std::vector<Violation>> CheckInvariants(const CheckInput& input) 
   return out;
 }
 
+// The rows of fleetd's record that tell a failed injection's story, as text (`dump`): a
+// PostgreSQL record is gone with its server when the injection ends.
+absl::StatusOr<std::string> DumpRecord(sql::Connection& db) {
+  struct Table {
+    const char* title;
+    int columns;
+    const char* sql;
+  };
+  static constexpr Table kTables[] = {
+      {"servers: name|desired|state|attempt_number|last_class|reason|state_since", 7,
+       "SELECT name, desired, state, attempt_number, last_class, reason, state_since FROM servers "
+       "ORDER BY name"},
+      {"attempts: server|number|id|trigger|outcome|diagnosis_class|created_at|launched_at|ended_at",
+       9,
+       "SELECT s.name, a.number, a.id, a.trigger, a.outcome, a.diagnosis_class, a.created_at, "
+       "a.launched_at, a.ended_at FROM attempts a JOIN servers s ON s.id = a.server_id ORDER BY "
+       "s.name, a.number"},
+      {"remediations: id|trigger|diagnosis_class|status|reason|created_at|applied_at", 7,
+       "SELECT id, trigger, diagnosis_class, status, reason, created_at, applied_at FROM "
+       "remediations ORDER BY id"},
+      {"remediation_attempts: remediation_id|attempt_id", 2,
+       "SELECT remediation_id, attempt_id FROM remediation_attempts ORDER BY remediation_id, "
+       "attempt_id"},
+      {"fleet_events: idx|at|type|server", 4,
+       "SELECT idx, at, type, server FROM fleet_events ORDER BY idx"},
+      {"agent_cursors: container_id|incarnation|sequence", 3,
+       "SELECT container_id, incarnation, sequence FROM agent_cursors ORDER BY container_id"},
+  };
+  std::string out;
+  for (const Table& table : kTables) {
+    absl::StrAppend(&out, table.title, "\n");
+    FLEET_ASSIGN_OR_RETURN(auto rows, db.Prepare(table.sql));
+    while (true) {
+      FLEET_ASSIGN_OR_RETURN(bool row, rows.Step());
+      if (!row) break;
+      std::vector<std::string> fields;
+      for (int i = 0; i < table.columns; ++i) fields.push_back(rows.ColumnText(i));
+      absl::StrAppend(&out, "  ", absl::StrJoin(fields, "|"), "\n");
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> QueryRecord(const CheckInput& input, const std::string& name) {
+  if (name == "dump") {
+    FLEET_ASSIGN_OR_RETURN(FleetRecord record, OpenFleetRecord(input));
+    return DumpRecord(*record.connection);
+  }
   std::string sql;
   if (name == "cursor") {
     sql = "SELECT incarnation || '#' || sequence FROM agent_cursors";
@@ -382,7 +429,7 @@ absl::StatusOr<std::string> QueryRecord(const CheckInput& input, const std::stri
     sql = "SELECT count(*) FROM remediations WHERE status = 'applying'";
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("no query named '", name, "' (cursor, applying)"));
+        absl::StrCat("no query named '", name, "' (cursor, applying, dump)"));
   }
   FLEET_ASSIGN_OR_RETURN(FleetRecord record, OpenFleetRecord(input));
   FLEET_ASSIGN_OR_RETURN(auto query, record.connection->Prepare(sql));

@@ -60,6 +60,8 @@ absl::StatusOr<std::vector<RecordedProcess>> RecordedProcesses(const std::string
 // --query NAME`), as one line of text:
 //   cursor    the stored cursor of the (one) agent, `INCARNATION#SEQUENCE`; "" when none
 //   applying  how many remediations are `applying`
+//   dump      the rows that tell a failed injection's story (servers, attempts, remediations,
+//             their links, fleet events, cursors), a table after another
 // InvalidArgument for another name. `fleet_db` or `fleet_store_url` as in CheckInput.
 absl::StatusOr<std::string> QueryRecord(const CheckInput& input, const std::string& name);
 

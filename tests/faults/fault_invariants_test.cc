@@ -293,6 +293,10 @@ TEST_P(FaultInvariantsTest, TheHarnessQueriesReadTheCursorAndTheRemediationsAppl
   auto applying = QueryRecord(input_, "applying");
   ASSERT_TRUE(applying.ok()) << applying.status();
   EXPECT_EQ(*applying, "1");
+  auto dump = QueryRecord(input_, "dump");
+  ASSERT_TRUE(dump.ok()) << dump.status();
+  EXPECT_THAT(*dump, HasSubstr("local/200/gpu0|running|READY|"));
+  EXPECT_THAT(*dump, HasSubstr("3|diagnosis||applying|"));
   EXPECT_EQ(QueryRecord(input_, "nothing").status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -949,6 +949,10 @@ run_one() {  # run_one ROW K
   if [[ -s $run_dir/check.log ]]; then
     printf 'violation: check: %s\n' "$(tr '\n' ' ' <"$run_dir/check.log")" >>"$vfile"
   fi
+  # A PostgreSQL record goes with its server: a failed injection keeps its rows as text.
+  if [[ $store == postgres ]] && grep -q '^violation:' "$vfile"; then
+    record_query dump >"$run_dir/record.txt"
+  fi
   stop_store
   # A failed injection's state is kept: what lived on a small disk (the *-disk-full rows) is
   # copied out before it is unmounted (DIR.disk beside it).
