@@ -341,6 +341,27 @@ FixDone RemediationRunner::Run(FixJob job) {
     done.job = std::move(job);
     return std::move(done);
   };
+  if (job.kind == FixJob::kDiagnosis) {
+    // A fix applied for this very failure whose server never restarted with it: fleetd stopped
+    // after the plan's `applied` was committed and before the turn that restarts the server was
+    // (on PostgreSQL a lock on `servers` holds that turn while the plan's own writes go through).
+    // The next fleetd plans for the same failure again; it is not the fix's cause coming back
+    // (the planner would fail the fix, and with nothing left to change the server would give
+    // up): while the probe shows the fix in effect, the fix is the outcome, and the servers that
+    // wait for it restart with it.
+    for (const fleet::v1::Plan& p : job.history) {
+      if (PlanStatusOf(p) != fleet::v1::PLAN_STATUS_APPLIED || p.attempt_id().empty() ||
+          p.attempt_id() != job.attempt_id ||
+          p.diagnosis_class() != job.diagnosis.diagnosis_class() ||
+          !InEffect(p, snapshot).missing.empty()) {
+        continue;
+      }
+      done.failed_remediations.erase(
+          std::remove(done.failed_remediations.begin(), done.failed_remediations.end(), p.id()),
+          done.failed_remediations.end());
+      return recorded(p);
+    }
+  }
   if (decision.report && job.kind == FixJob::kDiagnosis) {
     // A fix cut short earlier (interrupted: the probe then failed or did not show it) that the
     // probe shows in effect now did its work after all (the agent's pip outlived the agent, say):

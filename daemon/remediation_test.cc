@@ -836,6 +836,39 @@ TEST_F(RemediationTest, AnInterruptedFixALaterProbeShowsInEffectIsAppliedAndTheS
   EXPECT_NE(Rows()["local/200/gpu0"].state(), "GAVE_UP");
 }
 
+// Finding 19 of docs/reliability.md (the fault matrix's fleetd-busy row on PostgreSQL): fleetd
+// stopped after the canary's fix was applied and recorded `applied`, before the turn that
+// restarts the canary with it was committed. The next fleetd planned for the canary's failure
+// again and took it for the fix's cause coming back: the fix was failed, and the canary gave up
+// on "nothing the planner would change" with the fix in place.
+TEST_F(RemediationTest, AFixAppliedForAFailureIsStillItsOutcomeWhenFleetdStoppedBeforeTheRestart) {
+  Deploy(Config(1, Policy()));
+  Turns();
+  ASSERT_EQ(agent_.launches.size(), 1u);
+  agent_.toolchain = Cuda130();
+  agent_.after.push_back(pt::FixedSnapshot());
+  Fail(agent_.launches[0], pt::PtxDiag());
+  // The turns until the fix is applied and recorded; its result (the restart) is the next turn's.
+  for (int i = 0; i < 5 && (Plans().empty() || Plans()[0].status() != "applied"); ++i) {
+    daemon_->Step();
+  }
+  ASSERT_EQ(Plans().size(), 1u);
+  ASSERT_EQ(Plans()[0].status(), "applied");
+  ASSERT_EQ(agent_.launches.size(), 1u) << "stopped before the canary restarts";
+  Open(dir_.Join("fleet.db"));  // fleetd stops and starts again on its record
+  Turns(6);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_EQ(plans.size(), 1u) << Rows()["local/200/gpu0"].reason();
+  EXPECT_EQ(plans[0].status(), "applied") << plans[0].outcome_reason();
+  EXPECT_EQ(agent_.applies.size(), 1u) << "the fix is not run again";
+  ASSERT_EQ(agent_.launches.size(), 2u) << Rows()["local/200/gpu0"].reason();
+  EXPECT_NE(Rows()["local/200/gpu0"].state(), "GAVE_UP");
+  auto attempts = daemon_->ListAttempts({});
+  ASSERT_TRUE(attempts.ok());
+  EXPECT_EQ(attempts->attempts(attempts->attempts_size() - 1).trigger(),
+            "remediation:" + plans[0].id());
+}
+
 // The PTX fix's pip install cut short: CUDA 13.2 in (nvcc, ptxas), cupti still 13.0.
 fleet::v1::ToolchainSnapshot HalfwayPtxFix() {
   fleet::v1::ToolchainSnapshot halfway = pt::FixedSnapshot();

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
+#include "common/sql/postgres_connection.h"
+#include "common/sql/sqlite_connection.h"
 #include "common/sqlite/database.h"
 #include "proto/agent.pb.h"
 #include "proto/agent_state.pb.h"
@@ -34,6 +36,28 @@ absl::StatusOr<std::unique_ptr<Database>> OpenExisting(const std::string& path) 
   std::ifstream probe(path);
   if (!probe) return absl::NotFoundError(absl::StrCat("database ", path, ": not found"));
   return Database::Open(path);
+}
+
+// fleetd's record: fleet.db, or the PostgreSQL database of --store-file. `sqlite` is set to the
+// SQLite database underneath (for its integrity check), or null on PostgreSQL.
+struct FleetRecord {
+  std::unique_ptr<sql::Connection> connection;
+  Database* sqlite = nullptr;
+};
+
+absl::StatusOr<FleetRecord> OpenFleetRecord(const CheckInput& input) {
+  FleetRecord record;
+  if (!input.fleet_store_url.empty()) {
+    FLEET_ASSIGN_OR_RETURN(record.connection,
+                           sql::PostgresConnection::Connect(input.fleet_store_url));
+    return record;
+  }
+  std::ifstream probe(input.fleet_db);
+  if (!probe) return absl::NotFoundError(absl::StrCat("database ", input.fleet_db, ": not found"));
+  FLEET_ASSIGN_OR_RETURN(auto connection, sql::SqliteConnection::Open(input.fleet_db));
+  record.sqlite = &connection->database();
+  record.connection = std::move(connection);
+  return record;
 }
 
 absl::StatusOr<std::string> IntegrityOf(Database& db) {
@@ -115,7 +139,8 @@ absl::StatusOr<std::vector<Violation>> CheckInvariants(const CheckInput& input) 
     out.push_back({std::move(invariant), std::move(detail)});
   };
 
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Database> fleet, OpenExisting(input.fleet_db));
+  FLEET_ASSIGN_OR_RETURN(FleetRecord record, OpenFleetRecord(input));
+  sql::Connection* const fleet = record.connection.get();
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Database> agent, OpenExisting(input.agent_db));
   std::vector<std::unique_ptr<Database>> old_agents;
   for (const std::string& path : input.old_agent_dbs) {
@@ -123,8 +148,11 @@ absl::StatusOr<std::vector<Violation>> CheckInvariants(const CheckInput& input) 
     old_agents.push_back(std::move(db));
   }
 
-  // integrity: PRAGMA integrity_check says ok on every database.
-  std::vector<Database*> all = {fleet.get(), agent.get()};
+  // integrity: PRAGMA integrity_check says ok on every database (fleet.db when the record is
+  // SQLite: PostgreSQL has no such check).
+  std::vector<Database*> all;
+  if (record.sqlite != nullptr) all.push_back(record.sqlite);
+  all.push_back(agent.get());
   for (auto& db : old_agents) all.push_back(db.get());
   for (Database* db : all) {
     FLEET_ASSIGN_OR_RETURN(std::string integrity, IntegrityOf(*db));
@@ -137,7 +165,7 @@ absl::StatusOr<std::vector<Violation>> CheckInvariants(const CheckInput& input) 
   FLEET_ASSIGN_OR_RETURN(bool known, container.Step());
   if (!known) {
     return absl::NotFoundError(
-        absl::StrCat("fleet.db ", input.fleet_db, ": no container ", input.container));
+        absl::StrCat("fleetd's record ", fleet->name(), ": no container ", input.container));
   }
   const int64_t container_id = container.ColumnInt(0);
 
@@ -344,6 +372,69 @@ absl::StatusOr<std::vector<Violation>> CheckInvariants(const CheckInput& input) 
     }
   }
   return out;
+}
+
+// The rows of fleetd's record that tell a failed injection's story, as text (`dump`): a
+// PostgreSQL record is gone with its server when the injection ends.
+absl::StatusOr<std::string> DumpRecord(sql::Connection& db) {
+  struct Table {
+    const char* title;
+    int columns;
+    const char* sql;
+  };
+  static constexpr Table kTables[] = {
+      {"servers: name|desired|state|attempt_number|last_class|reason|state_since", 7,
+       "SELECT name, desired, state, attempt_number, last_class, reason, state_since FROM servers "
+       "ORDER BY name"},
+      {"attempts: server|number|id|trigger|outcome|diagnosis_class|created_at|launched_at|ended_at",
+       9,
+       "SELECT s.name, a.number, a.id, a.trigger, a.outcome, a.diagnosis_class, a.created_at, "
+       "a.launched_at, a.ended_at FROM attempts a JOIN servers s ON s.id = a.server_id ORDER BY "
+       "s.name, a.number"},
+      {"remediations: id|trigger|diagnosis_class|status|reason|created_at|applied_at", 7,
+       "SELECT id, trigger, diagnosis_class, status, reason, created_at, applied_at FROM "
+       "remediations ORDER BY id"},
+      {"remediation_attempts: remediation_id|attempt_id", 2,
+       "SELECT remediation_id, attempt_id FROM remediation_attempts ORDER BY remediation_id, "
+       "attempt_id"},
+      {"fleet_events: idx|at|type|server", 4,
+       "SELECT idx, at, type, server FROM fleet_events ORDER BY idx"},
+      {"agent_cursors: container_id|incarnation|sequence", 3,
+       "SELECT container_id, incarnation, sequence FROM agent_cursors ORDER BY container_id"},
+  };
+  std::string out;
+  for (const Table& table : kTables) {
+    absl::StrAppend(&out, table.title, "\n");
+    FLEET_ASSIGN_OR_RETURN(auto rows, db.Prepare(table.sql));
+    while (true) {
+      FLEET_ASSIGN_OR_RETURN(bool row, rows.Step());
+      if (!row) break;
+      std::vector<std::string> fields;
+      for (int i = 0; i < table.columns; ++i) fields.push_back(rows.ColumnText(i));
+      absl::StrAppend(&out, "  ", absl::StrJoin(fields, "|"), "\n");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> QueryRecord(const CheckInput& input, const std::string& name) {
+  if (name == "dump") {
+    FLEET_ASSIGN_OR_RETURN(FleetRecord record, OpenFleetRecord(input));
+    return DumpRecord(*record.connection);
+  }
+  std::string sql;
+  if (name == "cursor") {
+    sql = "SELECT incarnation || '#' || sequence FROM agent_cursors";
+  } else if (name == "applying") {
+    sql = "SELECT count(*) FROM remediations WHERE status = 'applying'";
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no query named '", name, "' (cursor, applying, dump)"));
+  }
+  FLEET_ASSIGN_OR_RETURN(FleetRecord record, OpenFleetRecord(input));
+  FLEET_ASSIGN_OR_RETURN(auto query, record.connection->Prepare(sql));
+  FLEET_ASSIGN_OR_RETURN(bool row, query.Step());
+  return row ? query.ColumnText(0) : std::string();
 }
 
 absl::StatusOr<std::vector<RecordedProcess>> RecordedProcesses(const std::string& agent_db) {

@@ -1,18 +1,25 @@
 // The fault matrix's checker: a consistent record passes, and each kind of broken record is
 // named. The records are made by the real stores (fleetd's FleetStore for the schema, the
 // agent's AgentStore for its event log), then edited with SQL the way a fault would leave them.
+// fleetd's record is fleet.db or a PostgreSQL database (a real server per test process, the
+// instances labelled `postgres`): every test runs on both.
 #include "tests/faults/fault_invariants.h"
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "agent/agent_store.h"
-#include "common/sqlite/database.h"
+#include "common/sql/postgres_connection.h"
+#include "common/sql/sqlite_connection.h"
 #include "daemon/store/fleet_store.h"
+#include "daemon/store/fleet_store_schema.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/agent.pb.h"
+#include "tests/testing/postgres_server.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet::faults {
@@ -24,29 +31,78 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
-class FaultInvariantsTest : public ::testing::Test {
+enum class Engine { kSqlite, kPostgres };
+
+// One PostgreSQL server for the test process (started on first use, stopped when the suite
+// ends), a fresh database per test.
+class PostgresRecord {
+ public:
+  static void StopServer() { server_.reset(); }
+  static bool Missing() { return testing::PostgresServer::FindBinDir().empty(); }
+
+  // A new database's URL; "" (the test failed) when there is none.
+  static std::string Make() {
+    if (server_ == nullptr) {
+      auto server = testing::PostgresServer::Start();
+      EXPECT_TRUE(server.ok()) << server.status();
+      if (!server.ok()) return "";
+      server_ = *std::move(server);
+    }
+    auto admin = sql::PostgresConnection::Connect(server_->url());
+    EXPECT_TRUE(admin.ok()) << admin.status();
+    if (!admin.ok()) return "";
+    const std::string name = absl::StrCat("record_", ++databases_);
+    absl::Status made = (*admin)->Exec(absl::StrCat("CREATE DATABASE ", name));
+    EXPECT_TRUE(made.ok()) << made;
+    return absl::StrReplaceAll(server_->url(), {{"@/fleet?", absl::StrCat("@/", name, "?")}});
+  }
+
+ private:
+  static inline std::unique_ptr<testing::PostgresServer> server_;
+  static inline int databases_ = 0;
+};
+
+class FaultInvariantsTest : public ::testing::TestWithParam<Engine> {
  protected:
+  static void TearDownTestSuite() { PostgresRecord::StopServer(); }
+
   void SetUp() override {
-    fleet_db_ = dir_.Join("fleet.db");
+    std::string target = dir_.Join("fleet.db");
+    if (GetParam() == Engine::kPostgres) {
+      if (PostgresRecord::Missing()) GTEST_SKIP() << "no PostgreSQL server binaries (initdb)";
+      target = PostgresRecord::Make();
+      ASSERT_FALSE(target.empty());
+      input_.fleet_store_url = target;
+    } else {
+      input_.fleet_db = target;
+    }
     {
-      auto store = daemon::FleetStore::Open(fleet_db_);
+      auto store = daemon::FleetStore::Open(target);
       ASSERT_TRUE(store.ok()) << store.status();
     }
-    auto db = sqlite::Database::Open(fleet_db_);
-    ASSERT_TRUE(db.ok()) << db.status();
-    fleet_ = *std::move(db);
+    if (GetParam() == Engine::kPostgres) {
+      auto db = sql::PostgresConnection::Connect(target);
+      ASSERT_TRUE(db.ok()) << db.status();
+      fleet_ = *std::move(db);
+    } else {
+      auto db = sql::SqliteConnection::Open(target);
+      ASSERT_TRUE(db.ok()) << db.status();
+      fleet_ = *std::move(db);
+    }
+    ASSERT_TRUE(fleet_->Exec("INSERT INTO hosts (id, name) VALUES (1, 'local')").ok());
     ASSERT_TRUE(fleet_
-                    ->Exec("INSERT INTO hosts (id, name) VALUES (1, 'local');"
-                           "INSERT INTO containers (id, host_id, ctid, name) "
-                           "VALUES (1, 1, '200', 'local/200');"
-                           "INSERT INTO servers (id, name, container_id, gpu, desired, state, "
+                    ->Exec(absl::StrCat("INSERT INTO containers (id, host_id, ",
+                                        daemon::ContainerIdColumn(fleet_->dialect()),
+                                        ", name) VALUES (1, 1, '200', 'local/200')"))
+                    .ok());
+    ASSERT_TRUE(fleet_
+                    ->Exec("INSERT INTO servers (id, name, container_id, gpu, desired, state, "
                            "spec, policy) VALUES (1, 'local/200/gpu0', 1, 0, 'running', 'READY', "
-                           "x'', x'')")
+                           "'', '')")
                     .ok());
     auto agent = agent::AgentStore::Open(dir_.Join("agent"), 1000);
     ASSERT_TRUE(agent.ok()) << agent.status();
     agent_ = *std::move(agent);
-    input_.fleet_db = fleet_db_;
     input_.container = "local/200";
     input_.agent_db = dir_.Join("agent/agent.db");
   }
@@ -84,7 +140,7 @@ class FaultInvariantsTest : public ::testing::Test {
                   const std::string& outcome = "ready") {
     auto insert = fleet_->Prepare(
         "INSERT INTO attempts (id, server_id, number, trigger, created_at, launched_at, outcome, "
-        "spec) VALUES (?1, 1, ?2, 'initial', 'now', ?3, ?4, x'')");
+        "spec) VALUES (?1, 1, ?2, 'initial', 'now', ?3, ?4, '')");
     ASSERT_TRUE(insert.ok());
     insert->Bind(1, std::string_view(id)).Bind(2, static_cast<int64_t>(number));
     if (launched) {
@@ -109,8 +165,7 @@ class FaultInvariantsTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
-  std::string fleet_db_;
-  std::unique_ptr<sqlite::Database> fleet_;
+  std::unique_ptr<sql::Connection> fleet_;
   std::unique_ptr<agent::AgentStore> agent_;
   CheckInput input_;
 };
@@ -120,14 +175,14 @@ auto Is(const std::string& invariant, const std::string& detail) {
                Field(&Violation::detail, HasSubstr(detail)));
 }
 
-TEST_F(FaultInvariantsTest, ConsistentRecordHoldsEveryInvariant) {
+TEST_P(FaultInvariantsTest, ConsistentRecordHoldsEveryInvariant) {
   for (const auto& e : Launch("a1")) Store(e);
   AttemptRow("a1", 1);
   Ledger("0 101 1.0\n");
   EXPECT_THAT(Check(), IsEmpty());
 }
 
-TEST_F(FaultInvariantsTest, EventNeverStoredInFleetDbIsNamed) {
+TEST_P(FaultInvariantsTest, EventNeverStoredInFleetDbIsNamed) {
   std::vector<fleet::v1::AgentEvent> events = Launch("a1");
   Store(events[0]);
   AttemptRow("a1", 1);
@@ -135,7 +190,7 @@ TEST_F(FaultInvariantsTest, EventNeverStoredInFleetDbIsNamed) {
               UnorderedElementsAre(Is("events_once", "never stored in fleet.db: #2 (ready, a1)")));
 }
 
-TEST_F(FaultInvariantsTest, SequenceReusedWithOtherContentIsNamed) {
+TEST_P(FaultInvariantsTest, SequenceReusedWithOtherContentIsNamed) {
   std::vector<fleet::v1::AgentEvent> events = Launch("a1");
   Store(events[0]);
   fleet::v1::AgentEvent other = events[1];
@@ -145,7 +200,7 @@ TEST_F(FaultInvariantsTest, SequenceReusedWithOtherContentIsNamed) {
   EXPECT_THAT(Check(), UnorderedElementsAre(Is("events_once", "differ from the agent's")));
 }
 
-TEST_F(FaultInvariantsTest, EventTheAgentNeverWroteIsNamed) {
+TEST_P(FaultInvariantsTest, EventTheAgentNeverWroteIsNamed) {
   std::vector<fleet::v1::AgentEvent> events = Launch("a1");
   for (const auto& e : events) Store(e);
   fleet::v1::AgentEvent extra = events[1];
@@ -155,20 +210,20 @@ TEST_F(FaultInvariantsTest, EventTheAgentNeverWroteIsNamed) {
   EXPECT_THAT(Check(), UnorderedElementsAre(Is("events_once", "the agent never wrote: #9")));
 }
 
-TEST_F(FaultInvariantsTest, HoleInAttemptNumbersIsNamed) {
+TEST_P(FaultInvariantsTest, HoleInAttemptNumbersIsNamed) {
   for (const auto& e : Launch("a1")) Store(e);
   AttemptRow("a1", 1);
   AttemptRow("a3", 3, /*launched=*/false, "lost");
   EXPECT_THAT(Check(), UnorderedElementsAre(Is("attempts_contiguous", "numbers 1,3 are not 1..2")));
 }
 
-TEST_F(FaultInvariantsTest, LaunchWithoutAttemptRowIsNamed) {
+TEST_P(FaultInvariantsTest, LaunchWithoutAttemptRowIsNamed) {
   for (const auto& e : Launch("a1")) Store(e);
   EXPECT_THAT(Check(),
               UnorderedElementsAre(Is("launch_recorded", "no attempt row in fleet.db: a1")));
 }
 
-TEST_F(FaultInvariantsTest, RowMarkedLaunchedThatNoAgentLaunchedIsNamed) {
+TEST_P(FaultInvariantsTest, RowMarkedLaunchedThatNoAgentLaunchedIsNamed) {
   for (const auto& e : Launch("a1")) Store(e);
   AttemptRow("a1", 1);
   AttemptRow("a2", 2, /*launched=*/true, "running");
@@ -176,7 +231,7 @@ TEST_F(FaultInvariantsTest, RowMarkedLaunchedThatNoAgentLaunchedIsNamed) {
               UnorderedElementsAre(Is("launch_recorded", "no agent launched: local/200/gpu0 #2")));
 }
 
-TEST_F(FaultInvariantsTest, AttemptLaunchedByTwoIncarnationsIsNamed) {
+TEST_P(FaultInvariantsTest, AttemptLaunchedByTwoIncarnationsIsNamed) {
   for (const auto& e : Launch("a1")) Store(e);
   AttemptRow("a1", 1);
   // The state dir of the first incarnation is kept aside; a new one launches a1 again.
@@ -190,7 +245,7 @@ TEST_F(FaultInvariantsTest, AttemptLaunchedByTwoIncarnationsIsNamed) {
   EXPECT_THAT(Check(), UnorderedElementsAre(Is("launched_once", "a1 (2 times)")));
 }
 
-TEST_F(FaultInvariantsTest, ProcessStartedWithoutAnAgentLaunchIsNamed) {
+TEST_P(FaultInvariantsTest, ProcessStartedWithoutAnAgentLaunchIsNamed) {
   for (const auto& e : Launch("a1")) Store(e);
   AttemptRow("a1", 1);
   Ledger("0 101 1.0\n0 140 2.0\n");
@@ -199,25 +254,59 @@ TEST_F(FaultInvariantsTest, ProcessStartedWithoutAnAgentLaunchIsNamed) {
                                                "the agents recorded 1 launches")));
 }
 
-TEST_F(FaultInvariantsTest, ServerNotReadyAfterTheFaultIsNamed) {
+TEST_P(FaultInvariantsTest, ServerNotReadyAfterTheFaultIsNamed) {
   for (const auto& e : Launch("a1")) Store(e);
   AttemptRow("a1", 1);
+  ASSERT_TRUE(
+      fleet_->Exec("UPDATE servers SET state = 'GAVE_UP', reason = 'remediation 3 failed'").ok());
   ASSERT_TRUE(fleet_
-                  ->Exec("UPDATE servers SET state = 'GAVE_UP', reason = 'remediation 3 failed'; "
-                         "INSERT INTO remediations (id, container_id, trigger, status, created_at, "
-                         "plan) VALUES (3, 1, 'diagnosis', 'applying', 'now', x'')")
+                  ->Exec("INSERT INTO remediations (id, container_id, trigger, status, created_at, "
+                         "plan) VALUES (3, 1, 'diagnosis', 'applying', 'now', '')")
                   .ok());
   EXPECT_THAT(Check(), UnorderedElementsAre(Is("settled", "gpu0 is GAVE_UP: remediation 3 failed"),
                                             Is("settled", "remediations still applying: 3")));
 }
 
-TEST_F(FaultInvariantsTest, GaveUpWithAReasonIsSettledWhenAllowed) {
+TEST_P(FaultInvariantsTest, GaveUpWithAReasonIsSettledWhenAllowed) {
   for (const auto& e : Launch("a1")) Store(e);
   AttemptRow("a1", 1);
   ASSERT_TRUE(fleet_->Exec("UPDATE servers SET state = 'GAVE_UP', reason = 'budget spent'").ok());
   input_.allow_gave_up = true;
   EXPECT_THAT(Check(), IsEmpty());
 }
+
+TEST_P(FaultInvariantsTest, TheHarnessQueriesReadTheCursorAndTheRemediationsApplying) {
+  auto cursor = QueryRecord(input_, "cursor");
+  ASSERT_TRUE(cursor.ok()) << cursor.status();
+  EXPECT_EQ(*cursor, "");
+  ASSERT_TRUE(fleet_
+                  ->Exec("INSERT INTO agent_cursors (container_id, incarnation, sequence, "
+                         "updated_at) VALUES (1, 'inc9', 42, 'now')")
+                  .ok());
+  ASSERT_TRUE(fleet_
+                  ->Exec("INSERT INTO remediations (id, container_id, trigger, status, created_at, "
+                         "plan) VALUES (3, 1, 'diagnosis', 'applying', 'now', '')")
+                  .ok());
+  cursor = QueryRecord(input_, "cursor");
+  ASSERT_TRUE(cursor.ok()) << cursor.status();
+  EXPECT_EQ(*cursor, "inc9#42");
+  auto applying = QueryRecord(input_, "applying");
+  ASSERT_TRUE(applying.ok()) << applying.status();
+  EXPECT_EQ(*applying, "1");
+  auto dump = QueryRecord(input_, "dump");
+  ASSERT_TRUE(dump.ok()) << dump.status();
+  EXPECT_THAT(*dump, HasSubstr("local/200/gpu0|running|READY|"));
+  EXPECT_THAT(*dump, HasSubstr("3|diagnosis||applying|"));
+  EXPECT_EQ(QueryRecord(input_, "nothing").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+std::string EngineName(const ::testing::TestParamInfo<Engine>& info) {
+  return info.param == Engine::kPostgres ? "postgres" : "sqlite";
+}
+INSTANTIATE_TEST_SUITE_P(Sqlite, FaultInvariantsTest, ::testing::Values(Engine::kSqlite),
+                         EngineName);
+INSTANTIATE_TEST_SUITE_P(Postgres, FaultInvariantsTest, ::testing::Values(Engine::kPostgres),
+                         EngineName);
 
 TEST(FaultInvariants, RecordedProcessesAreTheAgentsServers) {
   testing::TempDir dir;

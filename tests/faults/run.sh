@@ -15,13 +15,23 @@
 #                        the start time they had (nothing outside a server's group was signalled)
 #   settled              after the fault cleared, every server READY within --settle seconds, no
 #                        attempt left pending, no remediation left applying
-#   integrity            PRAGMA integrity_check ok on fleet.db and every agent.db
+#   integrity            PRAGMA integrity_check ok on fleet.db and every agent.db (fleet.db's
+#                        only on SQLite: PostgreSQL has no such check; agent.db's always)
 #
 #   tests/faults/run.sh [--quick | --full] [--rows R1,R2,...] [--per-row N] [--seed S]
 #                       [--speed X] [--gpus N] [--settle S] [--build-dir DIR] [--out DIR] [--keep]
-#                       [--jobs N]
+#                       [--jobs N] [--store sqlite|postgres]
 #
-#   --quick          the cheapest rows, 1 injection each (the ctest subset, about 2 minutes)
+#   --store STORE    where fleetd keeps its record: sqlite (fleet.db, the default) or postgres
+#                    (a real PostgreSQL server per injection, pg-test-server: its URL in a 0600
+#                    file given to fleetd --store-file and fault-check --store-file, never in argv;
+#                    fleetd then leads by its lease, and a fleetd that exits 75 having lost it is
+#                    started again, as its systemd unit would). Rows that are SQLite's by nature
+#                    are skipped on postgres (power-loss, fleetd-disk-full), db-crash on sqlite;
+#                    the reason is printed. fleetd-busy holds a lock fleetd's writes need: SQLite's
+#                    write lock, or PostgreSQL's LOCK TABLE servers IN EXCLUSIVE MODE
+#   --quick          the cheapest rows, 1 injection each (the ctest subset, about 2 minutes;
+#                    on postgres kill9-fleetd, kill9-agent and db-crash)
 #   --full           every row, 20 injections each (the issue's matrix; see docs/reliability.md)
 #   --rows LIST      rows to run (default: all; --list prints them)
 #   --per-row N      injections per row (default 3; --full 20, --quick 1)
@@ -56,8 +66,9 @@ fleet_die_status=2
 
 all_rows=(kill9-fleetd kill9-agent kill9-both fleetd-sigterm-remediation fleetd-busy
   fleetd-disk-full agent-disk-full agent-wipe log-delete log-truncate log-rotate reboot power-loss
-  partition clock-jump ssh-bootstrap-cut)
+  partition clock-jump ssh-bootstrap-cut db-crash)
 quick_rows=(kill9-fleetd kill9-agent fleetd-busy reboot)
+quick_rows_postgres=(kill9-fleetd kill9-agent db-crash)
 
 mode=default
 rows_arg=
@@ -72,6 +83,7 @@ build_dir=$repo/build
 out=
 keep=false
 jobs=1
+store=sqlite
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) mode=quick ;;
@@ -88,6 +100,7 @@ while [[ $# -gt 0 ]]; do
     --out) [[ $# -ge 2 ]] || usage; out=$2; shift ;;
     --keep) keep=true ;;
     --jobs) [[ $# -ge 2 ]] || usage; jobs=$2; shift ;;
+    --store) [[ $# -ge 2 ]] || usage; store=$2; shift ;;
     --list) printf '%s\n' "${all_rows[@]}"; exit 0 ;;
     -h | --help) usage ;;
     *) printf 'faults: unknown argument %s\n' "$1" >&2; usage ;;
@@ -98,8 +111,12 @@ if [[ $(id -u) != 0 ]]; then
   printf 'faults: skipped: needs root (PID and mount namespaces, tmpfs mounts)\n' >&2
   exit 77
 fi
+[[ $store =~ ^(sqlite|postgres)$ ]] || die "--store must be sqlite or postgres"
 case $mode in
-  quick) rows=("${quick_rows[@]}"); per_row=${per_row:-1} ;;
+  quick)
+    rows=("${quick_rows[@]}")
+    [[ $store == sqlite ]] || rows=("${quick_rows_postgres[@]}")
+    per_row=${per_row:-1} ;;
   full) rows=("${all_rows[@]}"); per_row=${per_row:-20} ;;
   *) rows=("${all_rows[@]}"); per_row=${per_row:-3} ;;
 esac
@@ -109,6 +126,25 @@ if [[ -n $rows_arg ]]; then
     [[ " ${all_rows[*]} " == *" $r "* ]] || die "unknown row '$r' (--list)"
   done
 fi
+# Rows that are one record's by nature: skipped on the other, with the reason.
+skip_reason() {  # skip_reason ROW: why ROW does not run on this --store ("" when it does)
+  case $store/$1 in
+    postgres/power-loss) echo "SQLite's by nature: its VFS discards fleet.db's unsynced writes; a PostgreSQL server's durability is its own (db-crash kills the server instead)" ;;
+    postgres/fleetd-disk-full) echo "SQLite's by nature: it fills fleet.db's filesystem; the record is in the PostgreSQL server's data directory" ;;
+    sqlite/db-crash) echo "PostgreSQL's: it kills the database server, which fleet.db does not have (power-loss and kill9-fleetd are SQLite's)" ;;
+  esac
+}
+kept=()
+for r in "${rows[@]}"; do
+  why=$(skip_reason "$r")
+  if [[ -n $why ]]; then
+    printf 'faults: %s skipped on %s: %s\n' "$r" "$store" "$why"
+  else
+    kept+=("$r")
+  fi
+done
+((${#kept[@]} > 0)) || die "no row to run on $store"
+rows=("${kept[@]}")
 [[ $per_row =~ ^[1-9][0-9]*$ ]] || die "--per-row must be a positive integer"
 [[ $gpus =~ ^[1-8]$ ]] || die "--gpus must be 1..8"
 [[ $jobs =~ ^[1-9][0-9]?$ ]] || die "--jobs must be 1..99"
@@ -128,9 +164,17 @@ server_bin=$bin/tests/sim/sglang-server-sim
 free_ports=$bin/tests/sim/sim-free-ports
 check_bin=$bin/tests/faults/fault-check
 proxy_bin=$bin/tests/faults/fault-proxy
-for b in "$fleetd_bin" "$agent_bin" "$fleetctl_bin" "$server_bin" "$free_ports" "$check_bin" "$proxy_bin"; do
-  [[ -x $b ]] || die "missing $b (build fleetd fleet-agent fleet-http-probe fleetctl sglang-server-sim sim-free-ports fault-check fault-proxy)"
+pg_server_bin=$bin/tests/faults/pg-test-server
+needed=("$fleetd_bin" "$agent_bin" "$fleetctl_bin" "$server_bin" "$free_ports" "$check_bin" "$proxy_bin")
+[[ $store == sqlite ]] || needed+=("$pg_server_bin")
+for b in "${needed[@]}"; do
+  [[ -x $b ]] || die "missing $b (build fleetd fleet-agent fleet-http-probe fleetctl sglang-server-sim sim-free-ports fault-check fault-proxy, and pg-test-server for --store postgres)"
 done
+if [[ $store == postgres ]] && ! command -v initdb >/dev/null &&
+  ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  printf 'faults: skipped: --store postgres needs PostgreSQL (initdb)\n' >&2
+  exit 77
+fi
 if [[ -z $out ]]; then
   out=$(mktemp -d /tmp/gpu-fleet-faults.XXXXXX)
 else
@@ -143,6 +187,8 @@ chmod 0700 "$out"
 
 run_dir='' fstate='' astate='' world='' logs='' ledger='' base_port='' cursor_seen=''
 fleetd_pid='' ct_unshare='' ct_init='' agent_nsenter='' agent_pid='' proxy_pid=''
+fleetd_mark=0  # the lines of fleetd.log before the running fleetd's
+pg_pid='' store_file=''  # --store postgres: the injection's pg-test-server, its URL's file
 fleetd_db_args=() agent_db_args=()  # the power-loss row's VFS and boot id
 ct_name=local/200 in_ct=()  # the container as fleetd names it; the command prefix that enters it
 host_dir='' host_ns='' host_if='' ct_ns='' ct_addr=''  # a remote row's simulated host
@@ -195,6 +241,7 @@ start_fleetd() {
   local mark
   mark=0
   [[ ! -e $run_dir/fleetd.log ]] || mark=$(wc -l <"$run_dir/fleetd.log")
+  fleetd_mark=$mark
   "$fleetd_bin" --state-dir "$fstate" --clock-offset-file "$run_dir/clock-offset" \
     ${fleetd_db_args[@]+"${fleetd_db_args[@]}"} 2>>"$run_dir/fleetd.log" &
   fleetd_pid=$!
@@ -202,6 +249,83 @@ start_fleetd() {
   if ! timeout 30 grep -q -m1 -F 'serving on' < <(exec tail -n +"$((mark + 1))" -F --pid="$fleetd_pid" "$run_dir/fleetd.log" 2>/dev/null); then
     notes+=("fleetd did not start")
     return 1
+  fi
+}
+# On PostgreSQL a fleetd stands by until it holds the lease: the first one of an injection leads
+# at once (nobody holds it), and the config is deployed to it once it says so.
+await_leading() {
+  [[ $store == postgres ]] || return 0
+  if ! timeout 30 grep -q -m1 -F 'leading fleet' < <(exec tail -n +"$((fleetd_mark + 1))" -F --pid="$fleetd_pid" "$run_dir/fleetd.log" 2>/dev/null); then
+    notes+=("fleetd did not lead")
+    return 1
+  fi
+}
+# On PostgreSQL a fleetd restarted (or one that came back after its database) acts only once it
+# leads again: until then it answers status from the record, and the fleet is not supervised.
+fleetd_leads() {
+  [[ $store == postgres ]] || return 0
+  tail -n +"$((fleetd_mark + 1))" "$run_dir/fleetd.log" | grep -q -F 'leading fleet'
+}
+# On PostgreSQL a leader that could not renew its lease in time (the database away) exits 75
+# having done nothing more; its unit (deploy/fleetd-ha.service: Restart=on-failure) starts it
+# again as a standby. The harness does what the unit does, and says so. Returns 1 when fleetd
+# is gone for another reason.
+supervise_fleetd() {
+  [[ $store == postgres && -n $fleetd_pid ]] || return 0
+  kill -0 "$fleetd_pid" 2>/dev/null && return 0
+  if tail -n +"$((fleetd_mark + 1))" "$run_dir/fleetd.log" | grep -q -F 'restart me as a standby'; then
+    notes+=("fleetd exited 75 (its lease): started again, as its unit would")
+    start_fleetd
+    return
+  fi
+  notes+=("fleetd exited")
+  fleetd_pid=''
+  return 1
+}
+
+# --- The record's database (--store postgres): a real PostgreSQL server per injection -------------
+
+# start_store: pg-test-server up (initdb, postgres as nobody, a unix socket in a temp dir of its
+# own); its URL in $run_dir/store.url (0600), fleetd told to use it.
+start_store() {
+  [[ $store == postgres ]] || return 0
+  store_file=$run_dir/store.url
+  "$pg_server_bin" "$store_file" >"$run_dir/pg.out" 2>>"$run_dir/pg.log" </dev/null &
+  pg_pid=$!
+  if ! timeout 120 grep -q -m1 -x ready < <(exec tail -n +1 -F --pid="$pg_pid" "$run_dir/pg.out" 2>/dev/null); then
+    notes+=("the database did not start: $(tail -1 "$run_dir/pg.log" 2>/dev/null)")
+    return 1
+  fi
+  fleetd_db_args=(--store-file "$store_file")
+}
+stop_store() {
+  [[ -n $pg_pid ]] || return 0
+  kill -TERM "$pg_pid" 2>/dev/null || true
+  if ! timeout 60 tail -f --pid="$pg_pid" /dev/null 2>/dev/null; then
+    notes+=("pg-test-server still ran 60 s after SIGTERM: killed (its postgres may be left)")
+    kill -KILL "$pg_pid" 2>/dev/null || true
+  fi
+  wait "$pg_pid" 2>/dev/null || true
+  pg_pid=''
+}
+# record_query NAME: what fleetd's record says (fault-check --query: cursor, applying); "" when
+# it cannot be read. SQLite's fleet.db is read by sqlite3 read-only, as it always was.
+record_query() {
+  if [[ $store == postgres ]]; then
+    "$check_bin" --store-file "$store_file" --query "$1" 2>/dev/null || true
+    return
+  fi
+  case $1 in
+    cursor) sqlite3 "file:$fstate/fleet.db?mode=ro" "SELECT incarnation || '#' || sequence FROM agent_cursors" 2>/dev/null || true ;;
+    applying) sqlite3 "file:$fstate/fleet.db?mode=ro" "SELECT count(*) FROM remediations WHERE status = 'applying'" 2>/dev/null || true ;;
+  esac
+}
+# The arguments that name fleetd's record to fault-check.
+record_args() {
+  if [[ $store == postgres ]]; then
+    printf '%s\n' --store-file "$store_file"
+  else
+    printf '%s\n' --fleet-db "$fstate/fleet.db"
   fi
 }
 kill_fleetd() { stop_pid "$fleetd_pid" "${1:-KILL}"; fleetd_pid=''; }
@@ -431,6 +555,7 @@ unmount_all() {
 }
 teardown() {
   stop_fleet
+  stop_store
   unmount_all
 }
 on_exit() {
@@ -456,7 +581,8 @@ begin_run() {  # begin_run ROW K SCENARIO
   fstate=$run_dir/fleetd astate=$run_dir/agent-state world=$share/world logs=$share/logs
   ledger=$share/launches
   bystanders=() old_agent_dbs=() notes=() ct_name=local/200 in_ct=() bootstrap_cut=false
-  fleetd_db_args=() agent_db_args=()
+  fleetd_db_args=() agent_db_args=() store_file=''
+  start_store || return 1
   mkdir -p "$logs"
   : >"$run_dir/started"
   : >"$ledger"
@@ -489,7 +615,7 @@ begin_run() {  # begin_run ROW K SCENARIO
   if is_remote "$1"; then
     start_remote_host || return 1
     remote_config >"$run_dir/fleet.yaml"
-    start_fleetd
+    start_fleetd && await_leading
     return
   fi
   # The partition row puts a link (fault-proxy) between fleetd and the agent's socket.
@@ -502,7 +628,7 @@ begin_run() {  # begin_run ROW K SCENARIO
   bash "$repo/tests/sim/sim_fleet_config.sh" --world "$world" --socket "$channel" \
     --base-port "$base_port" --logs "$logs" --speed "$speed" \
     --comment "written by tests/faults/run.sh" >"$run_dir/fleet.yaml"
-  start_fleetd && start_container && start_agent
+  start_fleetd && await_leading && start_container && start_agent
 }
 
 # True when fleetd has read the agent's stream to its end: its cursor names the agent's
@@ -511,8 +637,7 @@ cursor_caught_up() {
   local agent_at fleet_at
   agent_at=$(sqlite3 "file:$astate/agent.db?mode=ro" \
     "SELECT (SELECT value FROM meta WHERE key = 'incarnation') || '#' || ifnull((SELECT max(seq) FROM events), 0)" 2>/dev/null || true)
-  fleet_at=$(sqlite3 "file:$fstate/fleet.db?mode=ro" \
-    "SELECT incarnation || '#' || sequence FROM agent_cursors" 2>/dev/null || true)
+  fleet_at=$(record_query cursor)
   cursor_seen="fleetd at ${fleet_at:-none}, the agent at ${agent_at:-none}"
   [[ -n $agent_at && $agent_at == "$fleet_at" ]]
 }
@@ -528,20 +653,21 @@ servers_answer() {
   done
 }
 
-# Waits until the fleet settled, at most --settle seconds: fleetd says every server is READY, it
-# has read the agent's stream to its end, and every server answers on its port. A poll every
-# 0.25 s (no single event says all three). Not `status --watch --until-ready`: after a fleetd
+# Waits until the fleet settled, at most --settle seconds: fleetd says every server is READY (on
+# PostgreSQL: and leads), it has read the agent's stream to its end, and every server answers on
+# its port. A poll every 0.25 s (no single event says all three). Not `status --watch --until-ready`: after a fleetd
 # restart its first snapshot is empty and nothing more comes on a fleet where nothing changes
 # (docs/reliability.md, findings). Returns 2 as soon as a server GAVE_UP.
 wait_settled() {
   local deadline=$((SECONDS + settle)) json ready gave_up
   cursor_seen=
   while ((SECONDS < deadline)); do
+    supervise_fleetd || return 1
     json=$("$fleetctl_bin" --state-dir "$fstate" --timeout 5s status -o json 2>>"$run_dir/fleetctl.log" || true)
     ready=$(grep -o '"state":"READY"' <<<"$json" | wc -l || true)
     gave_up=$(grep -c '"state":"GAVE_UP"' <<<"$json" || true)
     if ((gave_up > 0)); then notes+=("a server gave up"); return 2; fi
-    if ((ready == gpus)) && cursor_caught_up && servers_answer; then return 0; fi
+    if ((ready == gpus)) && fleetd_leads && cursor_caught_up && servers_answer; then return 0; fi
     sleep 0.25
   done
   notes+=("not settled within ${settle}s (${cursor_seen:-cursor not read})")
@@ -567,7 +693,7 @@ inject() {
     # The moment is inside a remediation: from the deploy, a poll of fleet.db until one is
     # applying (nothing announces it), then 0-300 ms more.
     for ((tries = 0; tries < 1500; tries++)); do
-      if [[ $(sqlite3 "file:$fstate/fleet.db?mode=ro" "SELECT count(*) FROM remediations WHERE status = 'applying'" 2>/dev/null) == [1-9]* ]]; then
+      if [[ $(record_query applying) == [1-9]* ]]; then
         notes+=("remediation applying")
         break
       fi
@@ -603,13 +729,19 @@ inject() {
     fleetd-sigterm-remediation)
       kill_fleetd TERM; fault_cleared=$(now); start_fleetd ;;
     fleetd-busy)
-      # An outside writer holds BEGIN IMMEDIATE on fleet.db for 3-10 s (fleetd's busy timeout is 5 s).
+      # An outside writer holds BEGIN IMMEDIATE on fleet.db for 3-10 s (fleetd's busy timeout is 5 s);
+      # on PostgreSQL an outside session holds LOCK TABLE servers IN EXCLUSIVE MODE as long
+      # (every turn's write needs the table; fleetd's lease is renewed on a session of its own).
       hold=$(rand_ms 3000 10000)
       holder_fifo=$run_dir/holder.fifo
       mkfifo "$holder_fifo"
-      { printf '.timeout 10000\nBEGIN IMMEDIATE;\nSELECT '"'"'locked'"'"';\n'
-        sleep_ms "$hold"
-        printf 'COMMIT;\n'; } | sqlite3 "$fstate/fleet.db" >"$holder_fifo" 2>>"$run_dir/holder.log" &
+      if [[ $store == postgres ]]; then
+        "$check_bin" --store-file "$store_file" --hold-lock "$hold" >"$holder_fifo" 2>>"$run_dir/holder.log" &
+      else
+        { printf '.timeout 10000\nBEGIN IMMEDIATE;\nSELECT '"'"'locked'"'"';\n'
+          sleep_ms "$hold"
+          printf 'COMMIT;\n'; } | sqlite3 "$fstate/fleet.db" >"$holder_fifo" 2>>"$run_dir/holder.log" &
+      fi
       holder=$!
       read -r -t 15 line <"$holder_fifo" || true
       notes+=("held ${hold}ms ($line)")
@@ -690,6 +822,16 @@ inject() {
       bystanders=()
       start_container "$take"
       fault_cleared=$(now); start_fleetd; start_agent ;;
+    db-crash)
+      # The PostgreSQL server crashes (every process of it SIGKILLed) and is started again at
+      # once on the same data (crash recovery); fleetd carries on (or, when the server was away
+      # past its lease, exits 75 and is started again: supervise_fleetd).
+      kill -USR1 "$pg_pid"
+      line=$(timeout 120 grep -m1 -E '^restart' < <(exec tail -n +2 -F --pid="$pg_pid" "$run_dir/pg.out" 2>/dev/null) || true)
+      [[ $line == restarted* ]] || printf 'violation: db-crash: the database did not come back (%s)\n' \
+        "$(tail -1 "$run_dir/pg.log")" >>"$run_dir/violations"
+      notes+=("database killed and restarted")
+      fault_cleared=$(now) ;;
     ssh-bootstrap-cut)
       # The host is unreachable for 2-12 s at a random moment of the agent's bootstrap (its
       # link down: what fleetd meets when a host's network goes). In the even injections the
@@ -799,13 +941,19 @@ run_one() {  # run_one ROW K
     [[ -z $said ]] || notes+=("fleetd: ${said:0:110}")
   fi
   stop_fleet
-  local args=(--fleet-db "$fstate/fleet.db" --container "$ct_name" --agent-db "$astate/agent.db"
-    --launches "$ledger")
+  local args
+  mapfile -t args < <(record_args)
+  args+=(--container "$ct_name" --agent-db "$astate/agent.db" --launches "$ledger")
   for v in ${old_agent_dbs[@]+"${old_agent_dbs[@]}"}; do args+=(--old-agent-db "$v"); done
   "$check_bin" "${args[@]}" >>"$vfile" 2>>"$run_dir/check.log" || true
   if [[ -s $run_dir/check.log ]]; then
     printf 'violation: check: %s\n' "$(tr '\n' ' ' <"$run_dir/check.log")" >>"$vfile"
   fi
+  # A PostgreSQL record goes with its server: a failed injection keeps its rows as text.
+  if [[ $store == postgres ]] && grep -q '^violation:' "$vfile"; then
+    record_query dump >"$run_dir/record.txt"
+  fi
+  stop_store
   # A failed injection's state is kept: what lived on a small disk (the *-disk-full rows) is
   # copied out before it is unmounted (DIR.disk beside it).
   if grep -q '^violation:' "$vfile"; then
@@ -835,8 +983,10 @@ run_one() {  # run_one ROW K
   fi
 }
 
-printf 'faults: seed %s, rows %s, %d each, speed %s, %d GPUs, out %s, revision %s\n' "$seed" \
-  "${rows[*]}" "$per_row" "$speed" "$gpus" "$out" "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+printf 'faults: seed %s, rows %s, %d each, speed %s, %d GPUs, record %s, out %s, revision %s\n' "$seed" \
+  "${rows[*]}" "$per_row" "$speed" "$gpus" "$store" "$out" "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+[[ $store == sqlite ]] ||
+  printf 'faults: integrity: PRAGMA integrity_check is SQLite'"'"'s: checked on agent.db only (the record is in PostgreSQL)\n'
 
 # Calibration: one clean seed start, no fault; its time to READY is the window the random
 # moments of seed injections fall in (of a remote row: its time to the agent's bootstrap logged).
@@ -856,9 +1006,13 @@ calibrate() {  # calibrate ROW: sets cal_ms
   [[ -n ${cal_ms:-} ]] || cal_ms=$(awk -v a="$c0" -v b="$(now)" 'BEGIN { printf "%d", (b - a) * 1000 }')
   deploy_wait
   if is_remote "$1"; then check_bootstrap >"$run_dir/violations"; else : >"$run_dir/violations"; fi
+  stop_fleet
+  local args
+  mapfile -t args < <(record_args)
+  args+=(--container "$ct_name" --agent-db "$astate/agent.db" --launches "$ledger")
+  "$check_bin" "${args[@]}" >>"$run_dir/violations" 2>&1 || true
   teardown
-  if ! "$check_bin" --fleet-db "$fstate/fleet.db" --container "$ct_name" --agent-db "$astate/agent.db" \
-    --launches "$ledger" >>"$run_dir/violations" 2>&1 || [[ -s $run_dir/violations ]]; then
+  if [[ -s $run_dir/violations ]]; then
     sed 's/^/      /' "$run_dir/violations"
     die "the clean start already breaks an invariant (state in $run_dir)"
   fi
