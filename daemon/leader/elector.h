@@ -1,5 +1,6 @@
 // LeaderElector: keeps trying to lead a fleet through a LeaderLease (lease.h), on a thread of its
-// own. A standby tries to take the lease every `retry`; the leader renews it every `renew`. The
+// own. A standby tries to take the lease every `retry`; the leader renews it every `renew`, and
+// every `retry` after a renewal that failed. The
 // elector tells its owner when it starts leading (with the term: every write and every agent
 // request carries it) and when it stops, which is at the latest at the lease's local deadline: a
 // leader that cannot reach the database (a partition, the database down) steps down before a
@@ -71,6 +72,7 @@ class LeaderElector {
   int64_t leading_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   LeaseView seen_ ABSL_GUARDED_BY(mu_);
+  bool renew_failed_ ABSL_GUARDED_BY(mu_) = false;  // the last renewal failed: retry sooner
   std::thread thread_;
 };
 

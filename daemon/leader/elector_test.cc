@@ -36,7 +36,8 @@ class ElectorTest : public ::testing::Test {
     std::atomic<int> step_downs{0};
   };
   std::unique_ptr<Watched> Elect(const std::string& holder,
-                                 absl::Duration duration = absl::Milliseconds(600)) {
+                                 absl::Duration duration = absl::Milliseconds(600),
+                                 absl::Duration renew = absl::Milliseconds(100)) {
     auto w = std::make_unique<Watched>();
     ElectorOptions o;
     o.lease = {.fleet_id = "fleet",
@@ -44,7 +45,7 @@ class ElectorTest : public ::testing::Test {
                .address = holder + ":1",
                .duration = duration,
                .margin = absl::Milliseconds(100)};
-    o.renew = absl::Milliseconds(100);
+    o.renew = renew;
     o.retry = absl::Milliseconds(100);
     o.on_lead = [p = w.get()](int64_t term) { p->led = term; };
     o.on_step_down = [p = w.get()] { p->step_downs++; };
@@ -101,6 +102,35 @@ TEST_F(ElectorTest, ALeaderWhoseSessionIsEndedReconnectsAndKeepsItsTerm) {
   ASSERT_TRUE(Eventually([&] { return view() == 1; }, seconds(10)));
   EXPECT_EQ(a->elector->term(), term);
   EXPECT_EQ(a->step_downs, 0);
+}
+
+// Finding 18: after a renewal that failed the leader tries again at the standby's pace, not a
+// whole renewal period later. Here a renewal period (3 s) outlasts what is left of the lease after
+// it (4 s - 3 s - 0.1 s margin): the old pace stepped down; the new one reconnects and renews in
+// time, keeping its term.
+TEST_F(ElectorTest, ALeaderRetriesAFailedRenewalAtOnceAndKeepsItsLease) {
+  auto a = Elect("a", absl::Seconds(4), absl::Seconds(3));
+  ASSERT_TRUE(Eventually([&] { return a->led > 0; }, seconds(10)));
+  const int64_t term = a->led;
+  auto admin = postgres::Database::Connect(server_->url());
+  ASSERT_TRUE(admin.ok());
+  // The leader's session ends: its next renewal fails (the database was away a moment).
+  ASSERT_TRUE((*admin)
+                  ->Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE application_name = 'a'")
+                  .ok());
+  auto sessions = [&]() -> int64_t {
+    auto row =
+        (*admin)->Prepare("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'a'");
+    if (!row.ok() || !row->Step().value_or(false)) return 0;
+    return row->ColumnInt(0);
+  };
+  ASSERT_TRUE(Eventually([&] { return sessions() == 1; }, seconds(10)));
+  // And it renewed over it before its deadline: two renewals on (6 s), still the same term.
+  const absl::Time until = absl::Now() + absl::Seconds(6);
+  ASSERT_TRUE(Eventually([&] { return absl::Now() >= until || a->step_downs > 0; }, seconds(10)));
+  EXPECT_EQ(a->step_downs, 0);
+  EXPECT_EQ(a->elector->term(), term);
 }
 
 TEST_F(ElectorTest, ALeaderThatCannotReachTheDatabaseStepsDownByItsDeadline) {

@@ -6,8 +6,8 @@
 // pid still carries the old holder's application_name: a pid PostgreSQL has reused is left alone.
 //
 // Fencing: every write transaction of the leader calls CheckTerm first. It locks the lease row FOR
-// SHARE, so a takeover (which locks it FOR UPDATE) waits for that transaction, and it fails once
-// the term is no longer the live one: a leader that was paused (SIGSTOP), partitioned or slow
+// KEY SHARE, so a takeover (which locks it FOR UPDATE) waits for that transaction, and it fails
+// once the term is no longer the live one: a leader that was paused (SIGSTOP), partitioned or slow
 // commits nothing after its lease ran out. The local deadline (LocalDeadline) tells the holder
 // when to stop acting without asking the database: the time it sent its last successful renewal
 // plus the duration, less a margin.

@@ -237,6 +237,31 @@ TEST_F(LeaseTest, StoreWritesCheckTheTermAndAReplacedLeaderWritesNothing) {
   ASSERT_TRUE(b->Release().ok());
 }
 
+// Finding 17: a write of the leader that holds the fence (and waits on some other lock) must not
+// hold up the leader's renewal; a takeover still waits for it.
+TEST_F(LeaseTest, AnOpenWriteDoesNotHoldUpTheRenewalButHoldsUpATakeover) {
+  auto db_a = Connect(), db_b = Connect(), writer = Connect();
+  auto a = Lease(db_a.get(), "fleetd-a", absl::Seconds(30));
+  auto b = Lease(db_b.get(), "fleetd-b", absl::Seconds(30));
+  auto term = a->TryAcquire();
+  ASSERT_TRUE(term.ok()) << term.status();
+  // A's write transaction: fenced, then left open (as one blocked on a lock elsewhere would be).
+  ASSERT_TRUE(writer->Exec("BEGIN").ok());
+  ASSERT_TRUE(LeaderLease::CheckTerm(*writer, fleet_, *term).ok());
+  // Neither may wait forever: a lock wait fails after a second instead.
+  ASSERT_TRUE(db_a->Exec("SET lock_timeout = '1s'").ok());
+  ASSERT_TRUE(db_b->Exec("SET lock_timeout = '1s'").ok());
+  EXPECT_TRUE(a->Renew().ok()) << "the renewal waited for the open write";
+  // A hands over; B's takeover must wait for the write of A's term to end.
+  ASSERT_TRUE(a->Release().ok());
+  auto taken = b->TryAcquire();
+  EXPECT_FALSE(taken.ok()) << "the takeover did not wait for the old term's write";
+  ASSERT_TRUE(writer->Exec("COMMIT").ok());
+  taken = b->TryAcquire();
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_GT(*taken, *term);
+}
+
 TEST_F(LeaseTest, TheFleetIdIsMadeWithTheRecordAndKept) {
   auto first = FleetStore::Open(server_->url());
   ASSERT_TRUE(first.ok()) << first.status();
