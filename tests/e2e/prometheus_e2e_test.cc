@@ -85,6 +85,9 @@ const std::map<std::string, std::string>& MayBeEmpty() {
       {"fleet-rules.yml: alert FleetRemediationAwaitingApproval (selector)",
        "fleet_remediation_pending_approval has a series only while a plan waits"},
       {"fleet-rules.yml: alert FleetMetricsAbsent", "fleetd's metrics are there all along"},
+      {"fleet-rules.yml: alert FleetNoLeader",
+       "the one fleetd runs alone on SQLite: it leads all along (its selector, fleet_leader, has "
+       "data)"},
       {"gpu-fleet.json: panel 5 'Agents down' A (selector)", "the agent is up all along"},
       {"gpu-fleet.json: panel 6 'Awaiting approval' A (selector)",
        "the policy's remediation is auto: no plan waits for approval"},
