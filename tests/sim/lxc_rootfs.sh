@@ -2,7 +2,7 @@
 # lxc_rootfs.sh: the Debian 12 root the real-LXC tests start their containers from, made once with
 # debootstrap and kept in a cache folder (the build tree, or one that tests/run.sh shares between
 # its two builds). minbase plus systemd-sysv: one root serves a container whose PID 1 is systemd
-# (/sbin/init) and one whose PID 1 is LXC's own init.lxc (lxc.init.cmd); nothing else is added.
+# (/sbin/init) and one whose PID 1 is LXC's own init.lxc (lxc.init.cmd); see $include for the rest.
 #
 #   lxc_rootfs.sh CACHE_DIR                 prints the root's path, making it first if needed
 #   lxc_rootfs.sh CACHE_DIR --uid-shift N   prints the path of a copy owned by N+uid:N+gid, for an
@@ -21,6 +21,11 @@ source "$here/../../deploy/lib/fleet.sh"
 fleet_me=lxc_rootfs
 
 marker=.fleet-root-complete
+# What debootstrap adds to minbase. The marker records it: a root made with another list is made
+# again. libabsl20220623 and ninja-build are the runtime of the simulated SGLang server
+# (tests/sim/sglang-server-sim, linked against Debian 12's Abseil) and the ninja its world's
+# apt-get-sim installs, for the remote tests that run the simulated world in a container.
+include=systemd-sysv,libabsl20220623,ninja-build
 cache=${1-}
 [[ -n $cache ]] || die "usage: lxc_rootfs.sh CACHE_DIR [--uid-shift N]"
 shift
@@ -37,20 +42,20 @@ root=$cache/bookworm-lxc-root
 exec 9>"$cache/bookworm-lxc-root.lock"
 flock 9
 
-if [[ ! -f $root/$marker ]]; then
+if [[ $(tail -n 1 -- "$root/$marker" 2>/dev/null) != "include=$include" ]]; then
   mirror=${FLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
   rm -rf -- "$root.partial" "$root"
   started=$SECONDS
   # In a mount namespace of its own: the /proc and /sys debootstrap mounts vanish with it.
   if ! unshare --mount --propagation private -- debootstrap --variant=minbase \
-    --include=systemd-sysv bookworm "$root.partial" "$mirror" >"$root.log" 2>&1; then
+    --include="$include" bookworm "$root.partial" "$mirror" >"$root.log" 2>&1; then
     rm -rf -- "$root.partial"
     tail -n 15 -- "$root.log" >&2
     die "debootstrap of Debian 12 from $mirror failed (no network? set FLEET_DEBIAN_MIRROR)"
   fi
   # As a container manager does: minbase has no /etc/hosts.
   printf '127.0.0.1 localhost\n::1 localhost ip6-localhost\n' >"$root.partial/etc/hosts"
-  printf '%s\n' "$mirror" >"$root.partial/$marker"
+  printf '%s\ninclude=%s\n' "$mirror" "$include" >"$root.partial/$marker"
   mv -T -- "$root.partial" "$root"
   printf 'made %s in %d s\n' "$root" $((SECONDS - started)) >&2
 fi
@@ -61,7 +66,7 @@ if [[ -z $shift_by ]]; then
 fi
 
 shifted=$root-$shift_by
-if [[ ! -f $shifted/$marker ]]; then
+if ! cmp -s -- "$root/$marker" "$shifted/$marker"; then
   rm -rf -- "$shifted.partial" "$shifted"
   cp -a -- "$root" "$shifted.partial"
   # chown clears set-uid and set-gid bits: note them first, put them back after.
