@@ -22,6 +22,7 @@
 # test still passing) only by quoting lxc-start's own error. Exits 77 (skipped) when not root or
 # without LXC or debootstrap. Every container, namespace and file it makes is removed on exit.
 # Waits are on events (a FIFO opened, a process's exit), never on time.
+# shellcheck disable=SC2016  # the single-quoted scripts are expanded by the container's shell
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -34,7 +34,7 @@ source "$here/../../deploy/lib/fleet.sh"
 fleet_me=sim_proxmox_host
 
 down() {
-  local dir=$1 state=$1/state ns pid
+  local dir=$1 state=$1/state ns pid containers=()
   [[ -f $state ]] || return 0
   # shellcheck disable=SC1090
   source "$state"
@@ -181,9 +181,9 @@ EOF
   # The host's root has a home of its own (this machine's root may have a slow shell profile:
   # bash reads ~/.bashrc for every ssh command).
   mkdir -p /run/sshd "$dir/root-home"
-  # shellcheck disable=SC2016  # the positional parameters are the inner shell's
   local enter=(ip netns exec "$host_ns" unshare --mount --propagation private --)
   [[ -z $lxc_root ]] || enter=("$here/sim-host-exec" "$host_ns")
+  # shellcheck disable=SC2016  # the positional parameters are the inner shell's
   "${enter[@]}" \
     sh -c 'mount --bind "$1" /usr/local/sbin && mount --bind "$2" /root &&
            exec /usr/sbin/sshd -D -e -f "$3"' sh \
