@@ -3,7 +3,8 @@
 # the remote benchmark. Needs root (network and mount namespaces), iproute2, util-linux and
 # openssh-server.
 #
-#   sim_proxmox_host.sh up DIR CTID... [--route] [--bind DIR]... [--lxc CACHE_DIR]
+#   sim_proxmox_host.sh up DIR CTID... [--route] [--bind DIR]... [--lxc CACHE_DIR [--unprivileged CTID]...
+#                          [--systemd CTID]...]
 #   sim_proxmox_host.sh down DIR
 #
 # up makes, under DIR (absolute, short: interface names are derived from a free index):
@@ -21,7 +22,8 @@
 # With --lxc CACHE_DIR each container is a real LXC container instead (issue 17): privileged, on an
 # overlay of the Debian 12 root of tests/sim/lxc_rootfs.sh CACHE_DIR (its upper layer
 # DIR/lxc/CTID/upper), eth0 on vmbr0 through a veth, LXC's init.lxc as PID 1, the --bind folders
-# mounted in; `pct` is then tests/sim/pct-lxc for DIR/lxc, and sshd runs as tests/sim/sim-host-exec
+# mounted in (--unprivileged CTID: that one maps 0 to 100000; --systemd CTID: its PID 1 is systemd);
+# `pct` is then tests/sim/pct-lxc for DIR/lxc, and sshd runs as tests/sim/sim-host-exec
 # runs a host's process (LXC needs the host's /sys and the machine's cgroups).
 # It prints `host_addr=ADDR`, `host_key=PATH.pub` and `ct_CTID=ADDR` lines, and keeps what it
 # made in DIR/state for `down`, which kills every process in the namespaces (agents and servers
@@ -55,12 +57,14 @@ down() {
 up() {
   local dir=$1
   shift
-  local ctids=() route=0 binds=() lxc_cache=
+  local ctids=() route=0 binds=() lxc_cache='' unprivileged=() systemd=()
   while [[ $# -gt 0 ]]; do
     case $1 in
       --route) route=1 ;;
       --bind) binds+=("$2"); shift ;;
       --lxc) lxc_cache=$2; shift ;;
+      --unprivileged) unprivileged+=("$2"); shift ;;
+      --systemd) systemd+=("$2"); shift ;;
       *) ctids+=("$1") ;;
     esac
     shift
@@ -118,8 +122,14 @@ up() {
     i=$((i + 1))
     if [[ -n $lxc_root ]]; then
       ct_addr=10.201.$n.$((9 + i))
-      local create=("$here/pct-lxc" --lxcpath "$dir/lxc" create "$ctid" --rootfs "$lxc_root"
-        --net vmbr0 "$ct_addr/24" "$bridge_addr")
+      local ct_root=$lxc_root kind=()
+      if [[ " ${unprivileged[*]} " == *" $ctid "* ]]; then
+        ct_root=$("$here/lxc_rootfs.sh" "$lxc_cache" --uid-shift 100000)
+        kind+=(--unprivileged)
+      fi
+      [[ " ${systemd[*]} " != *" $ctid "* ]] || kind+=(--init systemd)
+      local create=("$here/pct-lxc" --lxcpath "$dir/lxc" create "$ctid" --rootfs "$ct_root"
+        "${kind[@]}" --net vmbr0 "$ct_addr/24" "$bridge_addr")
       for d in "${binds[@]}"; do create+=(--bind "$d"); done
       "${create[@]}"
       printf 'containers+=(%q)\n' "$ctid" >>"$dir/state"
