@@ -16,6 +16,11 @@ packages=(
   libvectorscan-dev
   # Tests and benchmarks: real tools whose output the tests classify, and measurement.
   binutils grep coreutils time sqlite3 curl debootstrap
+  # Real containers (issue 17): the remote tests start LXC containers (lxc-start, lxc-attach) on a
+  # simulated Proxmox host. Only the tools: the package's services (lxc, lxc-net with its lxcbr0
+  # bridge and dnsmasq, lxc-monitord) are never started (policy-rc.d below) and are disabled
+  # after the install (below); the tests make their own bridge in a network namespace.
+  lxc
   # The daemon and the CLI: the fleet config is YAML (with line marks for errors); the -o json
   # outputs are written with nlohmann/json (header-only).
   libyaml-cpp-dev nlohmann-json3-dev
@@ -97,5 +102,10 @@ for p in "${missing[@]}"; do
   fi
   if [ "$p" = postgresql ] && command -v systemctl >/dev/null; then
     "${sudo[@]}" systemctl disable --quiet postgresql.service 2>/dev/null || true
+  fi
+  # lxc enables lxc-net (a bridge, NAT rules and a dnsmasq on this machine), lxc (autostarted
+  # containers) and lxc-monitord for the next boot; none of them is wanted on a build machine.
+  if [ "$p" = lxc ] && command -v systemctl >/dev/null; then
+    "${sudo[@]}" systemctl disable --now --quiet lxc-net.service lxc.service lxc-monitord.service 2>/dev/null || true
   fi
 done

@@ -3,7 +3,8 @@
 # the remote benchmark. Needs root (network and mount namespaces), iproute2, util-linux and
 # openssh-server.
 #
-#   sim_proxmox_host.sh up DIR CTID... [--route] [--bind DIR]...
+#   sim_proxmox_host.sh up DIR CTID... [--route] [--bind DIR]... [--lxc CACHE_DIR [--unprivileged CTID]...
+#                          [--systemd CTID]...]
 #   sim_proxmox_host.sh down DIR
 #
 # up makes, under DIR (absolute, short: interface names are derived from a free index):
@@ -18,6 +19,12 @@
 #   - with --route, a route on this machine to the containers' subnet through the host (the
 #     `direct` channel); without it a container's address is reachable from the host only
 #     (`ssh_tunnel`).
+# With --lxc CACHE_DIR each container is a real LXC container instead (issue 17): privileged, on an
+# overlay of the Debian 12 root of tests/sim/lxc_rootfs.sh CACHE_DIR (its upper layer
+# DIR/lxc/CTID/upper), eth0 on vmbr0 through a veth, LXC's init.lxc as PID 1, the --bind folders
+# mounted in (--unprivileged CTID: that one maps 0 to 100000; --systemd CTID: its PID 1 is systemd);
+# `pct` is then tests/sim/pct-lxc for DIR/lxc, and sshd runs as tests/sim/sim-host-exec
+# runs a host's process (LXC needs the host's /sys and the machine's cgroups).
 # It prints `host_addr=ADDR`, `host_key=PATH.pub` and `ct_CTID=ADDR` lines, and keeps what it
 # made in DIR/state for `down`, which kills every process in the namespaces (agents and servers
 # included), removes them, the route and the links. `down` is safe to run twice.
@@ -29,27 +36,35 @@ source "$here/../../deploy/lib/fleet.sh"
 fleet_me=sim_proxmox_host
 
 down() {
-  local dir=$1 state=$1/state ns pid
+  local dir=$1 state=$1/state ns pid containers=()
   [[ -f $state ]] || return 0
   # shellcheck disable=SC1090
   source "$state"
+  local ctid
+  for ctid in "${containers[@]}"; do
+    "$here/sim-host-exec" "$host_ns" "$here/pct-lxc" --lxcpath "$lxcpath" stop "$ctid" || true
+  done
   for ns in "${namespaces[@]}"; do
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
   done
   [[ -z ${route-} ]] || ip route del "$route" 2>/dev/null || true
   ip link del "$root_if" 2>/dev/null || true
   for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  [[ -z ${lxcpath-} ]] || rm -rf -- "$lxcpath"
   rm -f -- "$state"
 }
 
 up() {
   local dir=$1
   shift
-  local ctids=() route=0 binds=()
+  local ctids=() route=0 binds=() lxc_cache='' unprivileged=() systemd=()
   while [[ $# -gt 0 ]]; do
     case $1 in
       --route) route=1 ;;
       --bind) binds+=("$2"); shift ;;
+      --lxc) lxc_cache=$2; shift ;;
+      --unprivileged) unprivileged+=("$2"); shift ;;
+      --systemd) systemd+=("$2"); shift ;;
       *) ctids+=("$1") ;;
     esac
     shift
@@ -78,6 +93,7 @@ up() {
     printf 'root_if=%q\n' "$root_if"
     [[ $route == 1 ]] && printf 'route=%q\n' "10.201.$n.0/24"
     printf 'namespaces=(%q)\n' "$host_ns"
+    [[ -z $lxc_cache ]] || printf 'lxcpath=%q\nhost_ns=%q\n' "$dir/lxc" "$host_ns"
   } >"$dir/state"
   ip netns add "$host_ns"
   ip link add "$root_if" type veth peer name "$host_if"
@@ -94,11 +110,34 @@ up() {
   ip netns exec "$host_ns" sysctl -qw net.ipv4.ip_forward=1
   [[ $route == 0 ]] || ip route add "10.201.$n.0/24" via "$host_addr"
 
+  local lxc_root=
+  if [[ -n $lxc_cache ]]; then
+    lxc_root=$("$here/lxc_rootfs.sh" "$lxc_cache")
+    mkdir -p -- "$dir/lxc"
+  fi
   # The containers.
   mkdir -p -- "$dir/ct"
   local i=0 ctid ct_ns ct_addr rootfs d
   for ctid in "${ctids[@]}"; do
     i=$((i + 1))
+    if [[ -n $lxc_root ]]; then
+      ct_addr=10.201.$n.$((9 + i))
+      local ct_root=$lxc_root kind=()
+      if [[ " ${unprivileged[*]} " == *" $ctid "* ]]; then
+        ct_root=$("$here/lxc_rootfs.sh" "$lxc_cache" --uid-shift 100000)
+        kind+=(--unprivileged)
+      fi
+      [[ " ${systemd[*]} " != *" $ctid "* ]] || kind+=(--init systemd)
+      local create=("$here/pct-lxc" --lxcpath "$dir/lxc" create "$ctid" --rootfs "$ct_root"
+        "${kind[@]}" --net vmbr0 "$ct_addr/24" "$bridge_addr")
+      for d in "${binds[@]}"; do create+=(--bind "$d"); done
+      "${create[@]}"
+      printf 'containers+=(%q)\n' "$ctid" >>"$dir/state"
+      "$here/sim-host-exec" "$host_ns" "$here/pct-lxc" --lxcpath "$dir/lxc" start "$ctid" ||
+        die "container $ctid did not start (see $dir/lxc/$ctid/lxc.log)"
+      printf 'ct_%s=%s\n' "$ctid" "$ct_addr"
+      continue
+    fi
     ct_ns=gfsim$n-c$ctid
     ct_addr=10.201.$n.$((9 + i))
     namespaces+=("$ct_ns")
@@ -126,7 +165,11 @@ up() {
 
   # The host's sshd, with `pct` on root's PATH.
   mkdir -p -- "$dir/sbin"
-  printf '#!/bin/sh\nexec %q --root %q "$@"\n' "$here/pct-sim" "$dir/ct" >"$dir/sbin/pct"
+  if [[ -n $lxc_root ]]; then
+    printf '#!/bin/sh\nexec %q --lxcpath %q "$@"\n' "$here/pct-lxc" "$dir/lxc" >"$dir/sbin/pct"
+  else
+    printf '#!/bin/sh\nexec %q --root %q "$@"\n' "$here/pct-sim" "$dir/ct" >"$dir/sbin/pct"
+  fi
   chmod 0755 "$dir/sbin/pct"
   [[ -f $dir/ssh_host_ed25519_key ]] ||
     ssh-keygen -q -t ed25519 -N '' -C "sim-host-$n" -f "$dir/ssh_host_ed25519_key"
@@ -148,8 +191,10 @@ EOF
   # The host's root has a home of its own (this machine's root may have a slow shell profile:
   # bash reads ~/.bashrc for every ssh command).
   mkdir -p /run/sshd "$dir/root-home"
+  local enter=(ip netns exec "$host_ns" unshare --mount --propagation private --)
+  [[ -z $lxc_root ]] || enter=("$here/sim-host-exec" "$host_ns")
   # shellcheck disable=SC2016  # the positional parameters are the inner shell's
-  ip netns exec "$host_ns" unshare --mount --propagation private -- \
+  "${enter[@]}" \
     sh -c 'mount --bind "$1" /usr/local/sbin && mount --bind "$2" /root &&
            exec /usr/sbin/sshd -D -e -f "$3"' sh \
     "$dir/sbin" "$dir/root-home" "$dir/sshd_config" >>"$dir/sshd.log" 2>&1 </dev/null &
