@@ -313,8 +313,7 @@ int RunStatus(const std::vector<std::string>& args, const CommandContext& ctx) {
   std::unique_ptr<FleetClient> plans_client;
   std::unique_ptr<ApplyingPlansPoller> poller;
   if (live && ctx.remediation_poll_interval > absl::ZeroDuration()) {
-    plans_client =
-        std::make_unique<FleetClient>(ctx, std::min(ctx.timeout, absl::Seconds(3)));
+    plans_client = std::make_unique<FleetClient>(ctx, std::min(ctx.timeout, absl::Seconds(3)));
     poller = std::make_unique<ApplyingPlansPoller>(
         [client = plans_client.get()](const std::string& container) {
           v1::ListRemediationsRequest list;
