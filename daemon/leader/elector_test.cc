@@ -55,6 +55,15 @@ class ElectorTest : public ::testing::Test {
     return w;
   }
 
+  // The database sessions named `name` (application_name) now.
+  static int64_t Sessions(postgres::Database& admin, const std::string& name) {
+    auto row = admin.Prepare("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?1");
+    if (!row.ok()) return 0;
+    row->Bind(1, name);
+    if (!row->Step().value_or(false)) return 0;
+    return row->ColumnInt(0);
+  }
+
   std::unique_ptr<PostgresServer> server_;
 };
 
@@ -93,13 +102,7 @@ TEST_F(ElectorTest, ALeaderWhoseSessionIsEndedReconnectsAndKeepsItsTerm) {
                          "WHERE application_name = 'a'")
                   .ok());
   // It renews over a new session: same term, never stepped down.
-  auto view = [&]() -> int64_t {
-    auto row =
-        (*admin)->Prepare("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'a'");
-    if (!row.ok() || !row->Step().value_or(false)) return 0;
-    return row->ColumnInt(0);
-  };
-  ASSERT_TRUE(Eventually([&] { return view() == 1; }, seconds(10)));
+  ASSERT_TRUE(Eventually([&] { return Sessions(**admin, "a") == 1; }, seconds(10)));
   EXPECT_EQ(a->elector->term(), term);
   EXPECT_EQ(a->step_downs, 0);
 }
@@ -119,13 +122,7 @@ TEST_F(ElectorTest, ALeaderRetriesAFailedRenewalAtOnceAndKeepsItsLease) {
                   ->Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                          "WHERE application_name = 'a'")
                   .ok());
-  auto sessions = [&]() -> int64_t {
-    auto row =
-        (*admin)->Prepare("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'a'");
-    if (!row.ok() || !row->Step().value_or(false)) return 0;
-    return row->ColumnInt(0);
-  };
-  ASSERT_TRUE(Eventually([&] { return sessions() == 1; }, seconds(10)));
+  ASSERT_TRUE(Eventually([&] { return Sessions(**admin, "a") == 1; }, seconds(10)));
   // And it renewed over it before its deadline: two renewals on (6 s), still the same term.
   const absl::Time until = absl::Now() + absl::Seconds(6);
   ASSERT_TRUE(Eventually([&] { return absl::Now() >= until || a->step_downs > 0; }, seconds(10)));
