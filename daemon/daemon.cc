@@ -132,9 +132,12 @@ absl::Status Daemon::Recover() {
 }
 
 absl::Status Daemon::Reload(absl::Duration max_age) {
-  const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   absl::MutexLock store_lock(&store_mu_);
+  // A read that decided "standby" just before this fleetd took over and started must not wipe
+  // the live state (its links, unsaved rows, calls in flight): it reads that state instead.
+  if (started_) return absl::OkStatus();
+  const absl::Time now = clock_->Now();
   if (loaded_at_ > now - max_age && max_age > absl::ZeroDuration()) return absl::OkStatus();
   // A standby never connected a link nor ran a turn: nothing here is the only copy of anything.
   servers_.clear();
@@ -232,6 +235,10 @@ absl::Status Daemon::RecoverLocked() {
 }
 
 void Daemon::Start() {
+  {
+    absl::MutexLock lock(&mu_);
+    started_ = true;  // from now on the state in memory is the live one: Reload leaves it
+  }
   loop_ = std::thread([this] { Loop(); });
 }
 

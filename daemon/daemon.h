@@ -175,7 +175,7 @@ class Daemon : public EventSink, public PlanRecorder {
   // copy of the record, which Reload reads again (servers, attempts, remediations, links and
   // cursors: what a start reads), when it is older than `max_age`. At a takeover the new leader
   // reloads once more, then fences the record and starts: it carries on from what the old
-  // leader committed. Not after Start().
+  // leader committed. After Start() it does nothing (the state in memory is the live one).
   absl::Status Reload(absl::Duration max_age = absl::ZeroDuration())
       ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
   // From now on every write of the record first checks that `term` leads `fleet_id`
@@ -475,6 +475,7 @@ class Daemon : public EventSink, public PlanRecorder {
   bool changed_ ABSL_GUARDED_BY(mu_) = false;
   std::set<StatusSubscriber*> subscribers_ ABSL_GUARDED_BY(mu_);
   absl::Time loaded_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // the last Recover/Reload
+  bool started_ ABSL_GUARDED_BY(mu_) = false;                         // Start() ran
   absl::Time last_prune_ ABSL_GUARDED_BY(store_mu_) = absl::InfinitePast();
   std::string record_error_ ABSL_GUARDED_BY(store_mu_);     // the last write failure's reason
   int64_t record_failures_ ABSL_GUARDED_BY(store_mu_) = 0;  // since the last write that worked

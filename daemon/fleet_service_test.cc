@@ -180,6 +180,14 @@ TEST(FleetService, AStandbyAnswersReadsFromTheRecordAndSendsTheRestToTheLeader) 
   clock.Advance(absl::Seconds(2));  // now it is
   EXPECT_EQ(status_rows(), 1);
 
+  // Once this fleetd took over and started, a read that still took it for a standby (it asked
+  // just before) reads the live state: nothing is read again over it.
+  (*daemon)->Start();
+  row.name = "local/200/gpu1";
+  ASSERT_TRUE((*leader_store)->PutServer(row).ok());
+  clock.Advance(absl::Seconds(2));
+  EXPECT_EQ(status_rows(), 1);
+
   {
     grpc::ClientContext context;
     context.set_deadline(deadline());

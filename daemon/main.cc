@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -572,6 +573,22 @@ int main(int argc, char** argv) {
     Log().error("flag --lease: '{}' is not a duration of at least 1s (3s, 10s)", lease_text);
     return 1;
   }
+  const absl::Duration lease_margin = std::min(absl::Milliseconds(500), lease_duration / 4);
+  if (!store_file.empty()) {
+    // Every write transaction holds the lease row's KEY SHARE lock until it ends, and a takeover
+    // waits for it: a leader paused (SIGSTOP) or cut off inside one would hold the fleet's
+    // takeover for as long as its session lives (a paused machine's kernel keeps the connection
+    // up). The server ends a session idle in a transaction for the lease's local span, so the
+    // lock goes with it. Set for every session of this process (libpq reads PGOPTIONS at each
+    // connect, the reconnects too), before any thread starts.
+    std::string pg_options;
+    if (const char* given = std::getenv("PGOPTIONS"); given != nullptr) {
+      pg_options = absl::StrCat(given, " ");
+    }
+    absl::StrAppend(&pg_options, "-c idle_in_transaction_session_timeout=",
+                    absl::ToInt64Milliseconds(lease_duration - lease_margin));
+    setenv("PGOPTIONS", pg_options.c_str(), 1);
+  }
 
   if (!advertise.empty()) {
     const size_t colon = advertise.rfind(':');
@@ -874,7 +891,7 @@ int main(int argc, char** argv) {
     eo.lease.holder = HolderName();
     eo.lease.address = AdvertisedAddress(advertise, listen_address);
     eo.lease.duration = lease_duration;
-    eo.lease.margin = std::min(absl::Milliseconds(500), lease_duration / 4);
+    eo.lease.margin = lease_margin;
     eo.retry = std::min(absl::Milliseconds(500), lease_duration / 4);
     eo.renew = std::min(absl::Seconds(1), lease_duration / 3);
     eo.on_lead = [&leadership, main_thread](int64_t term) {

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/postgres/database.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/fleet.h"
@@ -329,6 +330,48 @@ TEST_F(FailoverTest, AKilledOrPausedLeaderIsReplacedWithoutLosingOrRepeatingAnyt
       std::swap(leader, standby);
     }
   }
+}
+
+// A leader paused inside a write transaction (review finding): the transaction holds the lease
+// row's KEY SHARE lock, which a takeover's FOR UPDATE waits for. Its write is made to wait on an
+// outside lock, the leader is paused, the lock let go: the write completes in the server and its
+// transaction idles there, the client stopped. The server ends that session (fleetd sets
+// idle_in_transaction_session_timeout to the lease's span), so the standby takes over; before,
+// it waited for as long as the paused process lived.
+TEST_F(FailoverTest, ALeaderPausedInsideAWriteDoesNotHoldUpTheTakeover) {
+  Fleetd a{"a"}, b{"b"};
+  Start(a);
+  ASSERT_TRUE(WaitLeading(a));
+  Start(b);
+  ASSERT_EQ(Local(a, {"deploy", "-f", fleet_->WriteConfig()}).code(), 0);
+  ASSERT_TRUE(AllReady(b)) << fleet_->Diagnostics();
+
+  auto admin = postgres::Database::Connect(pg_->url());
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  auto holder = postgres::Database::Connect(pg_->url());
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  ASSERT_TRUE((*holder)->Exec("BEGIN; LOCK TABLE servers IN EXCLUSIVE MODE").ok());
+  // A write of the leader's: a restart, which writes the server's row (and waits on the lock).
+  auto restart = BackgroundProcess::Start({fleet::testing::BuildPath("cli/fleetctl"), "--socket",
+                                           a.state_dir + "/fleetd.sock", "restart", ServerName(0)},
+                                          ToolEnv(), fleet_->Join("restart.out"));
+  ASSERT_TRUE(restart.ok()) << restart.status();
+  auto waiting = [&]() -> bool {
+    auto row = (*admin)->Prepare(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND state = "
+        "'active'");
+    return row.ok() && row->Step().value_or(false) && row->ColumnInt(0) > 0;
+  };
+  ASSERT_TRUE(Eventually(waiting)) << a.process->Log();
+  ASSERT_EQ(kill(a.process->pid(), SIGSTOP), 0);
+  ASSERT_TRUE((*holder)->Exec("COMMIT").ok());
+  // The standby takes over although the paused leader's transaction never ends on its own.
+  ASSERT_TRUE(WaitLeading(b)) << b.process->Log();
+  ASSERT_EQ(kill(a.process->pid(), SIGCONT), 0);
+  auto exit = a.process->Wait(kDeadline);
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_TRUE(exit->exited && exit->exit_code == kLostLeaseExit) << a.process->Log();
+  ASSERT_TRUE(AllReady(b)) << fleet_->Diagnostics();
 }
 
 // The seed scenario (8 GPUs, the canary, remediation), its leader killed at a moment of the
