@@ -55,6 +55,15 @@ class ElectorTest : public ::testing::Test {
     return w;
   }
 
+  // Ends the database sessions named `name` (application_name), as a lost connection would.
+  static bool EndSessions(postgres::Database& admin, const std::string& name) {
+    auto end = admin.Prepare(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?1");
+    if (!end.ok()) return false;
+    end->Bind(1, name);
+    return end->Run().ok();
+  }
+
   // The database sessions named `name` (application_name) now.
   static int64_t Sessions(postgres::Database& admin, const std::string& name) {
     auto row = admin.Prepare("SELECT count(*) FROM pg_stat_activity WHERE application_name = ?1");
@@ -97,10 +106,7 @@ TEST_F(ElectorTest, ALeaderWhoseSessionIsEndedReconnectsAndKeepsItsTerm) {
   const int64_t term = a->led;
   auto admin = postgres::Database::Connect(server_->url());
   ASSERT_TRUE(admin.ok());
-  ASSERT_TRUE((*admin)
-                  ->Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE application_name = 'a'")
-                  .ok());
+  ASSERT_TRUE(EndSessions(**admin, "a"));
   // It renews over a new session: same term, never stepped down.
   ASSERT_TRUE(Eventually([&] { return Sessions(**admin, "a") == 1; }, seconds(10)));
   EXPECT_EQ(a->elector->term(), term);
@@ -118,10 +124,7 @@ TEST_F(ElectorTest, ALeaderRetriesAFailedRenewalAtOnceAndKeepsItsLease) {
   auto admin = postgres::Database::Connect(server_->url());
   ASSERT_TRUE(admin.ok());
   // The leader's session ends: its next renewal fails (the database was away a moment).
-  ASSERT_TRUE((*admin)
-                  ->Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE application_name = 'a'")
-                  .ok());
+  ASSERT_TRUE(EndSessions(**admin, "a"));
   ASSERT_TRUE(Eventually([&] { return Sessions(**admin, "a") == 1; }, seconds(10)));
   // And it renewed over it before its deadline: two renewals on (6 s), still the same term.
   const absl::Time until = absl::Now() + absl::Seconds(6);

@@ -43,6 +43,7 @@ absl::Status HoldWriteLock(const std::string& url, int64_t hold_ms) {
   if (absl::Status s = (*db)->Exec("LOCK TABLE servers IN EXCLUSIVE MODE"); !s.ok()) return s;
   std::printf("locked\n");
   std::fflush(stdout);
+  // The fault itself: the lock held this long (not a wait for anything to happen).
   std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
   return (*db)->Commit();
 }
