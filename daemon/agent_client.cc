@@ -347,6 +347,24 @@ absl::StatusOr<fleet::v1::StatusResponse> GrpcAgentClient::Status() {
   return out;
 }
 
+absl::Status GrpcAgentClient::Answers(absl::Duration wait) {
+  if (wait <= absl::ZeroDuration()) return Status().status();
+  fleet::v1::StatusResponse out;
+  grpc::ClientContext c;
+  c.set_wait_for_ready(true);
+  c.set_deadline(Deadline(wait));
+  const grpc::Status waited = stub_->Status(&c, fleet::v1::StatusRequest(), &out);
+  if (waited.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return FromGrpc(waited, container_, "Status");
+  }
+  // Why it never connected: a call that fails fast reports the channel's last error.
+  grpc::ClientContext why;
+  why.set_deadline(Deadline(absl::Milliseconds(200)));
+  const grpc::Status reason = stub_->Status(&why, fleet::v1::StatusRequest(), &out);
+  return FromGrpc(reason.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? waited : reason,
+                  container_, "Status");
+}
+
 absl::StatusOr<fleet::v1::ToolchainSnapshot> GrpcAgentClient::Probe(
     const fleet::v1::ServerSpec& spec) {
   grpc::ClientContext c;

@@ -23,6 +23,9 @@
 namespace fleet::daemon {
 namespace {
 
+// How long one health check waits for the agent's channel to connect.
+constexpr absl::Duration kHealthWait = absl::Seconds(2);
+
 // The first line of `binary --version`, run here (no shell).
 absl::StatusOr<std::string> LocalVersion(const std::string& binary) {
   int out[2];
@@ -237,7 +240,7 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
     absl::StatusOr<CommandResult> rm = host.Run({"rm", "-rf", "--", stage}, {}, absl::Seconds(30));
     result.stage_left = !rm.ok() || rm->exit_status != 0;
   };
-  if (current && healthy().ok()) {
+  if (current && healthy(absl::ZeroDuration()).ok()) {
     if (spec.remove_stale_stage) {
       absl::StatusOr<std::string> stage = stage_dir();
       if (stage.ok()) {
@@ -359,16 +362,20 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
 
   // 6. It answers.
   steps.Enter("health");
+  // Each check waits for the connection (up to kHealthWait, the span left at most): a check
+  // that failed fast could leave a slow agent's connection unattended (GrpcAgentClient::Answers).
   const absl::Time deadline = fleet::SteadyNow() + spec.health_timeout;
   absl::Duration pause = absl::Milliseconds(100);
   absl::Status health;
-  while (!(health = healthy()).ok()) {
+  while (!(health = healthy(std::max(std::min(kHealthWait, deadline - fleet::SteadyNow()),
+                                     absl::Milliseconds(1))))
+              .ok()) {
     if (fleet::SteadyNow() + pause > deadline) {
       return steps.Fail("health",
                         absl::StrCat("no answer within ", absl::FormatDuration(spec.health_timeout),
                                      ": ", health.message()));
     }
-    // A retry interval while a process starts, not a synchronisation guess.
+    // A retry interval after a refusal (an agent not listening yet), not a synchronisation guess.
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(pause));
     pause = std::min(pause * 2, absl::Seconds(1));
   }

@@ -86,8 +86,9 @@ struct BootstrapResult {
   std::vector<absl::Duration> step_times;  // how long each took (same order)
 };
 
-// OK when the agent answers over its channel.
-using AgentHealthCheck = std::function<absl::Status()>;
+// OK when the agent answers over its channel, waiting up to `wait` for it to connect (zero: a
+// call that fails fast; GrpcAgentClient::Answers).
+using AgentHealthCheck = std::function<absl::Status(absl::Duration wait)>;
 
 absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPackage& package,
                                             const BootstrapSpec& spec,

@@ -117,8 +117,10 @@ TEST(EnsureAgent, AContainerWithSystemdGetsTheUnitEnabledAndRestarted) {
   spec.health_timeout = absl::Seconds(30);
   ScriptedHost host;
   int health_checks = 0;
-  auto r = EnsureAgent(host, package, spec, [&]() -> absl::Status {
+  std::vector<absl::Duration> waits;
+  auto r = EnsureAgent(host, package, spec, [&](absl::Duration wait) -> absl::Status {
     ++health_checks;
+    waits.push_back(wait);
     return host.restarted ? absl::OkStatus() : absl::UnavailableError("not started");
   });
   ASSERT_TRUE(r.ok()) << r.status();
@@ -161,6 +163,11 @@ TEST(EnsureAgent, AContainerWithSystemdGetsTheUnitEnabledAndRestarted) {
   EXPECT_LT(enable, restart);
   for (const std::string& command : c) EXPECT_THAT(command, ::testing::Not(HasSubstr("--detach")));
   EXPECT_EQ(health_checks, 1);  // not before (another version runs there), once after
+  // The check after the start waits for the connection (one that fails fast left an agent
+  // started by systemd unreached: GrpcAgentClient::Answers).
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_GT(waits[0], absl::ZeroDuration());
+  EXPECT_LE(waits[0], spec.health_timeout);
   EXPECT_EQ(c.back(), absl::StrCat("rm -rf -- ", kStage));
   EXPECT_THAT(host.staged, ::testing::IsEmpty());
 }
@@ -170,14 +177,15 @@ TEST(EnsureAgent, ABootstrapCutOffMidWayLeavesNoKeyOnTheHost) {
   // host holds the agent's private key.
   Fixture f;
   ScriptedHost whole;
-  ASSERT_TRUE(EnsureAgent(whole, f.package, f.spec, [&] {
+  ASSERT_TRUE(EnsureAgent(whole, f.package, f.spec, [&](absl::Duration) {
                 return whole.restarted ? absl::OkStatus() : absl::UnavailableError("no");
               }).ok());
   const int commands = static_cast<int>(whole.commands.size());
   for (int cut = 1; cut < commands; ++cut) {
     ScriptedHost host;
     host.cut_after = cut;
-    auto r = EnsureAgent(host, f.package, f.spec, [] { return absl::UnavailableError("no"); });
+    auto r = EnsureAgent(host, f.package, f.spec,
+                         [](absl::Duration) { return absl::UnavailableError("no"); });
     ASSERT_FALSE(r.ok()) << cut;
     EXPECT_THAT(host.HostFilesHolding("PRIVATE KEY"), ::testing::IsEmpty())
         << "cut after " << cut << " commands: " << host.commands.back();
@@ -189,14 +197,15 @@ TEST(EnsureAgent, TheNextBootstrapRemovesWhatACutOffOneLeft) {
   ScriptedHost host;
   // Lost while pushing: the staging directory (the binaries) stays behind.
   host.cut_after = 12;
-  ASSERT_FALSE(
-      EnsureAgent(host, f.package, f.spec, [] { return absl::UnavailableError("no"); }).ok());
+  ASSERT_FALSE(EnsureAgent(host, f.package, f.spec, [](absl::Duration) {
+                 return absl::UnavailableError("no");
+               }).ok());
   ASSERT_EQ(host.staged.count(absl::StrCat(kStage, "/fleet-agent")), 1u)
       << absl::StrJoin(host.commands, "\n");
   // Back: the next bootstrap empties the staging directory first, then removes it.
   host.cut_after = -1;
   host.commands.clear();
-  auto r = EnsureAgent(host, f.package, f.spec, [&] {
+  auto r = EnsureAgent(host, f.package, f.spec, [&](absl::Duration) {
     return host.restarted ? absl::OkStatus() : absl::UnavailableError("no");
   });
   ASSERT_TRUE(r.ok()) << r.status();
@@ -216,12 +225,12 @@ TEST(EnsureAgent, AStagingDirectoryLeftBehindIsRemovedEvenWhenTheAgentIsUpToDate
   // directory's removal failed (the fault matrix's ssh-bootstrap-cut met this).
   Fixture f;
   ScriptedHost whole;
-  ASSERT_TRUE(EnsureAgent(whole, f.package, f.spec, [&] {
+  ASSERT_TRUE(EnsureAgent(whole, f.package, f.spec, [&](absl::Duration) {
                 return whole.restarted ? absl::OkStatus() : absl::UnavailableError("no");
               }).ok());
   ScriptedHost host;
   host.cut_after = static_cast<int>(whole.commands.size()) - 1;  // all but the clean-up
-  auto first = EnsureAgent(host, f.package, f.spec, [&] {
+  auto first = EnsureAgent(host, f.package, f.spec, [&](absl::Duration) {
     return host.restarted ? absl::OkStatus() : absl::UnavailableError("no");
   });
   ASSERT_TRUE(first.ok()) << first.status();
@@ -233,7 +242,7 @@ TEST(EnsureAgent, AStagingDirectoryLeftBehindIsRemovedEvenWhenTheAgentIsUpToDate
   host.version = f.package.version + "\n";
   BootstrapSpec spec = f.spec;
   spec.remove_stale_stage = first->stage_left;
-  auto r = EnsureAgent(host, f.package, spec, [] { return absl::OkStatus(); });
+  auto r = EnsureAgent(host, f.package, spec, [](absl::Duration) { return absl::OkStatus(); });
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->started);
   EXPECT_FALSE(r->stage_left);
@@ -244,7 +253,7 @@ TEST(EnsureAgent, AnUpToDateAgentCostsNoMoreCommandsWhenNothingWasLeft) {
   Fixture f;
   ScriptedHost host;
   host.version = f.package.version + "\n";
-  auto r = EnsureAgent(host, f.package, f.spec, [] { return absl::OkStatus(); });
+  auto r = EnsureAgent(host, f.package, f.spec, [](absl::Duration) { return absl::OkStatus(); });
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(host.commands.size(), 2u) << absl::StrJoin(host.commands, "\n");  // status, version
 }

@@ -160,8 +160,8 @@ absl::Status RemoteAgentClient::BootstrapOnce() {
   spec.health_timeout = options_.health_timeout;
   spec.remove_stale_stage = stage_may_be_left_;
   GrpcAgentClient* grpc = grpc_.get();
-  absl::StatusOr<BootstrapResult> r =
-      EnsureAgent(*ssh_, options_.package, spec, [grpc] { return grpc->Status().status(); });
+  absl::StatusOr<BootstrapResult> r = EnsureAgent(
+      *ssh_, options_.package, spec, [grpc](absl::Duration wait) { return grpc->Answers(wait); });
   // A failed bootstrap may have left its staging directory (its clean-up needs the connection
   // it lost): the next one removes it, even if it finds the agent up to date.
   stage_may_be_left_ = !r.ok() || r->stage_left;

@@ -190,6 +190,23 @@ TEST_F(TlsTest, TheDaemonsCertificateIsAccepted) {
   EXPECT_FALSE(status->incarnation().empty());
 }
 
+// An agent that refused the first check (not listening yet; systemd starting it) answers the
+// next one: the check waits for the channel to connect. Before, a check failing fast on the
+// channel in TRANSIENT_FAILURE left its reconnection to gRPC's backup poller (every 5 s), whose
+// TLS handshakes timed out: a bootstrap never reached an agent started by systemd.
+TEST_F(TlsTest, AnAgentThatRefusedTheFirstCheckAnswersTheNext) {
+  absl::StatusOr<int> port = sim::testing::FreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string listen = absl::StrCat("127.0.0.1:", *port);
+  daemon::GrpcAgentClient client("local/tls", listen, ReadTls(pki_, pki_));
+  const absl::Status refused = client.Answers(absl::Milliseconds(300));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_THAT(refused.message(), HasSubstr("Connection refused"));
+  RunningAgent agent(dir_, "agent", listen, TlsFlags(pki_, pki_, "node1"));
+  const absl::Status answered = client.Answers(absl::Seconds(20));
+  EXPECT_TRUE(answered.ok()) << answered << "\n" << agent.Log();
+}
+
 TEST_F(TlsTest, AClientWithoutACertificateIsRefused) {
   RunningAgent agent(dir_, "agent", "127.0.0.1:0", TlsFlags(pki_, pki_, "node1"));
   // TLS that trusts the agent, but presents no certificate.
