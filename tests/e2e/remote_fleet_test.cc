@@ -79,6 +79,24 @@ std::string SkipReason() {
   return "";
 }
 
+// Why the real-LXC tests cannot run here ("" when they can).
+std::string LxcSkipReason() {
+  if (std::string why = SkipReason(); !why.empty()) return why;
+  for (const char* tool : {"lxc-start", "lxc-attach", "lxc-info", "debootstrap"}) {
+    if (testing::FindOnPath(tool, "/usr/sbin:/usr/bin:/sbin:/bin").empty()) {
+      return absl::StrCat("no ", tool, " (deploy/install-deps.sh installs lxc and debootstrap)");
+    }
+  }
+  return "";
+}
+
+// The folder of the Debian 12 root of the real-LXC containers (tests/sim/lxc_rootfs.sh):
+// $FLEET_LXC_CACHE (tests/run.sh makes the root once there) or the build's lxc-cache.
+std::string LxcCache() {
+  const char* cache = getenv("FLEET_LXC_CACHE");
+  return cache != nullptr && cache[0] != '\0' ? cache : testing::BuildPath("lxc-cache");
+}
+
 // `key=value` lines.
 std::map<std::string, std::string> KeyValues(const std::string& text) {
   std::map<std::string, std::string> out;
@@ -138,6 +156,18 @@ class SimHost {
     return lxc_ ? dir_ + "/lxc/" + ctid + "/upper" : dir_ + "/ct/" + ctid + "/rootfs";
   }
   const std::string& dir() const { return dir_; }
+  bool lxc() const { return lxc_; }
+  // The host's `pct` as root's shell on the host finds it, for a command run on this machine
+  // as if by the host (inside the host's namespaces, sim-host-exec, for LXC).
+  std::vector<std::string> PctArgv() const {
+    if (!lxc_) return {testing::SourcePath("tests/sim/pct-sim"), "--root", dir_ + "/ct"};
+    std::string ns;
+    for (absl::string_view line : absl::StrSplit(testing::ReadFile(dir_ + "/state"), '\n')) {
+      if (absl::ConsumePrefix(&line, "host_ns=")) ns = std::string(line);
+    }
+    return {testing::SourcePath("tests/sim/sim-host-exec"), ns,
+            testing::SourcePath("tests/sim/pct-lxc"), "--lxcpath", dir_ + "/lxc"};
+  }
   // The host key as a known_hosts line.
   std::string KnownHostsLine() const {
     std::vector<std::string> words =
@@ -266,8 +296,28 @@ bool AllReady(const std::map<std::string, std::string>& states, size_t count) {
 
 std::string Quoted(const std::string& s) { return absl::StrCat("\"", s, "\""); }
 
-TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
-  if (std::string why = SkipReason(); !why.empty()) GTEST_SKIP() << why;
+// The environment of every process on this machine (containers' included: one kernel) whose
+// command line holds each of `needles`, one NAME=VALUE per line.
+std::vector<std::string> EnvironmentsOf(const std::vector<std::string>& needles) {
+  std::vector<std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmdline = testing::ReadFile(entry.path().string() + "/cmdline");
+    if (!std::all_of(needles.begin(), needles.end(),
+                     [&](const std::string& n) { return absl::StrContains(cmdline, n); })) {
+      continue;
+    }
+    std::string environ = testing::ReadFile(entry.path().string() + "/environ");
+    std::replace(environ.begin(), environ.end(), '\0', '\n');
+    out.push_back(environ);
+  }
+  return out;
+}
+
+// Deploy, watch and restart across two hosts; with `lxc_cache`, their containers are real LXC
+// containers (the servers then run in them: the simulated world and the build are bound in).
+void TwoHostsDeployWatchAndRestart(const std::string& lxc_cache) {
   testing::TempDir dir;
   auto world = SimWorld::Create(dir.Join("world"), "fixed");
   ASSERT_TRUE(world.ok()) << world.status();
@@ -279,8 +329,8 @@ TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
   // The containers see the world and the build at the same paths (a shared volume).
   const std::vector<std::string> binds = {dir.path(), testing::BuildPath(""),
                                           testing::SourcePath("")};
-  SimHost pve1(dir.Join("pve1"), {"201"}, /*route=*/true, binds);
-  SimHost pve2(dir.Join("pve2"), {"202"}, /*route=*/false, binds);
+  SimHost pve1(dir.Join("pve1"), {"201"}, /*route=*/true, binds, lxc_cache);
+  SimHost pve2(dir.Join("pve2"), {"202"}, /*route=*/false, binds, lxc_cache);
   ASSERT_TRUE(pve1.ok() && pve2.ok());
   const std::string ct1 = pve1.ct_address("201");
   const std::string ct2 = pve2.ct_address("202");
@@ -361,6 +411,22 @@ TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
   }
   // Still unreachable from here: pve2's servers came up through the tunnel.
   EXPECT_TRUE(ConnectRefusedOrUnreachable(ct2, kAgentPort));
+  // Neither the agents nor the servers carry the SSH session's environment (sshd's
+  // SSH_CONNECTION and SSH_CLIENT; pct runs in that session): they have the template's.
+  const std::vector<std::string> servers =
+      EnvironmentsOf({world->Path("venv/bin/python"), "sglang.launch_server"});
+  const std::vector<std::string> agents = EnvironmentsOf({daemon::kRemoteAgent, "--container"});
+  EXPECT_GE(servers.size(), 8u);  // a server and its scheduler child, each
+  EXPECT_EQ(agents.size(), 2u);
+  for (const std::string& environ : servers) {
+    EXPECT_THAT(environ, HasSubstr("\nPATH=")) << environ;
+    EXPECT_THAT(environ, ::testing::Not(HasSubstr("SSH_CONNECTION="))) << environ;
+    EXPECT_THAT(environ, ::testing::Not(HasSubstr("SSH_CLIENT="))) << environ;
+  }
+  for (const std::string& environ : agents) {
+    EXPECT_THAT(environ, ::testing::Not(HasSubstr("SSH_CONNECTION="))) << environ;
+    EXPECT_THAT(environ, ::testing::Not(HasSubstr("SSH_CLIENT="))) << environ;
+  }
   const std::string pid1 = testing::ReadFile(pve1.rootfs("201") + daemon::kRemotePidFile);
   const std::string pid2 = testing::ReadFile(pve2.rootfs("202") + daemon::kRemotePidFile);
 
@@ -405,6 +471,17 @@ TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
   EXPECT_EQ(testing::ReadFile(pve2.rootfs("202") + daemon::kRemotePidFile), pid2);
 }
 
+TEST(RemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
+  if (std::string why = SkipReason(); !why.empty()) GTEST_SKIP() << why;
+  TwoHostsDeployWatchAndRestart("");
+}
+
+// The same against real LXC containers (privileged, no systemd: the agents start detached).
+TEST(LxcRemoteFleet, TwoHostsDeployWatchAndRestartThroughSshAndPct) {
+  if (std::string why = LxcSkipReason(); !why.empty()) GTEST_SKIP() << why;
+  TwoHostsDeployWatchAndRestart(LxcCache());
+}
+
 // The bootstrap itself, against one simulated host: an older agent upgraded in place, then a
 // run that changes nothing; a step that fails; hostile arguments through ssh and pct.
 class BootstrapTest : public ::testing::Test {
@@ -441,6 +518,7 @@ class BootstrapTest : public ::testing::Test {
   }
 
   // Test bodies run on both kinds of container.
+  void OlderAgentReplacedInPlaceAndASecondRunChangesNothing();
   void FailedStepNamesTheHostTheContainerAndTheStep();
   void HostileArgumentsReachAProgramInTheContainerVerbatim();
 
@@ -459,26 +537,31 @@ class BootstrapTest : public ::testing::Test {
   std::unique_ptr<daemon::GrpcAgentClient> client_;
 };
 
-TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) {
+void BootstrapTest::OlderAgentReplacedInPlaceAndASecondRunChangesNothing() {
   // An "old agent": reports an old version and runs as fleet-agent with its pid file, like the
-  // real one.
-  const std::string root = host_->rootfs("201");
-  std::filesystem::create_directories(root + daemon::kRemoteAgentDir);
-  {
-    std::ofstream old(root + daemon::kRemoteAgent);
-    old << "#!/bin/sh\n"
-           "if [ \"$1\" = --version ]; then echo 'fleet-agent 0.0.1 (old)'; exit 0; fi\n"
-           "echo $$ > /run/gpu-fleet-agent.pid\n"
-           "echo old agent running\n"
-           "while :; do sleep 1; done\n";
-  }
-  chmod((root + daemon::kRemoteAgent).c_str(), 0755);
-  // Started in the container by the host's pct, run here (every step of it execs the next: the
-  // process is the old agent itself).
-  auto old_agent = BackgroundProcess::Start(
-      {testing::SourcePath("tests/sim/pct-sim"), "--root", host_->dir() + "/ct", "exec", "201",
-       "--", daemon::kRemoteAgent, "run"},
-      {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}}, dir_.Join("old-agent.log"));
+  // real one. Written through `pct exec` (an LXC container's root is an overlay: its files are
+  // written from inside).
+  const std::string old_agent_script =
+      "#!/bin/sh\n"
+      "if [ \"$1\" = --version ]; then echo 'fleet-agent 0.0.1 (old)'; exit 0; fi\n"
+      "echo $$ > /run/gpu-fleet-agent.pid\n"
+      "echo old agent running\n"
+      "while :; do sleep 1; done\n";
+  auto written = ssh_->Run(
+      *daemon::PctExecArgv(
+          "201",
+          {"sh", "-c", "mkdir -p \"$(dirname \"$0\")\" && cat > \"$0\" && chmod 0755 \"$0\"",
+           daemon::kRemoteAgent},
+          false),
+      old_agent_script, absl::Seconds(30));
+  ASSERT_TRUE(written.ok() && written->exit_status == 0)
+      << (written.ok() ? written->err : written.status().ToString());
+  // Started in the container by the host's pct, run here. pct-sim execs every step: the process
+  // is the old agent itself; pct-lxc's lxc-attach waits for it and ends when it ends.
+  std::vector<std::string> start = host_->PctArgv();
+  start.insert(start.end(), {"exec", "201", "--", daemon::kRemoteAgent, "run"});
+  auto old_agent = BackgroundProcess::Start(start, {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}},
+                                            dir_.Join("old-agent.log"));
   ASSERT_TRUE(old_agent.ok()) << old_agent.status();
   ASSERT_TRUE(
       (*old_agent)
@@ -487,9 +570,16 @@ TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) 
               kDeadline)
           .ok())
       << (*old_agent)->Log();
-  const std::string pid_file = root + daemon::kRemotePidFile;
-  EXPECT_EQ(absl::StripAsciiWhitespace(testing::ReadFile(pid_file)),
-            std::to_string((*old_agent)->pid()));
+  auto in_container = [&](const std::vector<std::string>& argv) {
+    auto out = ssh_->Run(*daemon::PctExecArgv("201", argv, false), "", absl::Seconds(30));
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? std::string(absl::StripAsciiWhitespace(out->out)) : std::string();
+  };
+  const std::string old_pid = in_container({"cat", daemon::kRemotePidFile});
+  ASSERT_FALSE(old_pid.empty());
+  if (!host_->lxc()) {
+    EXPECT_EQ(old_pid, std::to_string((*old_agent)->pid()));
+  }
 
   auto r = Ensure();
   ASSERT_TRUE(r.ok()) << r.status();
@@ -506,11 +596,16 @@ TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) 
   // The old process is gone (asked to stop: replaced), the new one runs and says its version.
   auto old_exit = (*old_agent)->Wait(kDeadline);
   ASSERT_TRUE(old_exit.ok()) << old_exit.status();
-  EXPECT_EQ(old_exit->signal, SIGTERM);
-  auto version = ssh_->Run(*daemon::PctExecArgv("201", {daemon::kRemoteAgent, "--version"}, false),
-                           "", absl::Seconds(30));
-  ASSERT_TRUE(version.ok());
-  EXPECT_EQ(absl::StripAsciiWhitespace(version->out), package_.version);
+  if (host_->lxc()) {
+    // lxc-attach reports the signal that ended its command as 128 + the signal.
+    EXPECT_EQ(old_exit->exit_code, 128 + SIGTERM) << (*old_agent)->Log();
+  } else {
+    EXPECT_EQ(old_exit->signal, SIGTERM);
+  }
+  const std::string new_pid = in_container({"cat", daemon::kRemotePidFile});
+  EXPECT_NE(new_pid, old_pid);
+  EXPECT_EQ(in_container({"cat", "/proc/" + new_pid + "/comm"}), "fleet-agent");
+  EXPECT_EQ(in_container({daemon::kRemoteAgent, "--version"}), package_.version);
   EXPECT_TRUE(client_->Status().ok());
 
   // Idempotent: one command, nothing pushed or started.
@@ -520,6 +615,7 @@ TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) 
   EXPECT_FALSE(again->pushed);
   EXPECT_FALSE(again->started);
   EXPECT_THAT(again->steps, ElementsAre("status", "version"));
+  EXPECT_EQ(in_container({"cat", daemon::kRemotePidFile}), new_pid);
   // The host keeps no staging directory.
   ASSERT_THAT(r->stage_dir, ::testing::EndsWith("/.gpu-fleet-bootstrap/201"));
   auto left = ssh_->Run({"test", "-e", r->stage_dir}, "", absl::Seconds(30));
@@ -559,6 +655,10 @@ void BootstrapTest::HostileArgumentsReachAProgramInTheContainerVerbatim() {
   EXPECT_NE(access("/tmp/pwned", F_OK), 0);
 }
 
+TEST_F(BootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) {
+  OlderAgentReplacedInPlaceAndASecondRunChangesNothing();
+}
+
 TEST_F(BootstrapTest, AFailedStepNamesTheHostTheContainerAndTheStep) {
   FailedStepNamesTheHostTheContainerAndTheStep();
 }
@@ -573,10 +673,7 @@ TEST_F(BootstrapTest, HostileArgumentsReachAProgramInTheContainerVerbatim) {
 // detached child). A privileged container without systemd; skipped without LXC.
 class LxcBootstrapTest : public BootstrapTest {
  protected:
-  std::string LxcCache() const override {
-    const char* cache = getenv("FLEET_LXC_CACHE");
-    return cache != nullptr && cache[0] != '\0' ? cache : testing::BuildPath("lxc-cache");
-  }
+  std::string LxcCache() const override { return fleet::LxcCache(); }
   // A fresh agent pushed and started (by systemd when `systemd`): pct exec of the start returns
   // while it keeps running, and it has none of the SSH session's environment.
   void TheAgentOutlivesPctExecWithoutTheHostsEnvironment(bool systemd);
@@ -584,14 +681,14 @@ class LxcBootstrapTest : public BootstrapTest {
   void SetUp() override {
     // An unprivileged container's root (100000) walks this folder to its overlay's layers.
     chmod(dir_.path().c_str(), 0755);
-    for (const char* tool : {"lxc-start", "lxc-attach", "lxc-info", "debootstrap"}) {
-      if (testing::FindOnPath(tool, "/usr/sbin:/usr/bin:/sbin:/bin").empty()) {
-        GTEST_SKIP() << "no " << tool << " (deploy/install-deps.sh installs lxc and debootstrap)";
-      }
-    }
+    if (std::string why = LxcSkipReason(); !why.empty()) GTEST_SKIP() << why;
     BootstrapTest::SetUp();
   }
 };
+
+TEST_F(LxcBootstrapTest, AnOlderAgentIsReplacedInPlaceAndASecondRunChangesNothing) {
+  OlderAgentReplacedInPlaceAndASecondRunChangesNothing();
+}
 
 TEST_F(LxcBootstrapTest, AFailedStepNamesTheHostTheContainerAndTheStep) {
   FailedStepNamesTheHostTheContainerAndTheStep();
