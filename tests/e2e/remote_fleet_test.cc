@@ -15,6 +15,7 @@
 // container instead (tests/sim/pct-lxc; issue 17), skipped without LXC. Waits are on events:
 // fleetd's own `status --watch`, a log line, a process's exit; never sleeps.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,6 +49,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sim/sim_test_support.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/subprocess.h"
 
 namespace fleet {
@@ -296,19 +299,28 @@ bool AllReady(const std::map<std::string, std::string>& states, size_t count) {
 
 std::string Quoted(const std::string& s) { return absl::StrCat("\"", s, "\""); }
 
-// The environment of every process on this machine (containers' included: one kernel) whose
-// command line holds each of `needles`, one NAME=VALUE per line.
-std::vector<std::string> EnvironmentsOf(const std::vector<std::string>& needles) {
+// Every process on this machine (containers' included: one kernel) whose command line holds
+// each of `needles`, as /proc/PID.
+std::vector<std::string> ProcessesWith(const std::vector<std::string>& needles) {
   std::vector<std::string> out;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const std::string cmdline = testing::ReadFile(entry.path().string() + "/cmdline");
-    if (!std::all_of(needles.begin(), needles.end(),
-                     [&](const std::string& n) { return absl::StrContains(cmdline, n); })) {
-      continue;
+    if (!cmdline.empty() && std::all_of(needles.begin(), needles.end(), [&](const std::string& n) {
+          return absl::StrContains(cmdline, n);
+        })) {
+      out.push_back(entry.path().string());
     }
-    std::string environ = testing::ReadFile(entry.path().string() + "/environ");
+  }
+  return out;
+}
+
+// The environment of each of those, one NAME=VALUE per line.
+std::vector<std::string> EnvironmentsOf(const std::vector<std::string>& needles) {
+  std::vector<std::string> out;
+  for (const std::string& proc : ProcessesWith(needles)) {
+    std::string environ = testing::ReadFile(proc + "/environ");
     std::replace(environ.begin(), environ.end(), '\0', '\n');
     out.push_back(environ);
   }
@@ -745,6 +757,130 @@ void LxcBootstrapTest::TheAgentOutlivesPctExecWithoutTheHostsEnvironment(bool sy
 
 TEST_F(LxcBootstrapTest, TheDetachedAgentOutlivesPctExecWithoutTheHostsEnvironment) {
   TheAgentOutlivesPctExecWithoutTheHostsEnvironment(/*systemd=*/false);
+}
+
+// The SSH connection cut while `pct exec` starts the agent (issue 17): the host's pct holds the
+// first start (marker cut.reached in its folder, then waits on the fifo cut.fifo), the test kills
+// sshd's session processes, which ends the connection, and lets the held command go on without
+// its caller, as a command outlives a killed lxc-attach (cut.done once it ended). Whatever the
+// order of that orphaned start and the next bootstrap, one agent runs in the end.
+class LxcCutBootstrapTest : public LxcBootstrapTest {
+ protected:
+  void SetUp() override {
+    LxcBootstrapTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    sbin_ = host_->dir() + "/sbin";
+    std::filesystem::rename(sbin_ + "/pct", sbin_ + "/pct.real");
+    // (The folder is the host's /usr/local/sbin: the script finds its files next to itself.)
+    dir_.WriteFile("pve/sbin/pct", R"(#!/bin/sh
+here=$(dirname "$0")
+case " $* " in
+  *" --detach "*)
+    if mkdir "$here/cut.held" 2>/dev/null; then
+      : > "$here/cut.reached"
+      read -r _ < "$here/cut.fifo"
+      "$here/pct.real" "$@" > /dev/null 2>&1
+      echo $? > "$here/cut.done"
+      exit 0
+    fi ;;
+esac
+exec "$here/pct.real" "$@"
+)");
+    chmod((sbin_ + "/pct").c_str(), 0755);
+    ASSERT_EQ(mkfifo((sbin_ + "/cut.fifo").c_str(), 0600), 0);
+  }
+
+  // Starts a bootstrap, and cuts its connection once its start command is held on the host.
+  void StartAndCut() {
+    auto first = std::async(std::launch::async, [this] { return Ensure(); });
+    ASSERT_TRUE(
+        testing::Eventually([&] { return access((sbin_ + "/cut.reached").c_str(), F_OK) == 0; },
+                            std::chrono::seconds(60)));
+    // sshd's per-connection processes are the listener's children: killed, the TCP connection
+    // ends (as a host that drops it), the command they ran stays.
+    const std::string listener =
+        std::string(absl::StripAsciiWhitespace(testing::ReadFile(host_->dir() + "/sshd.pid")));
+    int killed = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string stat = testing::ReadFile(entry.path().string() + "/stat");
+      const size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+      int pid = 0;
+      if (fields.size() > 1 && fields[1] == listener &&
+          absl::SimpleAtoi(entry.path().filename().string(), &pid)) {
+        killed += kill(pid, SIGKILL) == 0 ? 1 : 0;
+      }
+    }
+    EXPECT_GE(killed, 1);
+    cut_ = first.get();
+  }
+
+  // Lets the held start go on, and waits until it ended.
+  void ReleaseHeldStart() {
+    const int fd = open((sbin_ + "/cut.fifo").c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(write(fd, "go\n", 3), 3);
+    close(fd);
+    ASSERT_TRUE(
+        testing::Eventually([&] { return access((sbin_ + "/cut.done").c_str(), F_OK) == 0; },
+                            std::chrono::seconds(60)));
+  }
+
+  void Reconnect() {
+    auto ssh = daemon::SshSession::Connect(Ssh(*host_, creds_, "pve1"));
+    ASSERT_TRUE(ssh.ok()) << ssh.status();
+    ssh_ = *std::move(ssh);
+  }
+
+  // The container's agents: fleet-agent processes serving its address (not the commands that
+  // start one).
+  size_t Agents() const {
+    size_t n = 0;
+    for (const std::string& proc :
+         ProcessesWith({daemon::kRemoteAgent, "--listen", spec_.listen})) {
+      n += absl::StripAsciiWhitespace(testing::ReadFile(proc + "/comm")) == "fleet-agent" ? 1 : 0;
+    }
+    return n;
+  }
+
+  std::string sbin_;
+  absl::StatusOr<daemon::BootstrapResult> cut_;
+};
+
+TEST_F(LxcCutBootstrapTest, AStartThatOutlivesItsConnectionIsFoundByTheNextBootstrap) {
+  StartAndCut();
+  ASSERT_FALSE(cut_.ok());
+  EXPECT_THAT(cut_.status().message(), HasSubstr("step start"));
+  ReleaseHeldStart();
+  EXPECT_EQ(absl::StripAsciiWhitespace(testing::ReadFile(sbin_ + "/cut.done")), "0");
+  // The orphaned start started the agent; the next bootstrap finds it running and up to date.
+  Reconnect();
+  auto r = Ensure();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->started);
+  EXPECT_THAT(r->steps, ElementsAre("status", "version"));
+  EXPECT_EQ(Agents(), 1u);
+  EXPECT_TRUE(client_->Status().ok());
+}
+
+TEST_F(LxcCutBootstrapTest, AStartThatOutlivesItsConnectionAndTheNextBootstrapLeaveOneAgent) {
+  StartAndCut();
+  ASSERT_FALSE(cut_.ok());
+  // The next bootstrap while the cut one's start is still held: it starts an agent of its own.
+  Reconnect();
+  auto r = Ensure();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->started);
+  EXPECT_EQ(Agents(), 1u);
+  // Then the orphaned start runs: its agent replaces the running one (--replace), never a second.
+  ReleaseHeldStart();
+  EXPECT_EQ(Agents(), 1u);
+  EXPECT_TRUE(client_->Answers(absl::Seconds(30)).ok());
+  auto again = Ensure();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->started);
+  EXPECT_EQ(Agents(), 1u);
 }
 
 // An unprivileged container (0 mapped to 100000): what pct push writes is the container's root's.
