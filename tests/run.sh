@@ -44,9 +44,14 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$opt_flags" -DFLEET_UNITY=ON >/dev/null
 cmake --build build -j "$jobs"
 
-# The Debian 12 root of the LXC tests (tests/sim/lxc_rootfs.sh) is made once per machine in
-# build/, and found there by any build tree.
+# The Debian 12 root of the LXC tests (tests/sim/lxc_rootfs.sh; the uid-shifted copy of the
+# unprivileged container too) is made here, once per run, before any test needs it: in build/, and
+# found there by both build trees' tests through FLEET_LXC_CACHE. A root left by an earlier run is
+# kept only when it was made with the same package list (lxc_rootfs.sh's marker).
+timed_step "LXC root of the container tests (tests/sim/lxc_rootfs.sh)"
 export FLEET_LXC_CACHE="$root/build/lxc-cache"
+tests/sim/lxc_rootfs.sh "$FLEET_LXC_CACHE" >/dev/null
+tests/sim/lxc_rootfs.sh "$FLEET_LXC_CACHE" --uid-shift 100000 >/dev/null
 
 timed_step "GCC test suite"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
