@@ -328,10 +328,21 @@ std::vector<std::string> ProcessesWith(const std::vector<std::string>& needles) 
   return out;
 }
 
-// The environment of each of those, one NAME=VALUE per line.
-std::vector<std::string> EnvironmentsOf(const std::vector<std::string>& needles) {
+// The fleet-agent processes serving `listen` (not the commands that start one).
+std::vector<std::string> AgentProcesses(const std::string& listen) {
   std::vector<std::string> out;
-  for (const std::string& proc : ProcessesWith(needles)) {
+  for (const std::string& proc : ProcessesWith({daemon::kRemoteAgent, "--listen", listen})) {
+    if (absl::StripAsciiWhitespace(testing::ReadFile(proc + "/comm")) == "fleet-agent") {
+      out.push_back(proc);
+    }
+  }
+  return out;
+}
+
+// The environment of each of `procs`, one NAME=VALUE per line.
+std::vector<std::string> EnvironmentsOf(const std::vector<std::string>& procs) {
+  std::vector<std::string> out;
+  for (const std::string& proc : procs) {
     std::string environ = testing::ReadFile(proc + "/environ");
     std::replace(environ.begin(), environ.end(), '\0', '\n');
     out.push_back(environ);
@@ -438,8 +449,12 @@ void TwoHostsDeployWatchAndRestart(const std::string& lxc_cache) {
   // Neither the agents nor the servers carry the SSH session's environment (sshd's
   // SSH_CONNECTION and SSH_CLIENT; pct runs in that session): they have the template's.
   const std::vector<std::string> servers =
-      EnvironmentsOf({world->Path("venv/bin/python"), "sglang.launch_server"});
-  const std::vector<std::string> agents = EnvironmentsOf({daemon::kRemoteAgent, "--container"});
+      EnvironmentsOf(ProcessesWith({world->Path("venv/bin/python"), "sglang.launch_server"}));
+  std::vector<std::string> agents =
+      EnvironmentsOf(AgentProcesses(absl::StrCat(ct1, ":", kAgentPort)));
+  for (std::string& e : EnvironmentsOf(AgentProcesses(absl::StrCat(ct2, ":", kAgentPort)))) {
+    agents.push_back(std::move(e));
+  }
   EXPECT_GE(servers.size(), 8u);  // a server and its scheduler child, each
   EXPECT_EQ(agents.size(), 2u);
   for (const std::string& environ : servers) {
@@ -852,16 +867,7 @@ exec "$here/pct.real" "$@"
     ssh_ = *std::move(ssh);
   }
 
-  // The container's agents: fleet-agent processes serving its address (not the commands that
-  // start one).
-  size_t Agents() const {
-    size_t n = 0;
-    for (const std::string& proc :
-         ProcessesWith({daemon::kRemoteAgent, "--listen", spec_.listen})) {
-      n += absl::StripAsciiWhitespace(testing::ReadFile(proc + "/comm")) == "fleet-agent" ? 1 : 0;
-    }
-    return n;
-  }
+  size_t Agents() const { return AgentProcesses(spec_.listen).size(); }
 
   std::string sbin_;
   absl::StatusOr<daemon::BootstrapResult> cut_;
