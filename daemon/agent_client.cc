@@ -48,6 +48,22 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& container, const
   return FromGrpcStatus(s, absl::StrCat("container ", container, ": agent ", call));
 }
 
+const char* ChannelStateName(grpc_connectivity_state state) {
+  switch (state) {
+    case GRPC_CHANNEL_IDLE:
+      return "IDLE";
+    case GRPC_CHANNEL_CONNECTING:
+      return "CONNECTING";
+    case GRPC_CHANNEL_READY:
+      return "READY";
+    case GRPC_CHANNEL_TRANSIENT_FAILURE:
+      return "TRANSIENT_FAILURE";
+    case GRPC_CHANNEL_SHUTDOWN:
+      return "SHUTDOWN";
+  }
+  return "UNKNOWN";
+}
+
 // One followed event stream: EventBatches, or Events from an agent that has no EventBatches (it
 // answers UNIMPLEMENTED before any event: followed again at once with Events, unseen by the
 // sink, and the client remembers). Deletes itself in OnDone, after telling the sink.
@@ -348,21 +364,25 @@ absl::StatusOr<fleet::v1::StatusResponse> GrpcAgentClient::Status() {
 }
 
 absl::Status GrpcAgentClient::Answers(absl::Duration wait) {
-  if (wait <= absl::ZeroDuration()) return Status().status();
-  fleet::v1::StatusResponse out;
-  grpc::ClientContext c;
-  c.set_wait_for_ready(true);
-  c.set_deadline(Deadline(wait));
-  const grpc::Status waited = stub_->Status(&c, fleet::v1::StatusRequest(), &out);
-  if (waited.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return FromGrpc(waited, container_, "Status");
+  // Connected first, this thread driving the attempts (WaitForConnected polls here); then the
+  // call, with the usual deadline: a slow answer is not a missing agent.
+  if (wait > absl::ZeroDuration() && !channel_->WaitForConnected(Deadline(wait))) {
+    // Why it never connected: a call that fails fast reports the channel's last error (refused,
+    // handshake failed) when the channel has given up on its attempt.
+    fleet::v1::StatusResponse out;
+    grpc::ClientContext why;
+    why.set_deadline(Deadline(absl::Milliseconds(200)));
+    const grpc::Status reason = stub_->Status(&why, fleet::v1::StatusRequest(), &out);
+    if (reason.ok()) return absl::OkStatus();
+    if (reason.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return FromGrpc(reason, container_, "Status");
+    }
+    return absl::UnavailableError(absl::StrCat("container ", container_,
+                                               ": agent Status: not connected within ",
+                                               absl::FormatDuration(wait), " (channel ",
+                                               ChannelStateName(channel_->GetState(false)), ")"));
   }
-  // Why it never connected: a call that fails fast reports the channel's last error.
-  grpc::ClientContext why;
-  why.set_deadline(Deadline(absl::Milliseconds(200)));
-  const grpc::Status reason = stub_->Status(&why, fleet::v1::StatusRequest(), &out);
-  return FromGrpc(reason.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? waited : reason,
-                  container_, "Status");
+  return Status().status();
 }
 
 absl::StatusOr<fleet::v1::ToolchainSnapshot> GrpcAgentClient::Probe(

@@ -138,13 +138,13 @@ class GrpcAgentClient : public AgentClient {
   absl::Status Logs(const fleet::v1::LogsRequest& r,
                     const std::function<bool(const fleet::v1::LogChunk&)>& on_chunk,
                     CallCancel* cancel) override;
-  // OK when the agent answers a Status call within `wait`, the call waiting for the channel to
-  // connect meanwhile (gRPC's wait_for_ready): a bootstrap's health check. A call that fails
-  // fast finds the channel in TRANSIENT_FAILURE after an agent not yet listening refused the
-  // first connection, and leaves the next attempts to gRPC's backup poller (every 5 s), which
-  // lets their TLS handshakes time out: an agent started by systemd was never reached that way.
-  // When the wait ends unanswered, the error is the channel's own (refused, handshake failed).
-  // A zero `wait`: Status(), failing fast.
+  // OK when the agent answers a Status call once its channel connected within `wait` (this
+  // thread driving the connection attempts meanwhile: grpc::Channel::WaitForConnected): a
+  // bootstrap's health check. A call that fails fast finds the channel in TRANSIENT_FAILURE after
+  // an agent not yet listening refused the first connection; the agent started by systemd in a
+  // container was then never reached (the client sent its TLS hello only every 5 s, gRPC's backup
+  // poller's interval, and the handshakes timed out). Unconnected, the error is the channel's own
+  // (refused, handshake failed) or its state. A zero `wait`: Status(), failing fast.
   absl::Status Answers(absl::Duration wait);
   void Follow(const std::string& incarnation, uint64_t after, EventSink* sink) override;
   void CancelFollow() override;

@@ -45,9 +45,11 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build build -j "$jobs"
 
 # The Debian 12 root of the LXC tests (tests/sim/lxc_rootfs.sh; the uid-shifted copy of the
-# unprivileged container too) is made here, once per run, before any test needs it: in build/, and
-# found there by both build trees' tests through FLEET_LXC_CACHE. A root left by an earlier run is
-# kept only when it was made with the same package list (lxc_rootfs.sh's marker).
+# unprivileged container too) is made here, once per run, before any test needs it: in build/,
+# where any build tree's tests find it through FLEET_LXC_CACHE (the clang half runs none of them).
+# A root left by an earlier run is kept only when it was made with the same package list
+# (lxc_rootfs.sh's marker). It needs the Debian mirror, as the Debian 11 root of old_system_test
+# does: without network the run stops here.
 timed_step "LXC root of the container tests (tests/sim/lxc_rootfs.sh)"
 export FLEET_LXC_CACHE="$root/build/lxc-cache"
 tests/sim/lxc_rootfs.sh "$FLEET_LXC_CACHE" >/dev/null

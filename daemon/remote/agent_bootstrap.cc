@@ -23,8 +23,12 @@
 namespace fleet::daemon {
 namespace {
 
-// How long one health check waits for the agent's channel to connect.
+// How long one health check after a start waits for the agent's channel to connect; and the
+// check of an agent found up to date (a bootstrap after a lost stream reuses a channel in
+// TRANSIENT_FAILURE: a check failing fast there would miss an agent systemd has restarted, and
+// restart it again).
 constexpr absl::Duration kHealthWait = absl::Seconds(2);
+constexpr absl::Duration kFoundAgentWait = absl::Seconds(1);
 
 // The first line of `binary --version`, run here (no shell).
 absl::StatusOr<std::string> LocalVersion(const std::string& binary) {
@@ -240,7 +244,7 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
     absl::StatusOr<CommandResult> rm = host.Run({"rm", "-rf", "--", stage}, {}, absl::Seconds(30));
     result.stage_left = !rm.ok() || rm->exit_status != 0;
   };
-  if (current && healthy(absl::ZeroDuration()).ok()) {
+  if (current && healthy(kFoundAgentWait).ok()) {
     if (spec.remove_stale_stage) {
       absl::StatusOr<std::string> stage = stage_dir();
       if (stage.ok()) {
@@ -375,7 +379,7 @@ absl::StatusOr<BootstrapResult> EnsureAgent(CommandRunner& host, const AgentPack
                         absl::StrCat("no answer within ", absl::FormatDuration(spec.health_timeout),
                                      ": ", health.message()));
     }
-    // A retry interval after a refusal (an agent not listening yet), not a synchronisation guess.
+    // A retry interval after a check that found no agent, not a synchronisation guess.
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(pause));
     pause = std::min(pause * 2, absl::Seconds(1));
   }

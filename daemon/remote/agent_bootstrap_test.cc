@@ -253,9 +253,16 @@ TEST(EnsureAgent, AnUpToDateAgentCostsNoMoreCommandsWhenNothingWasLeft) {
   Fixture f;
   ScriptedHost host;
   host.version = f.package.version + "\n";
-  auto r = EnsureAgent(host, f.package, f.spec, [](absl::Duration) { return absl::OkStatus(); });
+  absl::Duration waited = absl::ZeroDuration();
+  auto r = EnsureAgent(host, f.package, f.spec, [&](absl::Duration wait) {
+    waited = wait;
+    return absl::OkStatus();
+  });
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(host.commands.size(), 2u) << absl::StrJoin(host.commands, "\n");  // status, version
+  // The check of the agent found waits for its channel (reused after a lost stream, it may be in
+  // TRANSIENT_FAILURE while the agent is back): a check failing fast would restart it again.
+  EXPECT_GT(waited, absl::ZeroDuration());
 }
 
 }  // namespace

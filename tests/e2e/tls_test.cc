@@ -191,9 +191,10 @@ TEST_F(TlsTest, TheDaemonsCertificateIsAccepted) {
 }
 
 // An agent that refused the first check (not listening yet; systemd starting it) answers the
-// next one: the check waits for the channel to connect. Before, a check failing fast on the
-// channel in TRANSIENT_FAILURE left its reconnection to gRPC's backup poller (every 5 s), whose
-// TLS handshakes timed out: a bootstrap never reached an agent started by systemd.
+// next one: the check waits for the channel to connect. Before, a check failed fast on the
+// channel still in TRANSIENT_FAILURE (this test), and in a systemd container no check ever
+// reached the agent (LxcSystemdBootstrapTest: the TLS hello went out only every 5 s, gRPC's
+// backup poller's interval, and the handshakes timed out).
 TEST_F(TlsTest, AnAgentThatRefusedTheFirstCheckAnswersTheNext) {
   absl::StatusOr<int> port = sim::testing::FreePort();
   ASSERT_TRUE(port.ok()) << port.status();
@@ -240,6 +241,11 @@ TEST_F(TlsTest, AnAgentCertificateOfAnotherCaIsRefusedByTheDaemon) {
   RunningAgent agent(dir_, "impostor", "127.0.0.1:0", TlsFlags(pki_, other_, "node1"));
   daemon::GrpcAgentClient client("local/tls", agent.target(), ReadTls(pki_, pki_));
   EXPECT_FALSE(client.Status().ok());
+  // A bootstrap's health check says why: the handshake, not a bare deadline.
+  const absl::Status check = client.Answers(absl::Seconds(1));
+  EXPECT_FALSE(check.ok());
+  EXPECT_THAT(check.message(), ::testing::AnyOf(HasSubstr("andshake"), HasSubstr("ertificate")))
+      << check;
   // The same client trusting the other CA takes it: the CA is what was refused.
   daemon::AgentTls trusting_other = ReadTls(pki_, pki_);
   trusting_other.ca_pem = testing::ReadFile(other_ + "/ca.crt");

@@ -142,8 +142,10 @@ detached_case() {
 }
 mkfifo "$dir/attach-done" "$dir/reader-done"
 for ctid in "${containers[@]}"; do
-  # The child holds the stdout of the command (a background job of sh inherits it).
-  order=$(detached_case "$ctid" 0 'cat "$0" >/dev/null & echo started')
+  # The child holds the stdout of the command (a background job of sh inherits it; cat writes
+  # nothing, its input being the gate, empty). Not `>/dev/null`: then nothing of the child's
+  # held the pipe, and the order below was a race it once lost.
+  order=$(detached_case "$ctid" 0 'cat "$0" & echo started')
   [[ $order == "attach-exited gate-released reader-eof " ]] ||
     fail "$ctid: a child holding stdout: events $order"
   # The child closes every descriptor it inherited before it waits: end-of-file at once.
