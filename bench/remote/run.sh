@@ -51,7 +51,7 @@
 #
 # Needs root (network and mount namespaces, chroot, sshd), as tests/sim/sim_proxmox_host.sh does.
 # Each remote measurement keeps, in its run's dir, the containers' agent log and pid file
-# (pveN-CTID-agent.log, .pid: read from the chroot, or from the LXC overlay's upper layer).
+# (MODE-pveN-CTID-agent.log, .pid: read from the chroot, or from the LXC overlay's upper layer).
 # It prints one line per measurement, the bootstrap steps, and a summary. Machine-readable:
 # DIR/summary.env (key=value), DIR/summary.json (one JSON object), DIR/runs.tsv (one line per
 # measurement), DIR/bootstrap.tsv (one line per container bootstrap). Exits non-zero when a
