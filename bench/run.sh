@@ -28,9 +28,10 @@
 #   bench/run.sh remediation [--speed X] [--runs N]
 #                                            time-to-ready of the seed scenario, issue 5
 #                                            (bench/remediation/run.sh)
-#   bench/run.sh remote [--speed X] [--runs N]
+#   bench/run.sh remote [--speed X] [--runs N] [--lxc]
 #                                            agent bootstrap over SSH and time-to-ready on two
-#                                            simulated hosts against the local transport, issue 6
+#                                            simulated hosts against the local transport, issue 6;
+#                                            --lxc: real LXC containers, issue 17
 #                                            (bench/remote/run.sh; needs root)
 #
 # It prints MB/s for both, the ratio ours/grep, our peak RSS at SIZE_MIB and at 1/8 of it, the

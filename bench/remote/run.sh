@@ -24,11 +24,21 @@
 #                 socket started beforehand (as deploy/demo.sh does), servers on two different
 #                 blocks of free loopback ports; time from fleetd's start to all READY.
 #
+# The containers of the two simulated hosts are, by default, network namespace + chroot
+# (`pct` = tests/sim/pct-sim). With --lxc they are real LXC containers (issue 17; `pct` =
+# tests/sim/pct-lxc: `pct exec` is lxc-attach, `pct push` writes into the running container):
+# privileged, LXC's init.lxc as PID 1 (no systemd: the agents start detached), each on an overlay
+# of the Debian 12 root of tests/sim/lxc_rootfs.sh in $FLEET_LXC_CACHE (default BUILD_DIR/lxc-cache;
+# made there with debootstrap if missing), the same folders bound in at the same paths as in the
+# chroot mode (the worlds, the build dir, the repository). The local mode is the same in both.
+# Every output names the mode: containers=chroot|lxc.
+#
 # Overhead of the remote path = remote-fresh - local and remote-warm - local (s and % of local).
 # The same stripped fleet-agent and fleet-http-probe (what a release ships; `strip -o`) serve
 # all three: fleetd pushes them in remote-fresh, the local agents run them.
 #
 #   bash bench/remote/run.sh [--speed X] [--runs N] [--out DIR] [--build-dir DIR] [--no-build]
+#                            [--lxc]
 #
 #   --speed X        FLEET_SIM_SPEED of every simulated server (default 10: a cold start is a few s)
 #   --runs N         runs of each measurement (default 3)
@@ -36,8 +46,12 @@
 #                    at start, and only if it is empty or a previous run's)
 #   --build-dir DIR  the CMake build to reuse or make (default build/, or $BUILD_DIR)
 #   --no-build       use the binaries in the build dir as they are (no deps, no cmake)
+#   --lxc            the simulated hosts' containers are real LXC containers (see above; needs
+#                    lxc-start, lxc-attach, lxc-info, and debootstrap if the root is not made yet)
 #
 # Needs root (network and mount namespaces, chroot, sshd), as tests/sim/sim_proxmox_host.sh does.
+# Each remote measurement keeps, in its run's dir, the containers' agent log and pid file
+# (MODE-pveN-CTID-agent.log, .pid: read from the chroot, or from the LXC overlay's upper layer).
 # It prints one line per measurement, the bootstrap steps, and a summary. Machine-readable:
 # DIR/summary.env (key=value), DIR/summary.json (one JSON object), DIR/runs.tsv (one line per
 # measurement), DIR/bootstrap.tsv (one line per container bootstrap). Exits non-zero when a
@@ -56,6 +70,7 @@ runs=3
 out=/tmp/gpu-fleet-bench-remote
 build=${BUILD_DIR:-build}
 do_build=true
+containers=chroot
 while [[ $# -gt 0 ]]; do
   case $1 in
     --speed) [[ $# -ge 2 ]] || usage; speed=$2; shift ;;
@@ -67,6 +82,7 @@ while [[ $# -gt 0 ]]; do
     --build-dir) [[ $# -ge 2 ]] || usage; build=$2; shift ;;
     --build-dir=*) build=${1#--build-dir=} ;;
     --no-build) do_build=false ;;
+    --lxc) containers=lxc ;;
     -h | --help) usage ;;
     *) printf 'bench: unknown argument %s\n' "$1" >&2; usage ;;
   esac
@@ -95,6 +111,11 @@ for tool in ip unshare chroot nsenter strip flock; do
   command -v "$tool" >/dev/null || die "no $tool on PATH (iproute2, util-linux, coreutils, binutils)"
 done
 [[ -d /run/netns ]] || mkdir -p /run/netns
+if [[ $containers == lxc ]]; then
+  for tool in lxc-start lxc-attach lxc-info lxc-wait lxc-stop; do
+    command -v "$tool" >/dev/null || die "no $tool on PATH (--lxc; deploy/install-deps.sh installs lxc)"
+  done
+fi
 
 if $do_build; then
   step "dependencies"
@@ -108,6 +129,15 @@ for b in daemon/fleetd agent/fleet-agent agent/fleet-http-probe cli/fleetctl \
   tests/sim/sglang-server-sim tests/sim/sim-free-ports; do
   [[ -x $bin/$b ]] || die "$bin/$b is not built (run without --no-build)"
 done
+# --lxc: the containers' Debian 12 root, made now if missing (debootstrap: minutes, not measured).
+lxc_cache=
+lxc_root=
+lxc_version=
+if [[ $containers == lxc ]]; then
+  lxc_version=$(lxc-start --version 2>/dev/null) || lxc_version=unknown
+  lxc_cache=${FLEET_LXC_CACHE:-$bin/lxc-cache}
+  lxc_root=$(bash tests/sim/lxc_rootfs.sh "$lxc_cache") || die "no LXC root in $lxc_cache (tests/sim/lxc_rootfs.sh)"
+fi
 
 # The results dir: emptied, but never one that holds something else than a previous run.
 readonly marker=.gpu-fleet-bench-remote
@@ -148,6 +178,11 @@ echo "load average: $load_start   revision: $revision   date: $date_utc"
 echo "agent: $agent_version, stripped: fleet-agent $agent_kib KiB + fleet-http-probe $probe_kib KiB"
 echo "sshd: $sshd_version"
 echo "sim speed: $speed (FLEET_SIM_SPEED)   runs: $runs   results: $out"
+if [[ $containers == lxc ]]; then
+  echo "containers=lxc: real LXC containers (LXC $lxc_version), privileged, init.lxc, root $lxc_root"
+else
+  echo "containers=chroot: network namespace + chroot (tests/sim/pct-sim)"
+fi
 
 # --- Process bookkeeping: everything started here is stopped on any exit ---------------------------
 
@@ -257,11 +292,58 @@ templates_and_policy() {
 # --- The remote setup: two simulated hosts, key, known_hosts, certificates, config ---------------
 
 declare -A host_addr=() ct_addr=()
+readonly -A host_of_ct=([201]=pve1 [202]=pve2)
+# ct_root HOST_DIR CTID: the container's files as this machine sees them: the chroot, or with
+# --lxc the upper layer of the container's overlay (what the container wrote; read only: writing
+# there under the mounted overlay is not defined; `down` deletes it).
+ct_root() {
+  if [[ $containers == lxc ]]; then
+    printf '%s\n' "$1/lxc/$2/upper"
+  else
+    printf '%s\n' "$1/ct/$2/rootfs"
+  fi
+}
+# The agent's log and pid file in a container (daemon/remote/agent_bootstrap.h).
+readonly remote_agent_log=/var/log/gpu-fleet-agent.log remote_agent_pid=/run/gpu-fleet-agent.pid
+
+# keep_agent_files DIR MODE: each container's agent log and pid file copied to
+# DIR/MODE-pveN-CTID-agent.{log,pid} (LXC's upper layer goes with `down`); the pid on stdout, one
+# "CTID PID" line per container.
+keep_agent_files() {
+  local dir=$1 mode=$2 ct root name pid
+  for ct in "${ctids[@]}"; do
+    root=$(ct_root "$dir/${host_of_ct[$ct]}" "$ct")
+    name=$dir/$mode-${host_of_ct[$ct]}-$ct-agent
+    cp -- "$root$remote_agent_log" "$name.log" 2>/dev/null || : >"$name.log"
+    pid=-
+    if [[ -f $root$remote_agent_pid ]]; then
+      cp -- "$root$remote_agent_pid" "$name.pid"
+      read -r pid <"$name.pid" || pid=-
+    fi
+    printf '%s %s\n' "$ct" "${pid:--}"
+  done
+}
+
+# show_agent_logs MODE DIR: the end of each container's agent log, on stderr (after a failure).
+show_agent_logs() {
+  local mode=$1 dir=$2 ct f
+  for ct in "${ctids[@]}"; do
+    if [[ $mode == local ]]; then
+      f=$dir/local/agent-$ct.log
+    else
+      f=$(ct_root "$dir/${host_of_ct[$ct]}" "$ct")$remote_agent_log
+    fi
+    printf '%s: the end of %s (containers=%s):\n' "$fleet_me" "$f" "$containers" >&2
+    tail -n 20 -- "$f" >&2 2>/dev/null || printf '  (none)\n' >&2
+  done
+}
+
 # hosts_up DIR: pve1 (container 201, routed: `direct`) and pve2 (container 202, not routed:
 # `ssh_tunnel`) under DIR, our key authorized on both, DIR/known_hosts, DIR/pki.
 hosts_up() {
   local dir=$1 h ct key_type key_text
-  local -a route=()
+  local -a route=() lxc=()
+  [[ $containers == lxc ]] && lxc=(--lxc "$lxc_cache")
   local -A host_ct=([pve1]=201 [pve2]=202)
   : >"$dir/known_hosts"
   for h in pve1 pve2; do
@@ -270,7 +352,7 @@ hosts_up() {
     [[ $h == pve1 ]] && route=(--route)
     hosts+=("$dir/$h")
     bash tests/sim/sim_proxmox_host.sh up "$dir/$h" "$ct" ${route[@]+"${route[@]}"} \
-      --bind "$share" --bind "$bin" --bind "$repo" >"$dir/$h.up" 2>&1 ||
+      --bind "$share" --bind "$bin" --bind "$repo" ${lxc[@]+"${lxc[@]}"} >"$dir/$h.up" 2>&1 ||
       { cat "$dir/$h.up" >&2; die "sim_proxmox_host.sh up $dir/$h failed"; }
     host_addr[$h]=$(sed -n 's/^host_addr=//p' "$dir/$h.up")
     ct_addr[$ct]=$(sed -n "s/^ct_$ct=//p" "$dir/$h.up")
@@ -350,6 +432,7 @@ time_to_ready() {
   if ((rc != 0)); then
     cat "$state/status.out" >&2
     tail -30 "$log" >&2
+    show_agent_logs "$mode" "$dir"
     die "$mode run $r: not all $servers READY (fleetctl status --until-ready exited $rc); state in $state"
   fi
   "$fleetctl_bin" --state-dir "$state" attempts -o json >"$state/attempts.json"
@@ -389,7 +472,7 @@ time_to_ready() {
       name=${part%% *}
       st[$name]=$(seconds "${part#* }")
     done < <(printf '%s\n' "${steps//, /$'\n'}")
-    printf '%s\n' "$mode $r $host $ct $total ${st[status]:--} ${st[version]:--} ${st[init]:--} ${st[stage]:--} ${st[push]:--} ${st[start]:--} ${st[health]:--} $at" |
+    printf '%s\n' "$mode $r $host $ct $total ${st[status]:--} ${st[version]:--} ${st[init]:--} ${st[stage]:--} ${st[push]:--} ${st[start]:--} ${st[health]:--} $at $containers" |
       tr ' ' '\t' >>"$out/bootstrap.tsv"
     boot_total[$ct]=$total
     boot_at[$ct]=$at
@@ -404,11 +487,11 @@ time_to_ready() {
       ;;
     *) ((boots == 0)) || die "$mode run $r: fleetd (re)started $boots agents; expected none ($log)" ;;
   esac
-  printf '%s: all %d READY %s s after fleetd started (servers'"'"' own time-to-ready: median %s s, max %s s; load %s)\n' \
-    "$mode" "$servers" "$ttr" "$ttr_med" "$ttr_max" "$load"
+  printf '%s: all %d READY %s s after fleetd started (containers=%s; servers'"'"' own time-to-ready: median %s s, max %s s; load %s)\n' \
+    "$mode" "$servers" "$ttr" "$containers" "$ttr_med" "$ttr_max" "$load"
   printf '   first launch: 201 at %s s, 202 at %s s; last READY at %s s (after fleetd started)\n' \
     "$launch201" "$launch202" "$last_ready"
-  printf '%s\n' "$mode $r $ttr $attempts $ttr_med $ttr_max ${boot_total[201]:--} ${boot_total[202]:--} ${boot_at[201]:--} ${boot_at[202]:--} $launch201 $launch202 $last_ready $load" |
+  printf '%s\n' "$mode $r $ttr $attempts $ttr_med $ttr_max ${boot_total[201]:--} ${boot_total[202]:--} ${boot_at[201]:--} ${boot_at[202]:--} $launch201 $launch202 $last_ready $load $containers" |
     tr ' ' '\t' >>"$out/runs.tsv"
 }
 
@@ -425,8 +508,8 @@ stop_fleetd() {
 # --- The runs, interleaved ---------------------------------------------------------------------------
 
 ssh-keygen -q -t ed25519 -N '' -C gpu-fleet-bench-remote -f "$out/id_ed25519"
-printf 'mode\trun\tttr_s\tlaunches\tserver_ttr_median_s\tserver_ttr_max_s\tboot_201_s\tboot_202_s\tboot_201_at_s\tboot_202_at_s\tlaunch_201_at_s\tlaunch_202_at_s\tlast_ready_at_s\tload1\n' >"$out/runs.tsv"
-printf 'mode\trun\thost\tctid\ttotal_s\tstatus_s\tversion_s\tinit_s\tstage_s\tpush_s\tstart_s\thealth_s\tlogged_at_s\n' >"$out/bootstrap.tsv"
+printf 'mode\trun\tttr_s\tlaunches\tserver_ttr_median_s\tserver_ttr_max_s\tboot_201_s\tboot_202_s\tboot_201_at_s\tboot_202_at_s\tlaunch_201_at_s\tlaunch_202_at_s\tlast_ready_at_s\tload1\tcontainers\n' >"$out/runs.tsv"
+printf 'mode\trun\thost\tctid\ttotal_s\tstatus_s\tversion_s\tinit_s\tstage_s\tpush_s\tstart_s\thealth_s\tlogged_at_s\tcontainers\n' >"$out/bootstrap.tsv"
 
 for ((r = 1; r <= runs; r++)); do
   dir=$out/run-$r
@@ -438,11 +521,17 @@ for ((r = 1; r <= runs; r++)); do
   make_worlds "$worlds_dir/remote"
   remote_config "$dir" "$worlds_dir/remote" >"$dir/remote.yaml"
   time_to_ready remote-fresh "$r" "$dir" "$dir/state-fresh" "$dir/remote.yaml"
+  fresh_pids=$(keep_agent_files "$dir" remote-fresh)
 
   step "run $r of $runs: remote-warm (same hosts, agents running; a new fleetd on a new state dir)"
   stop_fleetd "$dir/state-fresh"
   make_worlds "$worlds_dir/remote"  # the same paths, a cold JIT cache again
   time_to_ready remote-warm "$r" "$dir" "$dir/state-warm" "$dir/remote.yaml"
+  # The agents fleetd found are the ones it started in remote-fresh (their pid files unchanged).
+  warm_pids=$(keep_agent_files "$dir" remote-warm)
+  [[ $warm_pids == "$fresh_pids" && $fresh_pids != *" -"* ]] ||
+    die "remote-warm run $r: agents (ctid pid) $(tr '\n' ' ' <<<"$warm_pids")are not remote-fresh's: $(tr '\n' ' ' <<<"$fresh_pids")($dir)"
+  note "agents (ctid pid, from the containers' pid files): $(paste -sd' ' - <<<"$fresh_pids"), the same in both"
   stop_all
 
   step "run $r of $runs: local (the same servers through the local transport, two local agents)"
@@ -494,7 +583,7 @@ per_run_over() {
     awk '{printf "%s%+.2f", (NR > 1 ? " " : ""), $1 - $2}'
 }
 
-step "summary (speed $speed, $runs runs, medians; wall seconds)"
+step "summary (containers=$containers, speed $speed, $runs runs, medians; wall seconds)"
 printf '%-48s %8s s   (runs: %s; servers'"'"' own time-to-ready median %s s, max %s s)\n' \
   "remote-fresh: fleetd start -> all $servers READY" "$fresh" "$(rlist remote-fresh ttr_s)" \
   "$(rmed remote-fresh server_ttr_median_s)" "$(rmed remote-fresh server_ttr_max_s)"
@@ -525,9 +614,12 @@ for ct in "${ctids[@]}"; do
 done
 echo "agent package: $agent_version, fleet-agent $agent_kib KiB + fleet-http-probe $probe_kib KiB (stripped)"
 echo "load average: $load_start at the start, $load_end at the end"
+echo "containers=$containers   revision: $revision"
 
 {
   echo "bench=remote"
+  echo "containers=$containers"
+  echo "lxc_version=$lxc_version"
   echo "date=$date_utc"
   echo "revision=$revision"
   echo "cpu=$model"
