@@ -596,7 +596,11 @@ void Classifier::OnRoot(int index, std::string_view raw, bool on_warning) {
   const bool replaces_stem =
       root_ && matcher_->signatures()[root_->signature].confidence == Confidence::kLow &&
       s.confidence == Confidence::kHigh;
-  if (!root_ || replaces_stem) {
+  // A failure that only follows another process's (a tensor-parallel peer gone) gives way to the
+  // first cause that does not.
+  const bool replaces_consequence =
+      root_ && matcher_->signatures()[root_->signature].consequence && !s.consequence;
+  if (!root_ || replaces_stem || replaces_consequence) {
     root_ = MakeFinding(index, raw);
     if (listener_ != nullptr) listener_->OnRootCause(line_no_);
     return;

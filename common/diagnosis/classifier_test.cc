@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/diagnosis/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -212,6 +213,77 @@ TEST(Classifier, LogPrefixesDoNotHideATraceback) {
   EXPECT_EQ(d.diagnosis_class, "ninja_not_found");
   EXPECT_EQ(d.unit, UnitKind::kTraceback);
   EXPECT_THAT(EvidenceLines(d), ElementsAre(1, 2, 3, 4));
+}
+
+// vLLM V1 with tensor parallelism (issue 18): the root cause is in the failing worker's
+// traceback (here flashinfer's JIT, ptxas refusing the PTX); the other worker, EngineCore and the
+// API server only show what followed (a worker gone, "WorkerProc initialization failed", "Engine
+// core initialization failed. See root cause above."). Line shapes of vLLM 0.11's V1 engine.
+std::string VllmTensorParallelFailure(bool symptom_first) {
+  const std::string tp1 = "(Worker_TP1 pid=301) ERROR 12-03 10:00:20 [multiproc_executor.py:597] ";
+  const std::string root_cause =
+      tp1 + "WorkerProc failed to start.\n" + tp1 + "Traceback (most recent call last):\n" + tp1 +
+      "  File \"/v/vllm/v1/executor/multiproc_executor.py\", line 571, in worker_main\n" + tp1 +
+      "    worker = WorkerProc(*args, **kwargs)\n" + tp1 +
+      "  File \"/v/flashinfer/jit/cpp_ext.py\", line 287, in run_ninja\n" + tp1 +
+      "    raise RuntimeError(msg) from e\n" + tp1 +
+      "RuntimeError: Ninja build failed. Ninja output:\n" + tp1 +
+      "[1/3] /v/nvidia/cu13/bin/nvcc -gencode=arch=compute_120a,code=sm_120a -c "
+      "batch_prefill.cu -o batch_prefill.cuda.o\n" +
+      tp1 + "FAILED: [code=255] batch_prefill.cuda.o\n" + tp1 +
+      "ptxas fatal   : Unsupported .version 9.2; current version is '9.0'\n" + tp1 +
+      "ninja: build stopped: subcommand failed.\n";
+  const std::string symptom =
+      "(Worker_TP0 pid=300) ERROR 12-03 10:00:21 [multiproc_executor.py:597] WorkerProc failed to "
+      "start.\n"
+      "(Worker_TP0 pid=300) ERROR 12-03 10:00:21 [multiproc_executor.py:597] Traceback (most "
+      "recent call last):\n"
+      "(Worker_TP0 pid=300) ERROR 12-03 10:00:21 [multiproc_executor.py:597]   File "
+      "\"/v/torch/distributed/distributed_c10d.py\", line 2806, in all_reduce\n"
+      "(Worker_TP0 pid=300) ERROR 12-03 10:00:21 [multiproc_executor.py:597]     work = "
+      "group.allreduce([tensor], opts)\n"
+      "(Worker_TP0 pid=300) ERROR 12-03 10:00:21 [multiproc_executor.py:597] "
+      "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, remote "
+      "process exited or there was a network error, NCCL version 2.27.3\n";
+  const std::string start =
+      "(APIServer pid=100) INFO 12-03 10:00:00 [api_server.py:1896] vLLM API server version "
+      "0.11.0\n"
+      "(EngineCore_DP0 pid=200) INFO 12-03 10:00:05 [core.py:77] Initializing a V1 LLM engine "
+      "(v0.11.0) with config: model='/models/tiny', tensor_parallel_size=2\n"
+      "(Worker_TP0 pid=300) INFO 12-03 10:00:10 [gpu_model_runner.py:2602] Starting to load "
+      "model /models/tiny...\n"
+      "(Worker_TP1 pid=301) INFO 12-03 10:00:10 [gpu_model_runner.py:2602] Starting to load "
+      "model /models/tiny...\n";
+  const std::string engine =
+      "(EngineCore_DP0 pid=200) ERROR 12-03 10:00:22 [core.py:708] EngineCore failed to start.\n"
+      "(EngineCore_DP0 pid=200) ERROR 12-03 10:00:22 [core.py:708] Traceback (most recent call "
+      "last):\n"
+      "(EngineCore_DP0 pid=200) ERROR 12-03 10:00:22 [core.py:708]   File "
+      "\"/v/vllm/v1/executor/multiproc_executor.py\", line 509, in wait_for_ready\n"
+      "(EngineCore_DP0 pid=200) ERROR 12-03 10:00:22 [core.py:708]     raise e from None\n"
+      "(EngineCore_DP0 pid=200) ERROR 12-03 10:00:22 [core.py:708] Exception: WorkerProc "
+      "initialization failed due to an exception in a background process. See stack trace for "
+      "root cause.\n"
+      "(APIServer pid=100) Traceback (most recent call last):\n"
+      "(APIServer pid=100)   File \"/v/vllm/v1/engine/utils.py\", line 433, in "
+      "wait_for_engine_startup\n"
+      "(APIServer pid=100)     raise RuntimeError(\n"
+      "(APIServer pid=100) RuntimeError: Engine core initialization failed. See root cause above. "
+      "Failed core proc(s): {}\n";
+  return start + (symptom_first ? symptom + root_cause : root_cause + symptom) + engine;
+}
+
+TEST(Classifier, VllmTensorParallelRootCauseIsTheFailingWorkers) {
+  for (bool symptom_first : {false, true}) {
+    const std::string log = VllmTensorParallelFailure(symptom_first);
+    const Diagnosis d = ClassifyText(log);
+    EXPECT_EQ(d.diagnosis_class, "ptx_version_unsupported") << symptom_first;
+    ASSERT_GT(d.root_cause_line, 0);
+    std::vector<std::string> lines = absl::StrSplit(log, '\n');
+    EXPECT_THAT(lines[d.root_cause_line - 1], ::testing::HasSubstr("Worker_TP1"))
+        << symptom_first << ": " << lines[d.root_cause_line - 1];
+    EXPECT_THAT(lines[d.root_cause_line - 1], ::testing::HasSubstr("Unsupported .version 9.2"));
+  }
 }
 
 TEST(Classifier, ReadyClearsEarlierFailuresButNotLaterOnes) {

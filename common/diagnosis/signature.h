@@ -90,6 +90,10 @@ struct Signature {
   std::string cut_tail;
   // Collect every occurrence of the captures on a line, not only the first.
   bool all_matches = false;
+  // Root causes: the failure follows another process's (NCCL's "remote process exited": a
+  // tensor-parallel peer died first), so a later root cause that is not one replaces it: the
+  // peer's own cause, wherever the processes' lines land in the log.
+  bool consequence = false;
   // Where the signature was defined, for error messages: "signatures.conf:12".
   std::string origin;
 };

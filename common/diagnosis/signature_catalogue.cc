@@ -120,6 +120,9 @@ absl::Status Validate(const Signature& s, const std::string& where, bool has_fix
   if (s.infer != Inference::kNone && s.role != SignatureRole::kRootCause) {
     return error("field 'infer' applies only to root_cause signatures");
   }
+  if (s.consequence && s.role != SignatureRole::kRootCause) {
+    return error("field 'consequence' applies only to root_cause signatures");
+  }
   if (!s.caller.empty() && s.infer != Inference::kFrame) {
     return error("field 'caller' applies only to 'infer = frame' signatures");
   }
@@ -437,6 +440,14 @@ absl::StatusOr<std::vector<Signature>> ParseSignatureCatalogue(std::string_view 
         current.all_matches = true;
       } else if (value == "false") {
         current.all_matches = false;
+      } else {
+        return bad_value("true, false");
+      }
+    } else if (key == "consequence") {
+      if (value == "true") {
+        current.consequence = true;
+      } else if (value == "false") {
+        current.consequence = false;
       } else {
         return bad_value("true, false");
       }

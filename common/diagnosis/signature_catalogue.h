@@ -18,6 +18,9 @@
 //   all_matches = true
 //   confidence = low                # optional, root causes and symptoms: a stem of a message,
 //                                   #   not the message (default high)
+//   consequence = true              # optional, root causes: what follows another process's
+//                                   #   failure (a peer gone); a later root cause that is not a
+//                                   #   consequence replaces it (default false)
 //
 // Inferred root causes (always confidence low):
 //

@@ -263,6 +263,10 @@ TEST(SignatureCatalogue, InferenceFieldsAreChecked) {
             "only to 'infer = cut'");
   EXPECT_EQ(ErrorOf("[a]\nrole = symptom\nclass = link_error\ninfer = frame\npattern = x\n"),
             "my.conf:1: signature a: field 'infer' applies only to root_cause signatures");
+  EXPECT_EQ(ErrorOf("[a]\nrole = symptom\nclass = nccl_error\npattern = x\nconsequence = true\n"),
+            "my.conf:1: signature a: field 'consequence' applies only to root_cause signatures");
+  EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = nccl_error\npattern = x\nconsequence = yes\n"),
+            "my.conf:5: field 'consequence': 'yes' is not one of true, false");
   EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\npattern = x\ncaller = y\n"),
             "my.conf:1: signature a: field 'caller' applies only to 'infer = frame' signatures");
   EXPECT_EQ(ErrorOf("[a]\nrole = root_cause\nclass = link_error\ninfer = frame\npattern = x\n"
