@@ -91,9 +91,12 @@ void HoldGpuMemory(const Environment& env, int index, int64_t mib) {
   std::filesystem::create_directories(dir, ec);
   std::ofstream(dir / absl::StrCat(getpid())) << mib << " " << ticks << " python3\n";
   std::filesystem::create_directories(world / "dev", ec);
-  // Kept open until the process ends, as CUDA keeps /dev/nvidiaN open.
-  const int fd = open((world / "dev" / absl::StrCat("nvidia", index)).c_str(),
-                      O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+  // Kept open until the process ends, as CUDA keeps /dev/nvidiaN open. A world made as root has
+  // the real character device there, which no driver backs on a test machine (ENXIO): an O_PATH
+  // descriptor links to it in /proc/PID/fd all the same.
+  const std::string node = (world / "dev" / absl::StrCat("nvidia", index)).string();
+  int fd = open(node.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fd = open(node.c_str(), O_PATH | O_CLOEXEC);
   static_cast<void>(fd);
 }
 
