@@ -117,7 +117,7 @@ if [[ $(id -u) -eq 0 ]] && mkdir -p "$dir/dev" && mknod -m 666 "$dir/dev/nvidiac
   mknod -m 666 "$dir/dev/nvidia-uvm-tools" c 235 1
   dev_root=$dir/dev
 else
-  rm -rf -- "$dir/dev"
+  rm -rf -- "${dir:?}/dev"
   printf 'make_sim_world: no GPU device nodes (mknod needs root): the world has no dev_root\n' >&2
 fi
 
