@@ -21,6 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/env_files.h"
 #include "agent/log_follower.h"
@@ -648,8 +649,10 @@ fleet::v1::ServerStatus Agent::StatusOf(const ServerRun& run) const {
 
 namespace {
 
-ProbeTarget TargetOf(const ServerSpec& spec) {
+ProbeTarget TargetOf(const ServerSpec& spec, const AgentOptions& options) {
   ProbeTarget t;
+  t.gpus = {spec.server().gpu()};
+  t.dev_root = options.dev_root;
   t.argv.assign(spec.argv().begin(), spec.argv().end());
   t.env = ServerEnv(spec);
   t.workdir = spec.workdir();
@@ -665,7 +668,17 @@ ProbeTarget TargetOf(const ServerSpec& spec) {
 
 fleet::v1::ToolchainSnapshot Agent::Probe(const ServerSpec& spec) {
   absl::MutexLock tools(&tool_mu_);
-  return probe_->Probe(TargetOf(spec));
+  fleet::v1::ToolchainSnapshot snapshot = probe_->Probe(TargetOf(spec, options_));
+  // The server cannot start without its GPU device nodes; the launch is not held back (the
+  // driver creates some on first use outside a container), so the agent's log says it here.
+  if (!snapshot.device_node_problems().empty()) {
+    Log().warn(
+        "{} GPU device nodes: {} (an LXC container's config must pass them in: "
+        "docs/config.md)",
+        log::LogFields{ServerMark(spec, options_)},
+        absl::StrJoin(snapshot.device_node_problems(), "; "));
+  }
+  return snapshot;
 }
 
 fleet::v1::ApplyResponse Agent::Apply(const fleet::v1::ApplyRequest& request) {
@@ -711,7 +724,7 @@ fleet::v1::ApplyResponse Agent::Apply(const fleet::v1::ApplyRequest& request) {
     *response.add_results() = std::move(result);
     if (!ok) break;  // later actions assumed the earlier ones
   }
-  *response.mutable_after() = probe_->Probe(TargetOf(spec));
+  *response.mutable_after() = probe_->Probe(TargetOf(spec, options_));
   return response;
 }
 

@@ -66,6 +66,9 @@ struct AgentOptions {
   int log_retention = 10;
   int64_t event_retention = 20000;
   std::string proc_root = "/proc";
+  // The container's device dir, where the probe looks for the GPU device nodes a server needs
+  // (toolchain_probe.h); empty: not looked for.
+  std::string dev_root = "/dev";
   // Action limits (from the config): where ClearJitCache and Symlink may act.
   std::vector<std::string> jit_cache_roots;
   std::vector<std::string> toolkit_roots;

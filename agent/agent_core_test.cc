@@ -7,6 +7,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -213,6 +214,27 @@ TEST_F(AgentTest, LaunchRunsInItsOwnSessionWritesItsLogAndIsIdempotent) {
   EXPECT_TRUE(exit->exited().exited());
   EXPECT_EQ(exit->exited().exit_code(), 0);
   EXPECT_FALSE(AgentHarness::HasPhase(h.events(), "FAILED"));
+}
+
+TEST_F(AgentTest, ProbeLooksForTheServersGpuDeviceNodesInTheAgentsDevRoot) {
+  AgentHarness h;
+  h.options().dev_root = h.dir().Join("dev");
+  ASSERT_EQ(mkdir(h.options().dev_root.c_str(), 0755), 0);
+  h.Recreate();
+  // GPU 3's server, in a container whose dev dir has none of the nodes.
+  fleet::v1::ServerSpec spec = h.ChildSpec(3, {"lines", "1"});
+  fleet::v1::ToolchainSnapshot s = h.agent().Probe(spec);
+  EXPECT_TRUE(s.device_nodes_checked());
+  EXPECT_THAT(s.device_node_problems(),
+              ::testing::Contains(h.dir().Join("dev/nvidia3") + ": missing"));
+  EXPECT_THAT(s.notes(), ::testing::Contains(HasSubstr("no GPU device node in this container: " +
+                                                       h.dir().Join("dev/nvidia3"))));
+  // An empty dev root: not looked for.
+  h.options().dev_root = "";
+  h.Recreate();
+  s = h.agent().Probe(spec);
+  EXPECT_FALSE(s.device_nodes_checked());
+  EXPECT_TRUE(s.device_node_problems().empty());
 }
 
 TEST_F(AgentTest, StopEscalatesToSigkillWhenSigtermIsIgnoredAndReapsTheGroup) {

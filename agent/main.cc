@@ -229,6 +229,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> jit_cache_roots;
   std::vector<std::string> toolkit_roots;
   fleet::agent::GpuGuardOptions gpu_guard;
+  std::string dev_root = fleet::agent::AgentOptions().dev_root;
   int64_t gpu_free_mib = gpu_guard.free_threshold_mib;
   double gpu_wait = absl::ToDoubleSeconds(gpu_guard.max_wait);
   std::string http_probe = fleet::agent::ProcessReadinessProber::HelperNextToExecutable();
@@ -289,6 +290,11 @@ int main(int argc, char** argv) {
                   "the device node of GPU N (%d: its minor number), whose holders are leftovers "
                   "or bystanders",
                   "PATTERN");
+  flags.AddString("dev-root", '\0', &dev_root,
+                  "the container's device dir: the probe reports the GPU device nodes a server "
+                  "needs (nvidiaN, nvidiactl, nvidia-uvm) that are missing there or are no "
+                  "character device; empty: not looked for",
+                  "DIR");
   flags.AddString("http-probe", '\0', &http_probe,
                   "the readiness helper (fleet-http-probe) to run for each HTTP readiness check",
                   "PATH");
@@ -477,6 +483,7 @@ int main(int argc, char** argv) {
   options.stop_grace = Seconds(stop_grace);
   options.jit_cache_roots = jit_cache_roots;
   options.toolkit_roots = toolkit_roots;
+  options.dev_root = dev_root;
   if (gpu_guard.device_pattern.find("%d") == std::string::npos) {
     Log().error("--gpu-device must hold %d (the GPU's minor number)");
     return 1;

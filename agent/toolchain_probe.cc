@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -57,6 +59,13 @@ constexpr PtxIsaRow kPtxIsaOfRelease[] = {
 // A PTX ISA no ptxas accepts: real ptxas rejects it naming the newest it does accept,
 // `ptxas FILE, line 1; fatal   : Unsupported .version 99.9; current version is '9.0'`.
 constexpr char kProbePtx[] = ".version 99.9\n.target sm_75\n.address_size 64\n";
+
+// The NVIDIA driver's character devices: nvidiaN is 195:N, nvidiactl 195:255.
+constexpr unsigned kNvidiaMajor = 195;
+constexpr int64_t kNvidiaCtlMinor = 255;
+// Where a note about the GPU device nodes sends the user.
+constexpr char kDeviceNodesHint[] =
+    "the container's config must pass them in: docs/config.md, GPUs in a Proxmox LXC container";
 
 // pip projects (canonical names) the planner reasons on, besides every nvidia-* one.
 constexpr std::string_view kPackagePrefixes[] = {"nvidia-", "flashinfer", "cuda-"};
@@ -226,6 +235,7 @@ class ProbeRun {
     ProbeNinja();
     ProbeElsewhere();
     ProbeGpus();
+    ProbeDeviceNodes();
     ProbeJitCaches();
   }
 
@@ -757,6 +767,120 @@ class ProbeRun {
     if (snap_->driver_version().empty() && RE2::PartialMatch(banner->output, driver_re, &driver)) {
       snap_->set_driver_version(driver);
     }
+  }
+
+  // The GPU device nodes the server needs, under the container's dev root: nvidiaN of each of its
+  // GPUs, nvidiactl and nvidia-uvm, each a character device. An LXC container sees only the nodes
+  // its config passes in, and a CUDA server without them fails with an error that does not name
+  // them (cudaErrorNoDevice, "CUDA driver initialization failed"): the probe names them.
+  void ProbeDeviceNodes() {
+    std::set<int32_t> gpus(target_.gpus.begin(), target_.gpus.end());
+    for (absl::string_view entry :
+         absl::StrSplit(Get(env_, "CUDA_VISIBLE_DEVICES"), ',', absl::SkipWhitespace())) {
+      int32_t index = 0;
+      if (absl::SimpleAtoi(entry, &index) && index >= 0) gpus.insert(index);
+    }
+    const std::string& root = target_.dev_root;
+    if (gpus.empty() || root.empty()) return;
+    snap_->set_device_nodes_checked(true);
+    if (!IsDir(root)) {
+      snap_->add_device_node_problems(absl::StrCat(root, ": no such directory"));
+      Note(absl::StrCat("no GPU device node in this container: ", root, " is not a directory (",
+                        kDeviceNodesHint, ")"));
+      return;
+    }
+    const std::map<int32_t, int64_t> minors = MinorNumbers();
+    struct Node {
+      std::string path;
+      int64_t minor;  // -1: any (nvidia-uvm's major and minor are the driver's choice)
+    };
+    std::vector<Node> nodes;
+    for (int32_t gpu : gpus) {
+      auto m = minors.find(gpu);
+      const int64_t number = m == minors.end() ? gpu : m->second;
+      nodes.push_back({absl::StrCat(root, "/nvidia", number), number});
+    }
+    nodes.push_back({absl::StrCat(root, "/nvidiactl"), kNvidiaCtlMinor});
+    nodes.push_back({absl::StrCat(root, "/nvidia-uvm"), -1});
+    std::vector<std::string> missing;
+    size_t present = 0;
+    for (const Node& node : nodes) {
+      struct stat st;
+      if (stat(node.path.c_str(), &st) != 0) {
+        const int error = errno;
+        if (error == ENOENT || error == ENOTDIR) {
+          missing.push_back(node.path);
+          snap_->add_device_node_problems(absl::StrCat(node.path, ": missing"));
+        } else {
+          snap_->add_device_node_problems(absl::StrCat(node.path, ": ", std::strerror(error)));
+          Note(absl::StrCat(node.path, ": cannot be looked at: ", std::strerror(error)));
+        }
+        continue;
+      }
+      ++present;
+      if (!S_ISCHR(st.st_mode)) {
+        const std::string what = absl::StrCat(FileKind(st.st_mode), ", not a character device");
+        snap_->add_device_node_problems(absl::StrCat(node.path, ": ", what));
+        Note(absl::StrCat(node.path, " is ", what, " (a bind mount of the wrong source? ",
+                          kDeviceNodesHint, ")"));
+        continue;
+      }
+      // nvidiaN is 195:N and nvidiactl 195:255 on every NVIDIA driver; nvidia-uvm's number is
+      // the driver's choice.
+      if (node.minor >= 0 && (major(st.st_rdev) != kNvidiaMajor ||
+                              static_cast<int64_t>(minor(st.st_rdev)) != node.minor)) {
+        const std::string what =
+            absl::StrCat("the character device ", major(st.st_rdev), ":", minor(st.st_rdev),
+                         ", not ", kNvidiaMajor, ":", node.minor);
+        snap_->add_device_node_problems(absl::StrCat(node.path, ": ", what));
+        Note(absl::StrCat(node.path, " is ", what, " (", kDeviceNodesHint, ")"));
+      }
+    }
+    if (missing.empty()) return;
+    std::string list = absl::StrJoin(missing, ", ");
+    if (missing.size() > 1) {
+      const size_t last = list.rfind(", ");
+      list.replace(last, 2, " and ");
+    }
+    Note(absl::StrCat(present == 0 ? "no GPU device node in this container: "
+                                   : "GPU device nodes missing in this container: ",
+                      list, missing.size() == 1 ? " is missing (" : " are missing (",
+                      kDeviceNodesHint, ")"));
+  }
+
+  // GPU index → minor number (the N of /dev/nvidiaN), when nvidia-smi answered the probe's query
+  // and knows the field (an H200's 580 driver refused it): quietly none otherwise, and the index
+  // stands in, as it is the minor number on every machine seen so far.
+  std::map<int32_t, int64_t> MinorNumbers() {
+    std::map<int32_t, int64_t> out;
+    if (snap_->gpus().empty()) return out;  // nvidia-smi failed or hung once already
+    std::vector<std::string> query = target_.nvidia_smi;
+    if (query.empty()) query = {"nvidia-smi"};
+    query.push_back("--query-gpu=index,minor_number");
+    query.push_back("--format=csv,noheader,nounits");
+    absl::StatusOr<CommandResult> ran =
+        runner_->Run({.argv = std::move(query), .env = env_, .timeout = kToolTimeout});
+    if (!ran.ok() || !ran->ok()) return out;
+    for (absl::string_view line : absl::StrSplit(ran->output, '\n', absl::SkipWhitespace())) {
+      std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
+      int32_t index = 0;
+      int64_t number = 0;
+      if (fields.size() == 2 && absl::SimpleAtoi(absl::StripAsciiWhitespace(fields[0]), &index) &&
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(fields[1]), &number) && number >= 0 &&
+          number < kNvidiaCtlMinor) {
+        out[index] = number;
+      }
+    }
+    return out;
+  }
+
+  static std::string FileKind(mode_t mode) {
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a named pipe";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a device";
   }
 
   // The JIT cache roots that exist: configured ones, else flashinfer's and torch's defaults with

@@ -1,6 +1,7 @@
 #include "agent/toolchain_probe.h"
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -26,6 +27,7 @@ namespace {
 using ::fleet::sim::testing::SimWorld;
 using ::fleet::testing::TempDir;
 using ::fleet::v1::ToolchainSnapshot;
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -61,10 +63,14 @@ class SimWorldProbe : public ::testing::Test {
         tmp_.Join(absl::StrCat("world-", state, "-", absl::StrJoin(breaks, "-"))), state, breaks);
   }
 
+  // The world's GPU 0, with the world's device dir ("" in a world made without root: not looked
+  // at).
   static ProbeTarget Target(const SimWorld& world) {
     ProbeTarget target;
     target.argv = world.ServerArgv(30000);
     target.env = world.ServerEnv();
+    target.gpus = {0};
+    target.dev_root = world.DevRoot();
     return target;
   }
 
@@ -211,6 +217,9 @@ TEST_F(SimWorldProbe, FixedWorldHasEveryFactRight) {
   }
   EXPECT_EQ(s.gpus_size(), 8);
   EXPECT_EQ(s.driver_cuda_version(), "13.2");
+  // The world's device nodes (when made as root) are all there.
+  EXPECT_EQ(s.device_nodes_checked(), !world.DevRoot().empty());
+  EXPECT_THAT(s.device_node_problems(), IsEmpty());
   EXPECT_THAT(s.notes(), IsEmpty());
 }
 
@@ -779,6 +788,151 @@ TEST_F(FakeTree, NvvmReleaseFromItsPipPackage) {
   EXPECT_EQ(s.cuda_root_source(), "pip");
   EXPECT_EQ(s.nvvm_dir(), tmp_.Join(site + "/nvidia/cu13/nvvm"));
   EXPECT_EQ(s.nvvm_version(), "13.2");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The GPU device nodes, in a dev dir of the test's own: real character devices made with mknod
+// (root only, as in a container's /dev), files and dirs where a node should be, none at all.
+
+class DeviceNodes : public FakeTree {
+ protected:
+  void SetUp() override {
+    target_.gpus = {0};
+    target_.dev_root = tmp_.Join("dev");
+    ASSERT_EQ(mkdir(dev().c_str(), 0755), 0);
+  }
+  std::string dev() const { return tmp_.Join("dev"); }
+  std::string Dev(const std::string& name) const { return absl::StrCat(dev(), "/", name); }
+  // The node `name` as the character device major:minor; false (and the test skipped) when this
+  // process may not make one.
+  bool Node(const std::string& name, unsigned major_number, unsigned minor_number) {
+    if (geteuid() != 0) return false;
+    return mknod(Dev(name).c_str(), S_IFCHR | 0666, makedev(major_number, minor_number)) == 0;
+  }
+  // What an LXC config passes in for GPU 0: nvidia0 (195:0), nvidiactl (195:255), nvidia-uvm.
+  bool GoodNodes() {
+    return Node("nvidia0", 195, 0) && Node("nvidiactl", 195, 255) && Node("nvidia-uvm", 235, 0);
+  }
+  static std::vector<std::string> DeviceNotes(const ToolchainSnapshot& s) {
+    std::vector<std::string> out;
+    for (const std::string& n : s.notes()) {
+      if (absl::StrContains(n, "/dev/")) out.push_back(n);
+    }
+    return out;
+  }
+};
+
+#define SKIP_WITHOUT_MKNOD(made) \
+  if (!(made)) GTEST_SKIP() << "mknod of a character device needs root (tests run as root)"
+
+TEST_F(DeviceNodes, CharacterDevicesOfTheServersGpuPass) {
+  SKIP_WITHOUT_MKNOD(GoodNodes());
+  const ToolchainSnapshot s = Probe();
+  SCOPED_TRACE(s.DebugString());
+  EXPECT_TRUE(s.device_nodes_checked());
+  EXPECT_THAT(s.device_node_problems(), IsEmpty());
+  EXPECT_THAT(DeviceNotes(s), IsEmpty());
+}
+
+TEST_F(DeviceNodes, NoNodeAtAllIsSaidPlainlyNamingEachPath) {
+  // GPUs 0 and 2 (CUDA_VISIBLE_DEVICES adds what the server's env gives it).
+  target_.env["CUDA_VISIBLE_DEVICES"] = "2,0";
+  const ToolchainSnapshot s = Probe();
+  EXPECT_TRUE(s.device_nodes_checked());
+  EXPECT_THAT(s.device_node_problems(),
+              ElementsAre(Dev("nvidia0") + ": missing", Dev("nvidia2") + ": missing",
+                          Dev("nvidiactl") + ": missing", Dev("nvidia-uvm") + ": missing"));
+  EXPECT_THAT(s.notes(), Contains(absl::StrCat(
+                             "no GPU device node in this container: ", Dev("nvidia0"), ", ",
+                             Dev("nvidia2"), ", ", Dev("nvidiactl"), " and ", Dev("nvidia-uvm"),
+                             " are missing (the container's config must pass them in: "
+                             "docs/config.md, GPUs in a Proxmox LXC container)")));
+}
+
+TEST_F(DeviceNodes, AMissingGpuNodeIsNamed) {
+  SKIP_WITHOUT_MKNOD(Node("nvidiactl", 195, 255) && Node("nvidia-uvm", 235, 0) &&
+                     Node("nvidia1", 195, 1));
+  // The server is given GPU 0; the container was given GPU 1 only.
+  const ToolchainSnapshot s = Probe();
+  EXPECT_THAT(s.device_node_problems(), ElementsAre(Dev("nvidia0") + ": missing"));
+  EXPECT_THAT(s.notes(), Contains(AllOf(HasSubstr("GPU device nodes missing in this container: " +
+                                                  Dev("nvidia0") + " is missing"),
+                                        HasSubstr("docs/config.md"))));
+}
+
+TEST_F(DeviceNodes, APlainFileOrADirectoryWhereANodeShouldBeIsReported) {
+  // A bind mount of the wrong source: a file, a directory.
+  File("dev/nvidia0", "");
+  ASSERT_EQ(mkdir(Dev("nvidia-uvm").c_str(), 0755), 0);
+  const ToolchainSnapshot s = Probe();
+  EXPECT_THAT(s.device_node_problems(),
+              Contains(Dev("nvidia0") + ": a regular file, not a character device"));
+  EXPECT_THAT(s.device_node_problems(),
+              Contains(Dev("nvidia-uvm") + ": a directory, not a character device"));
+  EXPECT_THAT(s.notes(),
+              Contains(HasSubstr(Dev("nvidia0") + " is a regular file, not a character device")));
+  // Only nvidiactl is missing: some nodes are there, so it is not "no GPU device node".
+  EXPECT_THAT(s.notes(), Contains(HasSubstr("GPU device nodes missing in this container: " +
+                                            Dev("nvidiactl") + " is missing")));
+}
+
+TEST_F(DeviceNodes, ANodeOfAnotherDeviceIsReported) {
+  // nvidia0 bound to the second GPU's node.
+  SKIP_WITHOUT_MKNOD(Node("nvidia0", 195, 1) && Node("nvidiactl", 195, 255) &&
+                     Node("nvidia-uvm", 235, 0));
+  const ToolchainSnapshot s = Probe();
+  EXPECT_THAT(s.device_node_problems(),
+              ElementsAre(Dev("nvidia0") + ": the character device 195:1, not 195:0"));
+}
+
+TEST_F(DeviceNodes, TheNodeIsNamedByTheMinorNumberNvidiaSmiGives) {
+  SKIP_WITHOUT_MKNOD(Node("nvidia3", 195, 3) && Node("nvidiactl", 195, 255) &&
+                     Node("nvidia-uvm", 235, 0));
+  target_.gpus = {1};
+  runner_.Answer([](const Command& c) -> absl::StatusOr<CommandResult> {
+    if (Base(c.argv[0]) != "nvidia-smi") return absl::NotFoundError("not found");
+    if (c.argv.size() == 1) return Exited(0, "| Driver Version: 580.1  CUDA Version: 13.0 |\n");
+    if (c.argv[1] == "--query-gpu=index,minor_number") return Exited(0, "0, 2\n1, 3\n");
+    return Exited(0, "0, NVIDIA H200, 9.0, 580.1\n1, NVIDIA H200, 9.0, 580.1\n");
+  });
+  const ToolchainSnapshot s = Probe();
+  SCOPED_TRACE(s.DebugString());
+  EXPECT_TRUE(s.device_nodes_checked());
+  EXPECT_THAT(s.device_node_problems(), IsEmpty());
+  // A driver that refuses the field: the index stands in (and nvidia1 is missing).
+  runner_.Answer([](const Command& c) -> absl::StatusOr<CommandResult> {
+    if (Base(c.argv[0]) != "nvidia-smi") return absl::NotFoundError("not found");
+    if (c.argv.size() == 1) return Exited(0, "| Driver Version: 580.1  CUDA Version: 13.0 |\n");
+    if (c.argv[1] == "--query-gpu=index,minor_number") {
+      return Exited(2, "Field \"minor_number\" is not a valid field to query.\n");
+    }
+    return Exited(0, "0, NVIDIA H200, 9.0, 580.1\n1, NVIDIA H200, 9.0, 580.1\n");
+  });
+  EXPECT_THAT(Probe().device_node_problems(), ElementsAre(Dev("nvidia1") + ": missing"));
+}
+
+TEST_F(DeviceNodes, NoDeviceDirAtAllIsReported) {
+  target_.dev_root = tmp_.Join("no-dev");
+  const ToolchainSnapshot s = Probe();
+  EXPECT_TRUE(s.device_nodes_checked());
+  EXPECT_THAT(s.device_node_problems(), ElementsAre(tmp_.Join("no-dev") + ": no such directory"));
+  EXPECT_THAT(s.notes(), Contains(HasSubstr("no GPU device node in this container: " +
+                                            tmp_.Join("no-dev") + " is not a directory")));
+}
+
+TEST_F(DeviceNodes, NothingIsLookedForWithoutAGpuOrADevDir) {
+  // Looked for: the dir is empty, so each node is a problem.
+  ASSERT_FALSE(Probe().device_node_problems().empty());
+  target_.dev_root = "";
+  ToolchainSnapshot s = Probe();
+  EXPECT_FALSE(s.device_nodes_checked());
+  EXPECT_THAT(s.device_node_problems(), IsEmpty());
+  EXPECT_THAT(DeviceNotes(s), IsEmpty());
+  target_.dev_root = dev();
+  target_.gpus.clear();
+  s = Probe();
+  EXPECT_FALSE(s.device_nodes_checked());
+  EXPECT_THAT(s.device_node_problems(), IsEmpty());
 }
 
 }  // namespace

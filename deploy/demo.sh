@@ -121,7 +121,8 @@ step "fleetd (record $state_dir/fleet.db) and the container's fleet-agent"
 "$fleetd" --state-dir "$state_dir" --metrics-listen 127.0.0.1:0 2>>"$state_dir/fleetd.log" &
 pids+=("$!")
 "$agent" --listen "unix:$state_dir/agent.sock" --state-dir "$state_dir/agent" --host local \
-  --container 200 --readiness-interval 0.5 --stop-grace 5 2>>"$state_dir/agent.log" &
+  --container 200 --readiness-interval 0.5 --stop-grace 5 --dev-root "${conf[dev_root]-}" \
+  2>>"$state_dir/agent.log" &
 pids+=("$!")
 fleet_dirs+=("$state_dir")
 note "fleetd pid ${pids[0]}, log $state_dir/fleetd.log; agent pid ${pids[1]}, log $state_dir/agent.log"

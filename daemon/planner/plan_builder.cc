@@ -83,6 +83,15 @@ PlanBuilder::PlanBuilder(const CudaReleaseTable& table, const PlannerOptions& op
 
 void PlanBuilder::Run() {
   LearnConstraints();
+  // No action reaches the host's container config: a missing GPU device node is said, never
+  // planned for, and blocks nothing (a probe outside a container may see nodes missing that the
+  // driver creates on first use).
+  if (!snap_.device_node_problems().empty()) {
+    constraints_.push_back(absl::StrCat(
+        "the server's GPU device nodes must be in the container (its config passes them in, "
+        "docs/config.md; no action can): ",
+        absl::StrJoin(snap_.device_node_problems(), "; ")));
+  }
   PlanToolkit();
   PlanLoaderPath();
   PlanNinja();

@@ -18,6 +18,7 @@ using fleet::v1::Policy;
 using fleet::v1::ServerSpec;
 using fleet::v1::ToolchainSnapshot;
 using ::testing::_;
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::Each;
 using ::testing::ElementsAre;
@@ -138,6 +139,27 @@ TEST(Preflight, HealthyToolchainIsLeftAlone) {
   ASSERT_TRUE(d.report.has_value());
   EXPECT_FALSE(d.plan.has_value());
   EXPECT_EQ(d.report->reason, "the probe shows nothing to fix");
+}
+
+TEST(Preflight, MissingGpuDeviceNodesAreSaidAndBlockNothing) {
+  ToolchainSnapshot s = FixedSnapshot();
+  s.set_device_nodes_checked(true);
+  s.add_device_node_problems("/dev/nvidia0: missing");
+  s.add_device_node_problems("/dev/nvidiactl: a regular file, not a character device");
+  PlannerDecision d = Planner().Preflight(Input(s, FixedSpec()));
+  // Nothing to change (no action reaches the container's config), nothing held back: a report.
+  ASSERT_TRUE(d.report.has_value());
+  EXPECT_FALSE(d.plan.has_value());
+  EXPECT_THAT(d.problems, IsEmpty());
+  EXPECT_THAT(d.constraints,
+              Contains(AllOf(HasSubstr("GPU device nodes must be in the container"),
+                             HasSubstr("/dev/nvidia0: missing; /dev/nvidiactl: a regular file"),
+                             HasSubstr("docs/config.md"))));
+  // A healthy container's constraints say nothing of them.
+  for (const std::string& c :
+       Planner().Preflight(Input(FixedSnapshot(), FixedSpec())).constraints) {
+    EXPECT_THAT(c, Not(HasSubstr("device node")));
+  }
 }
 
 TEST(Preflight, SeedStateIsOnePlanForEverythingTheProbeSees) {

@@ -202,7 +202,8 @@ void Fleet::StartAgent() {
   auto p = BackgroundProcess::Start(
       {testing::BuildPath("agent/fleet-agent"), "--listen", "unix:" + agent_socket(), "--state-dir",
        dir_.Join("agent-state"), "--host", kHost, "--container", kCtid, "--readiness-interval",
-       "0.1", "--sample-interval", "1", "--stop-grace", "5"},
+       "0.1", "--sample-interval", "1", "--stop-grace", "5", "--dev-root",
+       world_ ? world_->DevRoot() : ""},
       ToolEnv(), log);
   ASSERT_TRUE(p.ok()) << p.status();
   agent_ = *std::move(p);

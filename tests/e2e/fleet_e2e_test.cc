@@ -780,6 +780,34 @@ INSTANTIATE_TEST_SUITE_P(
                       SingleProblem{"ptxas", "ptx_version_unsupported", "diagnosis"}),
     [](const ::testing::TestParamInfo<SingleProblem>& problem) { return problem.param.broken; });
 
+// A container whose config did not pass GPU 0's device node in: the probe names it where the user
+// looks (`fleetctl plan`'s constraints, the agent's log), and nothing is held back (the simulated
+// server needs no node, as a real one outside a container may not either).
+TEST(FleetE2e, AMissingGpuDeviceNodeIsNamedInThePlanAndTheAgentsLog) {
+  Fleet fleet({.gpus = 1, .state = "fixed"});
+  ASSERT_TRUE(fleet.ok());
+  if (fleet.world().DevRoot().empty()) {
+    GTEST_SKIP() << "the world has no device nodes: mknod needs root (tests run as root)";
+  }
+  const std::string node = fleet.world().DevRoot() + "/nvidia0";
+  ASSERT_EQ(unlink(node.c_str()), 0);
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  ASSERT_TRUE(fleet.StatusEventually([](const auto& rows) { return AllInState(rows, 1, "READY"); }))
+      << fleet.Diagnostics();
+
+  const CtlResult plan = fleet.Ctl({"plan", ServerName(0)});
+  EXPECT_EQ(plan.code(), 0) << plan.output;
+  EXPECT_TRUE(absl::StrContains(plan.output, "constraints:")) << plan.output;
+  EXPECT_TRUE(absl::StrContains(plan.output, "GPU device nodes must be in the container"))
+      << plan.output;
+  EXPECT_TRUE(absl::StrContains(plan.output, node + ": missing")) << plan.output;
+  EXPECT_TRUE(absl::StrContains(testing::ReadFile(fleet.Join("agent.1.log")),
+                                "GPU device nodes: " + node + ": missing"))
+      << testing::ReadFile(fleet.Join("agent.1.log"));
+}
+
 TEST(FleetE2e, AnOutOfMemoryGetsNoToolchainActionOnlyRetriesThenGivesUp) {
   Fleet fleet({.gpus = 1,
                .state = "fixed",

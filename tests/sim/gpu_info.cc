@@ -91,9 +91,14 @@ void HoldGpuMemory(const Environment& env, int index, int64_t mib) {
   std::filesystem::create_directories(dir, ec);
   std::ofstream(dir / absl::StrCat(getpid())) << mib << " " << ticks << " python3\n";
   std::filesystem::create_directories(world / "dev", ec);
-  // Kept open until the process ends, as CUDA keeps /dev/nvidiaN open.
-  const int fd = open((world / "dev" / absl::StrCat("nvidia", index)).c_str(),
-                      O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+  // Kept open until the process ends, as CUDA keeps /dev/nvidiaN open. A world made as root has
+  // the real character devices (nvidiactl among them), which no driver backs on a test machine
+  // (ENXIO): an O_PATH descriptor links to the node in /proc/PID/fd all the same, and a node its
+  // config left out stays missing. A world without them gets a plain file standing in.
+  const std::string node = (world / "dev" / absl::StrCat("nvidia", index)).string();
+  const bool has_nodes = access((world / "dev" / "nvidiactl").c_str(), F_OK) == 0;
+  const int fd = has_nodes ? open(node.c_str(), O_PATH | O_CLOEXEC)
+                           : open(node.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
   static_cast<void>(fd);
 }
 

@@ -36,9 +36,10 @@ absl::StatusOr<GpuInfo> VisibleGpu(const std::vector<GpuInfo>& gpus, const Envir
 // The simulated driver's record of GPU memory held by this process (tests/sim/tools/nvidia-smi
 // reads it): WORLD/run/gpu-mem/INDEX/PID holding "MIB START_TICKS python3", WORLD being the folder
 // above the nvidia-smi on PATH. Like the driver's, it counts only while this process lives. The
-// process also opens WORLD/dev/nvidiaINDEX (a plain file standing in for the device node) and
-// keeps it open, so a /proc scan sees it as the GPU's holder. Best effort: nothing happens in a
-// world without nvidia-smi.
+// process also opens WORLD/dev/nvidiaINDEX (the world's character device, never made when the
+// world's other nodes are there and it is not; else a plain file standing in for it) and keeps it
+// open, so a /proc scan sees it as the GPU's holder. Best effort: nothing happens in a world
+// without nvidia-smi.
 void HoldGpuMemory(const Environment& env, int index, int64_t mib);
 
 }  // namespace fleet::sim

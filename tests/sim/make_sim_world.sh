@@ -15,7 +15,7 @@
 # What it writes (DIR must be absent or empty):
 #   sim-world.conf   key=value facts a supervisor's config needs: where the shims are
 #                    (python, pip, apt_get, nvidia_smi), the model, the CUDA dir, the driver's
-#                    libcuda
+#                    libcuda, the device dir (dev_root)
 #   server.env       key=value environment for a server of this world (PATH, HOME, and in the
 #                    fixed state CUDA_HOME and LD_LIBRARY_PATH)
 #   bin/             the container's /usr/bin: nvidia-smi, apt-get (apt-get-sim), later ninja
@@ -25,6 +25,9 @@
 #   models/tiny/     a model directory with config.json
 #   etc/             the fake nvidia-smi's data; usr/lib/...: the driver's libcuda.so.1
 #   root/            HOME of the servers (flashinfer's JIT cache lands in root/.cache)
+#   dev/             the GPU device nodes (nvidiaN, nvidiactl, nvidia-uvm, nvidia-uvm-tools),
+#                    real character devices made with mknod; only when run as root (dev_root in
+#                    sim-world.conf names it, else is empty)
 #   sim/             the shims' data: the package index and templates
 # Everything is data: no file written here is a shell string built from the arguments.
 set -euo pipefail
@@ -103,6 +106,21 @@ ln -s "$server" "$venv/bin/python"
 ln -s python "$venv/bin/python3"
 printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n' >"$venv/pyvenv.cfg"
 
+# The container's GPU device nodes, as its LXC config passes them in (docs/config.md, GPUs in a
+# Proxmox LXC container): nvidiaN (195:N), nvidiactl (195:255), nvidia-uvm and nvidia-uvm-tools
+# (the driver picks their major; 235 here). Real character devices, made with mknod: only root may.
+# Without them the world has no dev_root, and the agent's probe is not pointed at one.
+dev_root=
+if [[ $(id -u) -eq 0 ]] && mkdir -p "$dir/dev" && mknod -m 666 "$dir/dev/nvidiactl" c 195 255 2>/dev/null; then
+  for ((i = 0; i < gpus; i++)); do mknod -m 666 "$dir/dev/nvidia$i" c 195 "$i"; done
+  mknod -m 666 "$dir/dev/nvidia-uvm" c 235 0
+  mknod -m 666 "$dir/dev/nvidia-uvm-tools" c 235 1
+  dev_root=$dir/dev
+else
+  rm -rf -- "${dir:?}/dev"
+  printf 'make_sim_world: no GPU device nodes (mknod needs root): the world has no dev_root\n' >&2
+fi
+
 {
   printf '# The simulated container world (tests/sim/make_sim_world.sh): key=value, one a line.\n'
   printf 'state=%s\n' "$state"
@@ -120,6 +138,7 @@ printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\
   printf 'driver_libcuda=%s\n' "$driver_lib/libcuda.so.1"
   printf 'server_env=%s\n' "$dir/server.env"
   printf 'logs=%s\n' "$dir/logs"
+  printf 'dev_root=%s\n' "$dev_root"
 } >"$dir/sim-world.conf"
 
 # The GPUs and the driver (the host's part: the container sees them, it cannot change them).

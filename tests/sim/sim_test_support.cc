@@ -22,6 +22,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -73,6 +74,14 @@ absl::StatusOr<SimWorld> SimWorld::Create(const std::string& dir, const std::str
 
 std::string SimWorld::CudaDir() const {
   return Path("venv/lib/python3.12/site-packages/nvidia/cu13");
+}
+
+std::string SimWorld::DevRoot() const {
+  std::istringstream in(fleet::testing::ReadFile(Path("sim-world.conf")));
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, "dev_root=")) return line.substr(line.find('=') + 1);
+  }
+  return "";
 }
 
 Env SimWorld::ServerEnv(int gpu, double speed) const {

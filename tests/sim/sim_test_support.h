@@ -33,6 +33,9 @@ class SimWorld {
   std::string Path(const std::string& relative) const { return root_ + "/" + relative; }
   std::string CudaDir() const;
   std::string Model() const { return Path("models/tiny"); }
+  // The world's device dir with its GPU device nodes (sim-world.conf's dev_root): "" when the
+  // world was made without root, which mknod needs.
+  std::string DevRoot() const;
 
   // server.env as a map, plus what a test run needs: GPU `gpu`, speed `speed`.
   Env ServerEnv(int gpu = 0, double speed = 500) const;
