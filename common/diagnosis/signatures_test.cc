@@ -253,6 +253,14 @@ std::vector<Case> Cases() {
        false,
        {{"nccl_error", "remote process exited or there was a network error"},
         {"nccl_version", "2.27.3"}}},
+      {"vllm_free_memory_below_utilization",
+       "(EngineCore_DP0 pid=210) ValueError: Free memory on device (13.45/79.19 GiB) on startup "
+       "is less than desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory "
+       "utilization or reduce GPU memory used by other processes.\n",
+       "cuda_out_of_memory",
+       1,
+       false,
+       {{"gpu_free_gib", "13.45"}, {"gpu_total_gib", "79.19"}, {"gpu_memory_utilization", "0.9"}}},
       {"driver_too_old",
        "RuntimeError: The NVIDIA driver on your system is too old (found version 12040).\n",
        "gpu_driver_unavailable",

@@ -100,6 +100,7 @@ void PlanBuilder::Run() {
   if (cls_ == classes::kStaleJitCache) PlanClearJitCache();
   if (cls_ == classes::kAttentionBackendUnsupported || cls_ == classes::kCudaGraphCaptureFailed)
     PlanFallback();
+  if (cls_ == classes::kCudaOutOfMemory) PlanGpuMemoryUtilization();
   std::stable_sort(actions_.begin(), actions_.end(),
                    [](const PlannedAction& a, const PlannedAction& b) {
                      return KindRank(a.action) < KindRank(b.action);
@@ -626,6 +627,48 @@ void PlanBuilder::PlanClearJitCache() {
   Commit(std::move(fix));
 }
 
+void PlanBuilder::PlanGpuMemoryUtilization() {
+  // Only vLLM's startup check of free memory names the share that would fit; any other out of
+  // memory is reported (never a toolchain change, never a guess).
+  double free_gib = 0, total_gib = 0, wanted = 0;
+  if (in_.spec.engine() != "vllm" ||
+      !absl::SimpleAtod(FactValue(diagnosis_->facts(), "gpu_free_gib"), &free_gib) ||
+      !absl::SimpleAtod(FactValue(diagnosis_->facts(), "gpu_total_gib"), &total_gib) ||
+      !absl::SimpleAtod(FactValue(diagnosis_->facts(), "gpu_memory_utilization"), &wanted) ||
+      !(total_gib > 0)) {
+    Leave(cls_, "the GPU ran out of memory: lower the memory fraction, batch or context size");
+    return;
+  }
+  if (!in_.policy.allow_fallbacks()) {
+    Leave(cls_, absl::StrCat("its fix takes less GPU memory (a smaller KV cache), and policy ",
+                             PolicyName(), " does not allow fallbacks"));
+    return;
+  }
+  // What is free, less 2% of the GPU for what the start itself allocates, in hundredths.
+  const int share = static_cast<int>((free_gib / total_gib - 0.02) * 100);
+  if (share < 10 || share >= static_cast<int>(wanted * 100)) {
+    Leave(cls_, absl::StrCat("only ", free_gib, " of ", total_gib,
+                             " GiB are free: too little for vLLM to start; free the GPU"));
+    return;
+  }
+  const std::string next = absl::StrCat("0.", share);  // share is 10..99
+  constraints_.push_back(
+      absl::StrCat("vLLM may take only what is free on the GPU: --gpu-memory-utilization ", next));
+  const auto& argv = in_.spec.argv();
+  Fix fix{cls_, {}, /*affects_jit_build=*/false};
+  for (int i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--gpu-memory-utilization" && i + 1 < argv.size()) {
+      fix.actions.push_back({ServerArgsAction(false, {argv[i], argv[i + 1]}), "the share asked"});
+    } else if (absl::StartsWith(argv[i], "--gpu-memory-utilization=")) {
+      fix.actions.push_back({ServerArgsAction(false, {argv[i]}), "the share asked"});
+    }
+  }
+  fix.actions.push_back({ServerArgsAction(true, {"--gpu-memory-utilization", next}),
+                         absl::StrCat("take ", next, " of the GPU (", free_gib, "/", total_gib,
+                                      " GiB free; a smaller KV cache)")});
+  if (Commit(std::move(fix))) degraded_ = true;
+}
+
 void PlanBuilder::PlanFallback() {
   if (!in_.policy.allow_fallbacks()) {
     Leave(cls_, absl::StrCat("its fix is a slower fallback, and policy ", PolicyName(),
@@ -644,7 +687,26 @@ void PlanBuilder::PlanFallback() {
     fix.actions.push_back({ServerArgsAction(true, {flag}), "start without CUDA graphs (slower)"});
   } else {
     if (in_.spec.engine() == "vllm") {
-      Leave(cls_, "no attention backend fallback is known for vllm");
+      // vLLM picks its backend from VLLM_ATTENTION_BACKEND.
+      const std::string current = EnvOf(after_, "VLLM_ATTENTION_BACKEND");
+      const std::string failing =
+          current.empty() ? FactValue(diagnosis_->facts(), "attention_backend") : current;
+      std::string next;
+      for (const std::string& b : options_.fallback_vllm_attention_backends) {
+        if (!absl::EqualsIgnoreCase(b, failing)) {
+          next = b;
+          break;
+        }
+      }
+      if (next.empty()) {
+        Leave(cls_, "no other vLLM attention backend is configured to fall back to");
+        return;
+      }
+      fix.actions.push_back(
+          {SetEnvAction("VLLM_ATTENTION_BACKEND", next),
+           absl::StrCat("fall back to vLLM's ", next, " attention backend (slower)",
+                        failing.empty() ? "" : absl::StrCat(": ", failing, " does not fit"))});
+      if (Commit(std::move(fix))) degraded_ = true;
       return;
     }
     std::vector<std::string> old;

@@ -150,6 +150,8 @@ class PlanBuilder {
 
   // Fallbacks trade speed for a start; only where the policy allows them, and marked degraded.
   void PlanFallback();
+  // vLLM's --gpu-memory-utilization lowered to what its startup check says is free.
+  void PlanGpuMemoryUtilization();
 
   const CudaReleaseTable& table_;
   const PlannerOptions& options_;

@@ -112,6 +112,9 @@ struct PlannerOptions {
   int first_max_jobs = 4;  // MAX_JOBS after a first OOM-killed JIT step; halved after each next
   // SGLang attention backends to fall back to, first one not in use wins.
   std::vector<std::string> fallback_attention_backends = {"triton", "flashinfer", "torch_native"};
+  // vLLM's, in VLLM_ATTENTION_BACKEND: tried in this order, skipping the one that failed.
+  std::vector<std::string> fallback_vllm_attention_backends = {"FLASHINFER", "TRITON_ATTN",
+                                                               "FLEX_ATTENTION"};
 };
 
 class RemediationPlanner {

@@ -701,6 +701,86 @@ TEST(Fallbacks, AttentionBackendMovesAwayFromTheFailingOne) {
               ElementsAre("--attention-backend", "triton"));
 }
 
+// vLLM's fallbacks (issue 18): its backend is chosen by VLLM_ATTENTION_BACKEND, and the share
+// of GPU memory it takes is lowered only for its startup check of free memory.
+ServerSpec VllmSpec() {
+  ServerSpec spec = FixedSpec();
+  spec.set_engine("vllm");
+  return spec;
+}
+
+TEST(Fallbacks, VllmCudaGraphsAreTurnedOffWithEnforceEager) {
+  PlannerInput in = Input(FixedSnapshot(), VllmSpec());
+  in.policy.set_allow_fallbacks(true);
+  PlannerDecision d = Planner().Plan(Diag("cuda_graph_capture_failed"), in);
+  ASSERT_TRUE(d.plan.has_value());
+  EXPECT_THAT(Described(*d.plan), ElementsAre("add_server_args --enforce-eager"));
+}
+
+TEST(Fallbacks, VllmAttentionBackendMovesAwayFromTheFailingOneInItsVariable) {
+  ServerSpec spec = VllmSpec();
+  (*spec.mutable_env())["VLLM_ATTENTION_BACKEND"] = "FLASHINFER";
+  PlannerInput in = Input(FixedSnapshot(), spec);
+  PlannerDecision d = Planner().Plan(Diag("attention_backend_unsupported"), in);
+  ASSERT_TRUE(d.report.has_value());
+  EXPECT_THAT(d.report->reason, HasSubstr("does not allow fallbacks"));
+  in.policy.set_allow_fallbacks(true);
+  d = Planner().Plan(Diag("attention_backend_unsupported"), in);
+  ASSERT_TRUE(d.plan.has_value()) << d.report->reason;
+  EXPECT_TRUE(d.plan->degraded);
+  EXPECT_EQ(d.plan->env_changes.at("VLLM_ATTENTION_BACKEND"), "TRITON_ATTN");
+  // Unset: the failing one is the diagnosis's fact.
+  in.spec = VllmSpec();
+  d = Planner().Plan(Diag("attention_backend_unsupported", {{"attention_backend", "flashinfer"}}),
+                     in);
+  ASSERT_TRUE(d.plan.has_value()) << d.report->reason;
+  EXPECT_EQ(d.plan->env_changes.at("VLLM_ATTENTION_BACKEND"), "TRITON_ATTN");
+  EXPECT_THAT(Described(*d.plan), Each(Not(HasSubstr("--attention-backend"))));
+}
+
+TEST(Fallbacks, VllmGpuMemoryUtilizationIsLoweredToWhatIsFree) {
+  ServerSpec spec = VllmSpec();
+  spec.add_argv("--gpu-memory-utilization");
+  spec.add_argv("0.9");
+  PlannerInput in = Input(FixedSnapshot(), spec);
+  in.policy.set_allow_fallbacks(true);
+  const Diagnosis oom = Diag(
+      "cuda_out_of_memory",
+      {{"gpu_free_gib", "60.00"}, {"gpu_total_gib", "95.00"}, {"gpu_memory_utilization", "0.9"}},
+      "launch_flags");
+  PlannerDecision d = Planner().Plan(oom, in);
+  ASSERT_TRUE(d.plan.has_value()) << d.report->reason;
+  EXPECT_TRUE(d.plan->degraded);
+  EXPECT_FALSE(d.plan->affects_jit_build);
+  const ServerSpec after = ApplyToSpec(*d.plan, spec);
+  std::vector<std::string> argv(after.argv().begin(), after.argv().end());
+  EXPECT_THAT(argv, Not(Contains("0.9")));
+  // 60/95 = 0.63, less 0.02.
+  EXPECT_THAT(std::vector<std::string>(argv.end() - 2, argv.end()),
+              ElementsAre("--gpu-memory-utilization", "0.61"));
+
+  // Not without the policy's fallbacks; not for SGLang; not with too little free; not for an
+  // out of memory that does not say what is free; never for a toolchain failure.
+  in.policy.set_allow_fallbacks(false);
+  EXPECT_FALSE(Planner().Plan(oom, in).plan.has_value());
+  in.policy.set_allow_fallbacks(true);
+  PlannerInput sglang = Input(FixedSnapshot(), FixedSpec());
+  sglang.policy.set_allow_fallbacks(true);
+  EXPECT_FALSE(Planner().Plan(oom, sglang).plan.has_value());
+  const Diagnosis little = Diag(
+      "cuda_out_of_memory",
+      {{"gpu_free_gib", "5.00"}, {"gpu_total_gib", "95.00"}, {"gpu_memory_utilization", "0.9"}},
+      "launch_flags");
+  d = Planner().Plan(little, in);
+  ASSERT_TRUE(d.report.has_value());
+  EXPECT_THAT(d.report->reason, HasSubstr("free the GPU"));
+  EXPECT_FALSE(Planner().Plan(Diag("cuda_out_of_memory", {}, "launch_flags"), in).plan.has_value());
+  d = Planner().Plan(PtxDiag(), in);
+  if (d.plan.has_value()) {
+    EXPECT_THAT(Described(*d.plan), Each(Not(HasSubstr("gpu-memory-utilization"))));
+  }
+}
+
 TEST(Env, OomKilledJitStepsHalveMaxJobs) {
   ServerSpec spec = FixedSpec();
   PlannerDecision d = Planner().Plan(Diag("jit_oom_killed"), Input(FixedSnapshot(), spec));
