@@ -435,22 +435,9 @@ absl::StatusOr<std::vector<Signature>> ParseSignatureCatalogue(std::string_view 
         return absl::InvalidArgumentError(absl::StrCat(where, ": field 'caller' is empty"));
       }
       current.caller = std::string(value);
-    } else if (key == "all_matches") {
-      if (value == "true") {
-        current.all_matches = true;
-      } else if (value == "false") {
-        current.all_matches = false;
-      } else {
-        return bad_value("true, false");
-      }
-    } else if (key == "consequence") {
-      if (value == "true") {
-        current.consequence = true;
-      } else if (value == "false") {
-        current.consequence = false;
-      } else {
-        return bad_value("true, false");
-      }
+    } else if (key == "all_matches" || key == "consequence") {
+      if (value != "true" && value != "false") return bad_value("true, false");
+      (key == "all_matches" ? current.all_matches : current.consequence) = value == "true";
     } else {
       return absl::InvalidArgumentError(absl::StrCat(where, ": unknown field '", key, "'"));
     }
