@@ -29,9 +29,6 @@ enum class Fault {
 // "" or one of oom, nccl, hang_jit, watchdog, leftover; InvalidArgument for anything else.
 absl::StatusOr<Fault> ParseFault(const std::string& text);
 
-// How a cached JIT library looks to a start.
-enum class CacheState { kMissing, kValid, kStale };
-
 enum class StepKind {
   kPause,            // nothing to do: the launcher only waits
   kInitDistributed,  // GPU and NCCL set-up
