@@ -26,7 +26,6 @@ namespace {
 
 constexpr char kSigquitLine[] =
     "Received sigquit from a child process. It usually means the child failed.";
-int64_t UnixSeconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
 }  // namespace
 

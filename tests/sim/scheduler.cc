@@ -28,11 +28,6 @@ constexpr double kWatchdogSeconds = 5.0;
 // The tiny model's weights (GB).
 constexpr double kWeightsGb = 0.05;
 
-bool IsCompileProblem(JitProblem p) {
-  return p == JitProblem::kHeaderMismatch || p == JitProblem::kHeadersMissing ||
-         p == JitProblem::kPtxasMissing || p == JitProblem::kPtxUnsupported;
-}
-
 // Uses about `ms` milliseconds of CPU time: what a stuck compiler shows to a CPU-time observer.
 void BurnCpu(int ms) {
   timespec start{}, now{};

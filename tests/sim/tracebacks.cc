@@ -9,7 +9,6 @@
 namespace fleet::sim {
 namespace {
 
-constexpr char kTracebackHead[] = "Traceback (most recent call last):\n";
 constexpr char kPython[] = "/usr/lib/python3.12";
 
 std::vector<Frame> SchedulerFrames(const std::string& site) {

@@ -13,6 +13,8 @@
 
 namespace fleet::sim {
 
+inline constexpr char kTracebackHead[] = "Traceback (most recent call last):\n";
+
 // One frame of a Python traceback.
 struct Frame {
   std::string file;  // absolute, or "<frozen runpy>"
