@@ -57,19 +57,15 @@ class VllmProcess {
         Answer(kVllmStepDone, "");
         _exit(0);
       }
-      if (*command == kVllmSymptomCommand) {
-        VllmFailureDetail d{VllmFailure::kNcclAborted, phase_};
+      if (*command <= kVllmSymptomCommand) {
+        const VllmStep& failed =
+            setup_.script.at(static_cast<size_t>(kVllmSymptomCommand - *command));
+        VllmFailureDetail d{VllmFailure::kNcclAborted, PhaseOf(failed)};
         d.rank = rank_;
         FailOnGpu(d);
         continue;
       }
-      const VllmStep& step = setup_.script.at(static_cast<size_t>(*command));
-      if (step.InBusyLoop()) {
-        phase_ = step.kind == VllmStepKind::kCaptureBegin || step.kind == VllmStepKind::kCaptureEnd
-                     ? VllmPhase::kCapture
-                     : VllmPhase::kProfile;
-      }
-      if (Do(step)) Answer(kVllmStepDone, "");
+      if (Do(setup_.script.at(static_cast<size_t>(*command)))) Answer(kVllmStepDone, "");
     }
   }
 
@@ -362,13 +358,29 @@ class VllmProcess {
   const int reply_fd_;
   const VllmLog log_;
   GpuInfo gpu_;
-  VllmPhase phase_ = VllmPhase::kInitDevice;
   std::optional<JitToolchain> toolchain_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point capture_started_ = started_;
 };
 
 }  // namespace
+
+VllmPhase PhaseOf(const VllmStep& step) {
+  switch (step.kind) {
+    case VllmStepKind::kEngineInit:
+    case VllmStepKind::kInitDevice:
+      return VllmPhase::kInitDevice;
+    case VllmStepKind::kLoadModel:
+    case VllmStepKind::kWeightShard:
+    case VllmStepKind::kWeightsDone:
+      return VllmPhase::kLoadModel;
+    case VllmStepKind::kCaptureBegin:
+    case VllmStepKind::kCaptureEnd:
+      return VllmPhase::kCapture;
+    default:
+      return VllmPhase::kProfile;
+  }
+}
 
 bool VllmStep::OnGpu() const {
   return kind != VllmStepKind::kEngineInit && kind != VllmStepKind::kKvCache &&

@@ -19,6 +19,7 @@
 #include "tests/sim/server_args.h"
 #include "tests/sim/sim_os.h"
 #include "tests/sim/startup_script.h"
+#include "tests/sim/vllm_tracebacks.h"
 
 namespace fleet::sim {
 
@@ -69,16 +70,19 @@ struct VllmSetup {
   std::vector<VllmStep> script;
   JitBuild build{"", "", "", ""};
   int log_fd = 2;
-  pid_t api_server = 0;
 };
 
 // The steps of a start for `args`, given the ops flashinfer loads and their cache states.
 std::vector<VllmStep> BuildVllmScript(const ServerArgs& args, const std::vector<JitOp>& ops,
                                       const std::vector<CacheState>& cache);
 
-// Commands a child takes besides step indexes.
-inline constexpr int kVllmSymptomCommand = -3;    // a worker whose peer failed mid-collective
-inline constexpr int kVllmTerminateCommand = -4;  // the executor shuts the workers down
+// Commands a child takes besides step indexes: the executor shuts the workers down; a worker whose
+// peer failed inside the collective of step I gets kVllmSymptomCommand - I.
+inline constexpr int kVllmTerminateCommand = -4;
+inline constexpr int kVllmSymptomCommand = -100;
+
+// Where a step's exception would be raised (vllm_tracebacks.h): device, weights, profile, capture.
+VllmPhase PhaseOf(const VllmStep& step);
 
 // Runs EngineCore (`rank` -1) or the worker of tensor-parallel rank `rank` in this forked process:
 // reads commands from `command_fd` and answers on `reply_fd` until the pipe ends.

@@ -82,7 +82,6 @@ void VllmApiServer::Prepare() {
   setup_.env = config_.env;
   setup_.site_packages = SitePackages();
   setup_.log_fd = STDERR_FILENO;
-  setup_.api_server = getpid();
   setup_.gpus = QueryGpus(config_.env);
   std::string arch = "120";
   std::string capability = "12.0";
@@ -163,12 +162,13 @@ VllmApiServer::Exit VllmApiServer::RunStep(int index) {
       TerminateWorkers(-1);
       return EngineStartFailed();
     }
-    return WorkerFailed(child - 1, message, step);
+    return WorkerFailed(child - 1, message, index);
   }
   return std::nullopt;
 }
 
-int VllmApiServer::WorkerFailed(int rank, const std::string& message, const VllmStep& step) {
+int VllmApiServer::WorkerFailed(int rank, const std::string& message, int step_index) {
+  const VllmStep& step = setup_.script[static_cast<size_t>(step_index)];
   std::vector<std::string> errors(static_cast<size_t>(config_.args.tp_size));
   errors[static_cast<size_t>(rank)] = message;
   const bool busy = step.InBusyLoop();
@@ -178,14 +178,13 @@ int VllmApiServer::WorkerFailed(int rank, const std::string& message, const Vllm
     for (int other = 0; other < config_.args.tp_size; ++other) {
       if (other == rank) continue;
       char answer = 0;
-      if (Exit e = pacer_.Command(other + 1, kVllmSymptomCommand, &answer)) return e.value_or(1);
+      if (Exit e = pacer_.Command(other + 1, kVllmSymptomCommand - step_index, &answer)) {
+        return e.value_or(1);
+      }
       if (answer == kVllmStepFailed) errors[static_cast<size_t>(other)] = FailureMessage(other + 1);
     }
   }
-  const VllmPhase phase =
-      step.kind == VllmStepKind::kCaptureBegin || step.kind == VllmStepKind::kCaptureEnd
-          ? VllmPhase::kCapture
-          : VllmPhase::kProfile;
+  const VllmPhase phase = PhaseOf(step);
   // EngineCore's collective_rpc reads the answers in rank order: the first failure it meets is
   // the one it names.
   std::string first_error;

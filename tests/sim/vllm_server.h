@@ -56,8 +56,9 @@ class VllmApiServer {
   Exit RunStep(int index);
   // The rest of a failed child's answer: str() of its exception.
   std::string FailureMessage(int child);
-  // A worker (rank `rank`, tensor parallelism) failed in `step`: symptoms, EngineCore, the end.
-  int WorkerFailed(int rank, const std::string& message, const VllmStep& step);
+  // A worker (rank `rank`, tensor parallelism) failed in step `step_index`: the other ranks'
+  // symptoms, EngineCore's failure, the workers' exit, the API server's end.
+  int WorkerFailed(int rank, const std::string& message, int step_index);
   // Tells workers to exit (their death pipe closes): each logs it.
   void TerminateWorkers(int except_rank);
   // The API server's end when EngineCore did not start: its traceback, exit status 1.

@@ -331,6 +331,23 @@ TEST_F(VllmServerTest, TensorParallelJitFailureIsInOneWorkerAndTheOtherShowsASym
   EXPECT_LT(log.find("EngineCore failed to start."), log.find(kEngineFailed));
 }
 
+TEST_F(VllmServerTest, TensorParallelSymptomIsInTheCollectiveTheRootCauseLeft) {
+  // No ninja: the first step of the profile run fails in rank 0.
+  SimWorld world = MakeWorld("fixed", {"ninja"});
+  std::string log;
+  const ExitInfo exit = RunVllm(world, &log, {"-tp", "2"}, {{"CUDA_VISIBLE_DEVICES", "0,1"}});
+  EXPECT_EQ(exit.exit_code, 1);
+  EXPECT_EQ(CountLines(log, "(Worker_TP0 pid=",
+                       "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"),
+            1);
+  // Rank 1 was in the same profile run, not in its device set-up.
+  EXPECT_EQ(CountLines(log, "(Worker_TP1 pid=", "in determine_available_memory"), 1);
+  EXPECT_EQ(CountLines(log, "(Worker_TP1 pid=", "in init_device"), 0);
+  EXPECT_EQ(CountLines(log, "(EngineCore_DP0 pid=",
+                       "Worker failed with error '[Errno 2] No such file or directory: 'ninja''"),
+            2);
+}
+
 TEST_F(VllmServerTest, TensorParallelCaptureFailureInTheLastRankLeavesEngineCoreNamingASymptom) {
   SimWorld world = MakeWorld("fixed");
   std::string log;
