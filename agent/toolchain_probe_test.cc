@@ -140,7 +140,8 @@ TEST_F(SimWorldProbe, SeedWorldShowsWhatTheContractsSayItCanSee) {
                   Pair("flashinfer-python", "0.5.3"), Pair("nvidia-cuda-crt", "13.0.88"),
                   Pair("nvidia-cuda-cupti", "13.0.85"), Pair("nvidia-cuda-nvrtc", "13.0.88"),
                   Pair("nvidia-cuda-runtime", "13.0.96"), Pair("nvidia-nvvm", "13.0.88"),
-                  Pair("sgl-kernel", "0.3.18"), Pair("sglang", "0.5.6"), Pair("torch", "2.9.1")));
+                  Pair("sgl-kernel", "0.3.18"), Pair("sglang", "0.5.6"), Pair("torch", "2.9.1"),
+                  Pair("vllm", "0.11.0")));
   // 8 GPUs of compute capability 12.0; a driver that supports CUDA 13.2.
   ASSERT_EQ(s.gpus_size(), 8);
   for (int i = 0; i < 8; ++i) {

@@ -1,16 +1,40 @@
 #include "tests/sim/flashinfer_jit.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tests/sim/sim_os.h"
 
 namespace fleet::sim {
 namespace {
 
 constexpr char kBuildStopped[] = "ninja: build stopped: subcommand failed.\n";
+constexpr char kDefaultFlashinferVersion[] = "0.5.3";
 
 std::string Stem(const std::string& file) { return file.substr(0, file.rfind('.')); }
 
 }  // namespace
+
+std::string FlashinferVersion(const std::string& site_packages) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(site_packages, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string prefix = "flashinfer_python-";
+    const std::string suffix = ".dist-info";
+    if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size() + suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    }
+  }
+  return kDefaultFlashinferVersion;
+}
+
+CacheState CachedLibraryState(const std::string& path) {
+  absl::StatusOr<std::string> content = ReadSmallFile(path);
+  if (!content.ok()) return CacheState::kMissing;
+  return content->rfind(kSimLibraryMagic, 0) == 0 ? CacheState::kValid : CacheState::kStale;
+}
 
 std::vector<JitOp> JitOpsForBackend(const std::string& attention_backend) {
   // The tiny model has head dim 64 (hidden 256, 4 heads) and runs in bf16.

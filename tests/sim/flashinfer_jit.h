@@ -31,6 +31,16 @@ inline constexpr char kSimLibraryMagic[] =
     "\x7f"
     "ELF sim-flashinfer-jit-library\n";
 
+// How a cached JIT library looks to a start.
+enum class CacheState { kMissing, kValid, kStale };
+
+// The installed flashinfer's version, from its dist-info in `site_packages` (what
+// `flashinfer.__version__` says); 0.5.3 when none is installed.
+std::string FlashinferVersion(const std::string& site_packages);
+
+// The state of the cached library at `path`: missing, valid (the sim's magic), or stale.
+CacheState CachedLibraryState(const std::string& path);
+
 // Paths and ninja text of one server's JIT builds.
 class JitBuild {
  public:

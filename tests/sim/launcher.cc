@@ -26,50 +26,22 @@ namespace {
 
 constexpr char kSigquitLine[] =
     "Received sigquit from a child process. It usually means the child failed.";
-constexpr char kDefaultFlashinferVersion[] = "0.5.3";
-
-// The installed flashinfer's version, from its dist-info (what `flashinfer.__version__` says).
-std::string FlashinferVersion(const std::string& site) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(site, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::string prefix = "flashinfer_python-";
-    const std::string suffix = ".dist-info";
-    if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size() + suffix.size() &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      return name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    }
-  }
-  return kDefaultFlashinferVersion;
-}
-
-CacheState CachedLibraryState(const std::string& path) {
-  absl::StatusOr<std::string> content = ReadSmallFile(path);
-  if (!content.ok()) return CacheState::kMissing;
-  return content->rfind(kSimLibraryMagic, 0) == 0 ? CacheState::kValid : CacheState::kStale;
-}
-
-bool WriteCommand(int fd, int32_t command) {
-  ssize_t n = 0;
-  while ((n = write(fd, &command, sizeof(command))) < 0 && errno == EINTR) {
-  }
-  return n == static_cast<ssize_t>(sizeof(command));
-}
-
-int64_t UnixSeconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
 }  // namespace
 
-Launcher::Launcher(LauncherConfig config) : config_(std::move(config)), log_(STDERR_FILENO) {}
+Launcher::Launcher(LauncherConfig config)
+    : config_(std::move(config)),
+      log_(STDERR_FILENO),
+      pacer_(config_.speed, [this](int signo) { return OnSignal(signo); }) {}
 
-Launcher::~Launcher() {
-  StopSchedulers();
-  if (signal_fd_ >= 0) close(signal_fd_);
-}
+Launcher::~Launcher() = default;
 
 int Launcher::Run() {
-  if (Exit e = SetUpSignals()) return *e;
-  if (Exit e = Pause(kImportSeconds)) return *e;
+  if (absl::Status s = pacer_.SetUpSignals(); !s.ok()) {
+    log_.Raw(absl::StrCat("sglang-server-sim: ", s.message()));
+    return 1;
+  }
+  if (Exit e = pacer_.Pause(kImportSeconds)) return *e;
   // `import sgl_kernel` loads its extension, which needs libnvrtc from the loader path.
   if (FindInDirs(kNvrtcLibrary, config_.env.List("LD_LIBRARY_PATH")).empty()) {
     log_.Raw(SglKernelImportError(config_.site_packages, kNvrtcLibrary));
@@ -83,26 +55,11 @@ int Launcher::Run() {
     if (setup_.script[i].kind != StepKind::kPause) {
       if (Exit e = RunOnRanks(static_cast<int32_t>(i))) return *e;
     }
-    if (Exit e = Pause(setup_.script[i].seconds_after)) return *e;
+    if (Exit e = pacer_.Pause(setup_.script[i].seconds_after)) return *e;
   }
   const int status = ServeHttp();
-  StopSchedulers();
+  pacer_.StopAll();
   return status;
-}
-
-Launcher::Exit Launcher::SetUpSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGTERM, SIGINT, SIGQUIT, SIGCHLD}) sigaddset(&set, sig);
-  if (sigprocmask(SIG_BLOCK, &set, nullptr) != 0) return 1;
-  signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC);
-  if (signal_fd_ < 0) {
-    log_.Raw(absl::StrCat("sglang-server-sim: signalfd: ", std::strerror(errno)));
-    return 1;
-  }
-  // A scheduler that died leaves a broken pipe: write() says so, no signal needed.
-  signal(SIGPIPE, SIG_IGN);
-  return std::nullopt;
 }
 
 Launcher::Exit Launcher::CheckModel() {
@@ -152,122 +109,56 @@ void Launcher::PrepareJit() {
 
 Launcher::Exit Launcher::StartSchedulers() {
   for (int rank = 0; rank < config_.args.tp_size; ++rank) {
-    int command[2], reply[2];
-    if (pipe2(command, O_CLOEXEC) != 0 || pipe2(reply, O_CLOEXEC) != 0) {
-      log_.Raw(absl::StrCat("sglang-server-sim: pipe: ", std::strerror(errno)));
-      return 1;
-    }
-    const pid_t pid = fork();
-    if (pid < 0) {
-      log_.Raw(absl::StrCat("sglang-server-sim: fork: ", std::strerror(errno)));
-      return 1;
-    }
-    if (pid == 0) {
-      // The scheduler: dies with the launcher, takes signals the default way, keeps only its
-      // own ends of its own pipes.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != setup_.launcher) _exit(1);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      signal(SIGPIPE, SIG_DFL);
-      close(signal_fd_);
-      for (const Rank& r : ranks_) {
-        close(r.command_fd);
-        close(r.reply_fd);
-      }
-      close(command[1]);
-      close(reply[0]);
+    absl::Status forked = pacer_.Fork([&](int command_fd, int reply_fd) {
       SchedulerSetup mine = setup_;
       mine.rank = rank;
-      RunScheduler(mine, command[0], reply[1]);
+      RunScheduler(mine, command_fd, reply_fd);
+    });
+    if (!forked.ok()) {
+      log_.Raw(absl::StrCat("sglang-server-sim: ", forked.message()));
+      return 1;
     }
-    close(command[0]);
-    close(reply[1]);
-    ranks_.push_back({pid, command[1], reply[0]});
   }
   return std::nullopt;
 }
 
 Launcher::Exit Launcher::RunOnRanks(int32_t command) {
-  for (int rank = 0; rank < static_cast<int>(ranks_.size()); ++rank) {
-    const Rank& r = ranks_[static_cast<size_t>(rank)];
-    if (!WriteCommand(r.command_fd, command)) return RankDied(rank);
-    for (;;) {
-      pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {r.reply_fd, POLLIN, 0}};
-      if (poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        return 1;
-      }
-      // A failing scheduler logs, then signals: the signal decides before its pipe's state.
-      if (fds[0].revents & POLLIN) {
-        if (Exit e = OnSignal()) return e;
-        continue;
-      }
-      if (fds[1].revents != 0) {
-        char done = 0;
-        if (read(r.reply_fd, &done, 1) != 1) return RankDied(rank);
-        break;
-      }
-    }
+  for (int rank = 0; rank < pacer_.size(); ++rank) {
+    char answer = 0;
+    if (Exit e = pacer_.Command(rank, command, &answer)) return e;
+    if (answer != kStepDone) return RankDied(rank);
   }
   return std::nullopt;
 }
 
-Launcher::Exit Launcher::Pause(double seconds) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(seconds / config_.speed));
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return std::nullopt;
-    pollfd p{signal_fd_, POLLIN, 0};
-    const int rc = poll(&p, 1, static_cast<int>(left));
-    if (rc < 0 && errno != EINTR) return 1;
-    if (rc > 0) {
-      if (Exit e = OnSignal()) return e;
-    }
-  }
-}
-
-Launcher::Exit Launcher::OnSignal() {
-  signalfd_siginfo info{};
-  if (read(signal_fd_, &info, sizeof(info)) != static_cast<ssize_t>(sizeof(info))) {
-    return std::nullopt;
-  }
-  switch (info.ssi_signo) {
+Launcher::Exit Launcher::OnSignal(int signo) {
+  switch (signo) {
     case SIGQUIT:
       log_.Record(kSigquitLine);
-      StopSchedulers();
+      pacer_.StopAll();
       return 0;
     case SIGTERM:
     case SIGINT:
-      log_.Record(absl::StrCat("Received ", info.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
+      log_.Record(absl::StrCat("Received ", signo == SIGTERM ? "SIGTERM" : "SIGINT",
                                ". Shutting down the server."));
-      StopSchedulers();
+      pacer_.StopAll();
       return 0;
-    default:  // SIGCHLD: a dead scheduler shows as the end of its pipe.
+    default:
       return std::nullopt;
   }
 }
 
 Launcher::Exit Launcher::RankDied(int rank) {
-  Rank& r = ranks_[static_cast<size_t>(rank)];
-  int status = 0;
-  while (waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.pid = -1;
-  const int code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+  const int code = pacer_.Reap(rank);
   log_.Record(
       absl::StrCat("Rank ", rank, " scheduler is dead. Please check if there are relevant logs."));
   log_.Record(absl::StrCat("Exit code: ", code));
-  StopSchedulers();
+  pacer_.StopAll();
   return 1;
 }
 
 int Launcher::ServeHttp() {
-  if (Exit e = Pause(kUvicornSeconds)) return *e;
+  if (Exit e = pacer_.Pause(kUvicornSeconds)) return *e;
   log_.Record(absl::StrCat("INFO:     Started server process [", getpid(), "]"));
   log_.Record("INFO:     Waiting for application startup.");
   log_.Record("INFO:     Application startup complete.");
@@ -293,18 +184,18 @@ int Launcher::ServeHttp() {
                               args.host, args.port));
   if (!args.skip_server_warmup) {
     if (Exit e = RunOnRanks(kWarmupCommand)) return *e;
-    if (Exit e = Pause(1.0)) return *e;
+    if (Exit e = pacer_.Pause(1.0)) return *e;
   }
   log_.Record("The server is fired up and ready to roll!");
 
-  std::vector<int> watched = {signal_fd_};
-  for (const Rank& r : ranks_) watched.push_back(r.reply_fd);
+  std::vector<int> watched = {pacer_.signal_fd()};
+  for (int rank = 0; rank < pacer_.size(); ++rank) watched.push_back(pacer_.reply_fd(rank));
   std::optional<int> exit_status;
   (*server)->Serve(watched, [&](int fd) {
-    if (fd == signal_fd_) {
-      signalfd_siginfo info{};
-      if (read(signal_fd_, &info, sizeof(info)) != static_cast<ssize_t>(sizeof(info))) return true;
-      if (info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) {
+    if (fd == pacer_.signal_fd()) {
+      const std::optional<int> signo = pacer_.ReadSignal();
+      if (!signo) return true;
+      if (*signo == SIGTERM || *signo == SIGINT) {
         log_.Record("INFO:     Shutting down");
         log_.Record("INFO:     Waiting for application shutdown.");
         log_.Record("INFO:     Application shutdown complete.");
@@ -312,16 +203,16 @@ int Launcher::ServeHttp() {
         exit_status = 0;
         return false;
       }
-      if (info.ssi_signo == SIGQUIT) {
+      if (*signo == SIGQUIT) {
         log_.Record(kSigquitLine);
         exit_status = 0;
         return false;
       }
       return true;
     }
-    for (size_t rank = 0; rank < ranks_.size(); ++rank) {
-      if (ranks_[rank].reply_fd == fd) {
-        exit_status = RankDied(static_cast<int>(rank));
+    for (int rank = 0; rank < pacer_.size(); ++rank) {
+      if (pacer_.reply_fd(rank) == fd) {
+        exit_status = RankDied(rank);
         return false;
       }
     }
@@ -388,21 +279,6 @@ HttpResponse Launcher::Handle(const HttpRequest& request) const {
                      path == "/v1/models" || path == "/v1/completions" || path == "/generate";
   if (known) return {405, "application/json", "{\"detail\":\"Method Not Allowed\"}"};
   return {404, "application/json", "{\"detail\":\"Not Found\"}"};
-}
-
-void Launcher::StopSchedulers() {
-  // SGLang's kill_process_tree: SIGKILL, then every child reaped.
-  for (Rank& r : ranks_) {
-    if (r.pid > 0) {
-      kill(r.pid, SIGKILL);
-      while (waitpid(r.pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-      r.pid = -1;
-    }
-    if (r.command_fd >= 0) close(r.command_fd);
-    if (r.reply_fd >= 0) close(r.reply_fd);
-    r.command_fd = r.reply_fd = -1;
-  }
 }
 
 }  // namespace fleet::sim

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/sim/child_pacer.h"
 #include "tests/sim/http_server.h"
 #include "tests/sim/scheduler.h"
 #include "tests/sim/server_args.h"
@@ -44,35 +45,23 @@ class Launcher {
   int Run();
 
  private:
-  // nullopt: go on; a value: the server ends with that exit status.
-  using Exit = std::optional<int>;
+  using Exit = ChildPacer::Exit;
 
-  struct Rank {
-    pid_t pid = -1;
-    int command_fd = -1;
-    int reply_fd = -1;
-  };
-
-  Exit SetUpSignals();
   Exit CheckModel();
   void PrepareJit();
   Exit StartSchedulers();
   // Sends command `command` to every rank in turn and waits for each answer.
   Exit RunOnRanks(int32_t command);
-  // Waits `seconds` (at speed 1) while reacting to signals.
-  Exit Pause(double seconds);
-  // Reads one signal from the signalfd and decides what it means.
-  Exit OnSignal();
+  // What a signal means while starting: SIGQUIT (a failed scheduler) and SIGTERM/SIGINT end it.
+  Exit OnSignal(int signo);
   Exit RankDied(int rank);
   // uvicorn's part, from binding the port to the end of serving; returns the exit status.
   int ServeHttp();
   HttpResponse Handle(const HttpRequest& request) const;
-  void StopSchedulers();
 
   const LauncherConfig config_;
   const SimLog log_;
-  int signal_fd_ = -1;
-  std::vector<Rank> ranks_;
+  ChildPacer pacer_;
   SchedulerSetup setup_;
 };
 

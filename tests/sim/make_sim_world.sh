@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make_sim_world.sh: creates a simulated container world, the tree that the simulated SGLang
-# server (sglang-server-sim) inspects to decide how its start goes (tests/sim/README.md).
+# make_sim_world.sh: creates a simulated container world, the tree that the simulated SGLang and
+# vLLM servers (sglang-server-sim, run as python or as vllm) inspect to decide how a start goes
+# (tests/sim/README.md).
 #
 #   make_sim_world.sh DIR [--state seed|fixed] [--break PROBLEM]... [--server PATH] [--gpus N]
 #
@@ -20,7 +21,7 @@
 #                    fixed state CUDA_HOME and LD_LIBRARY_PATH)
 #   bin/             the container's /usr/bin: nvidia-smi, apt-get (apt-get-sim), later ninja
 #   venv/            bin/python (the simulated server, run as `python -m sglang.launch_server`),
-#                    bin/pip (pip-sim), lib/python3.12/site-packages with pip-style dist-info and
+#                    bin/vllm (the same binary, run as `vllm serve MODEL ...`), bin/pip (pip-sim), lib/python3.12/site-packages with pip-style dist-info and
 #                    nvidia/cu13/{bin,include,lib,nvvm}
 #   models/tiny/     a model directory with config.json
 #   etc/             the fake nvidia-smi's data; usr/lib/...: the driver's libcuda.so.1
@@ -104,6 +105,7 @@ install -m 755 "$src/apt-get-sim" "$dir/bin/apt-get"
 install -m 755 "$src/tools/nvidia-smi" "$dir/bin/nvidia-smi"
 ln -s "$server" "$venv/bin/python"
 ln -s python "$venv/bin/python3"
+ln -s "$server" "$venv/bin/vllm"
 printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n' >"$venv/pyvenv.cfg"
 
 # The container's GPU device nodes, as its LXC config passes them in (docs/config.md, GPUs in a
@@ -130,6 +132,7 @@ fi
   printf 'site_packages=%s\n' "$site"
   printf 'cuda_dir=%s\n' "$cuda"
   printf 'python=%s\n' "$venv/bin/python"
+  printf 'vllm=%s\n' "$venv/bin/vllm"
   printf 'pip=%s\n' "$venv/bin/pip"
   printf 'apt_get=%s\n' "$dir/bin/apt-get"
   printf 'nvidia_smi=%s\n' "$dir/bin/nvidia-smi"
@@ -180,7 +183,7 @@ EOF
 
 pip=("$venv/bin/pip" install --quiet)
 apt=("$dir/bin/apt-get" install -y -q)
-base=(torch==2.9.1 sglang==0.5.6 sgl-kernel==0.3.18 flashinfer-python==0.5.3)
+base=(torch==2.9.1 sglang==0.5.6 sgl-kernel==0.3.18 flashinfer-python==0.5.3 vllm==0.11.0)
 cuda_13_0=(nvidia-cuda-runtime==13.0.96 nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-cupti==13.0.85
   nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88)
 cuda_13_2=(nvidia-cuda-nvcc==13.2.78 nvidia-cuda-runtime==13.2.75 nvidia-cuda-nvrtc==13.2.78

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tests/sim/child_pacer.h"
 #include "tests/sim/sim_log.h"
 #include "tests/sim/toolchain.h"
 #include "tests/sim/tracebacks.h"
@@ -26,11 +27,6 @@ namespace {
 constexpr double kWatchdogSeconds = 5.0;
 // The tiny model's weights (GB).
 constexpr double kWeightsGb = 0.05;
-
-bool IsCompileProblem(JitProblem p) {
-  return p == JitProblem::kHeaderMismatch || p == JitProblem::kHeadersMissing ||
-         p == JitProblem::kPtxasMissing || p == JitProblem::kPtxUnsupported;
-}
 
 // Uses about `ms` milliseconds of CPU time: what a stuck compiler shows to a CPU-time observer.
 void BurnCpu(int ms) {
@@ -76,19 +72,8 @@ class Scheduler {
   }
 
  private:
-  // The next command, or nullopt at the end of the pipe (or after `timeout_ms`).
   std::optional<int32_t> ReadCommand(int timeout_ms) {
-    pollfd p{command_fd_, POLLIN, 0};
-    int rc = 0;
-    while ((rc = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
-    }
-    if (rc <= 0) return std::nullopt;
-    int32_t command = 0;
-    ssize_t n = 0;
-    while ((n = read(command_fd_, &command, sizeof(command))) < 0 && errno == EINTR) {
-    }
-    if (n != static_cast<ssize_t>(sizeof(command))) return std::nullopt;
-    return command;
+    return ReadPacedCommand(command_fd_, timeout_ms);
   }
 
   bool Do(const Step& step) {

@@ -117,8 +117,57 @@ const std::vector<FlagSpec>& Flags() {
   return *flags;
 }
 
-const FlagSpec* FindFlag(std::string_view name) {
-  for (const FlagSpec& f : Flags()) {
+// `vllm serve`'s flags (vLLM's EngineArgs and frontend arguments) that a supervisor passes, in
+// ServerArgs' terms: --enforce-eager is SGLang's --disable-cuda-graph, --gpu-memory-utilization
+// its --mem-fraction-static, --max-model-len its --context-length.
+const std::vector<FlagSpec>& VllmFlags() {
+  static const auto* flags = new std::vector<FlagSpec>{
+      {{"--model"}, "MODEL", StringInto(&ServerArgs::model_path)},
+      {{"--tokenizer"}, "TOKENIZER", StringInto(&ServerArgs::tokenizer_path)},
+      {{"--served-model-name"}, "SERVED_MODEL_NAME", StringInto(&ServerArgs::served_model_name)},
+      {{"--host"}, "HOST", StringInto(&ServerArgs::host)},
+      {{"--port"}, "PORT", IntInto(&ServerArgs::port)},
+      {{"--tensor-parallel-size", "-tp"},
+       "TENSOR_PARALLEL_SIZE",
+       [](ServerArgs* a, const std::string& v) -> std::string {
+         if (!absl::SimpleAtoi(v, &a->tp_size)) return absl::StrCat("invalid int value: '", v, "'");
+         return "";
+       }},
+      {{"--enforce-eager"}, "", SwitchOn(&ServerArgs::disable_cuda_graph)},
+      {{"--gpu-memory-utilization"},
+       "GPU_MEMORY_UTILIZATION",
+       [](ServerArgs* a, const std::string& v) -> std::string {
+         if (!absl::SimpleAtod(v, &a->mem_fraction_static)) {
+           return absl::StrCat("invalid float value: '", v, "'");
+         }
+         return "";
+       }},
+      {{"--max-model-len"}, "MAX_MODEL_LEN", IntInto(&ServerArgs::context_length)},
+      {{"--dtype"}, "DTYPE", StringInto(&ServerArgs::dtype)},
+      {{"--trust-remote-code"}, "", SwitchOn(&ServerArgs::trust_remote_code)},
+      {{"--uvicorn-log-level"}, "UVICORN_LOG_LEVEL", StringInto(&ServerArgs::log_level)},
+      {{"--max-num-seqs"}, "MAX_NUM_SEQS", Ignored()},
+      {{"--max-num-batched-tokens"}, "MAX_NUM_BATCHED_TOKENS", Ignored()},
+      {{"--kv-cache-dtype"}, "KV_CACHE_DTYPE", Ignored()},
+      {{"--seed"}, "SEED", Ignored()},
+      {{"--disable-log-requests"}, "", Ignored()},
+      {{"--disable-log-stats"}, "", Ignored()},
+      {{"--enable-prefix-caching"}, "", Ignored()},
+      {{"--no-enable-prefix-caching"}, "", Ignored()},
+  };
+  return *flags;
+}
+
+// One dialect of argparse: the program name its errors carry, its usage line and its flags.
+struct Dialect {
+  std::string prog;
+  std::string usage;
+  const std::vector<FlagSpec>* flags;
+  bool positional_model;  // vLLM: `serve MODEL`
+};
+
+const FlagSpec* FindFlag(const Dialect& dialect, std::string_view name) {
+  for (const FlagSpec& f : *dialect.flags) {
     for (const std::string& n : f.names) {
       if (n == name) return &f;
     }
@@ -126,15 +175,17 @@ const FlagSpec* FindFlag(std::string_view name) {
   return nullptr;
 }
 
-absl::Status ArgparseError(std::string_view error) {
+absl::Status ArgparseError(const Dialect& dialect, std::string_view error) {
   return absl::InvalidArgumentError(
-      absl::StrCat(Usage(), "\n", kProg, ": error: ", std::string(error), "\n"));
+      absl::StrCat(dialect.usage, "\n", dialect.prog, ": error: ", std::string(error), "\n"));
 }
 
 std::string PyStr(const std::string& s) { return s.empty() ? "None" : absl::StrCat("'", s, "'"); }
 std::string PyBool(bool b) { return b ? "True" : "False"; }
 
 }  // namespace
+
+std::string VllmUsage() { return "usage: vllm serve [model_tag] [options]"; }
 
 std::string Usage() {
   std::string usage = absl::StrCat("usage: ", kProg, " [-h]");
@@ -146,8 +197,10 @@ std::string Usage() {
   return usage;
 }
 
-absl::StatusOr<ServerArgs> ParseServerArgs(const std::vector<std::string>& args) {
-  ServerArgs parsed;
+namespace {
+
+absl::StatusOr<ServerArgs> Parse(const Dialect& dialect, const std::vector<std::string>& args,
+                                 ServerArgs parsed) {
   std::vector<std::string> unrecognized;
   bool have_model = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -156,9 +209,14 @@ absl::StatusOr<ServerArgs> ParseServerArgs(const std::vector<std::string>& args)
       parsed.help = true;
       return parsed;
     }
+    if (dialect.positional_model && !have_model && arg.rfind("-", 0) != 0) {
+      parsed.model_path = arg;
+      have_model = true;
+      continue;
+    }
     const size_t eq = arg.find('=');
     const std::string name = arg.rfind("--", 0) == 0 ? arg.substr(0, eq) : arg;
-    const FlagSpec* flag = FindFlag(name);
+    const FlagSpec* flag = FindFlag(dialect, name);
     if (flag == nullptr) {
       // argparse lists every argument it could not place, values of unknown flags included.
       unrecognized.push_back(arg);
@@ -171,26 +229,47 @@ absl::StatusOr<ServerArgs> ParseServerArgs(const std::vector<std::string>& args)
       } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
         value = args[++i];
       } else {
-        return ArgparseError(
-            absl::StrCat("argument ", absl::StrJoin(flag->names, "/"), ": expected one argument"));
+        return ArgparseError(dialect, absl::StrCat("argument ", absl::StrJoin(flag->names, "/"),
+                                                   ": expected one argument"));
       }
     } else if (eq != std::string::npos) {
-      return ArgparseError(absl::StrCat("argument ", absl::StrJoin(flag->names, "/"),
+      return ArgparseError(dialect,
+                           absl::StrCat("argument ", absl::StrJoin(flag->names, "/"),
                                         ": ignored explicit argument '", arg.substr(eq + 1), "'"));
     }
     if (std::string error = flag->set(&parsed, value); !error.empty()) {
-      return ArgparseError(absl::StrCat("argument ", absl::StrJoin(flag->names, "/"), ": ", error));
+      return ArgparseError(dialect,
+                           absl::StrCat("argument ", absl::StrJoin(flag->names, "/"), ": ", error));
     }
-    if (flag->names[0] == "--model-path") have_model = true;
+    if (flag->names[0] == "--model-path" || flag->names[0] == "--model") have_model = true;
   }
   if (!have_model) {
-    return ArgparseError("the following arguments are required: --model-path/--model");
+    return ArgparseError(dialect,
+                         dialect.positional_model
+                             ? "the following arguments are required: model_tag"
+                             : "the following arguments are required: --model-path/--model");
   }
   if (!unrecognized.empty()) {
     return ArgparseError(
-        absl::StrCat("unrecognized arguments: ", absl::StrJoin(unrecognized, " ")));
+        dialect, absl::StrCat("unrecognized arguments: ", absl::StrJoin(unrecognized, " ")));
   }
   return parsed;
+}
+
+Dialect SglangDialect() { return {kProg, Usage(), &Flags(), false}; }
+
+}  // namespace
+
+absl::StatusOr<ServerArgs> ParseServerArgs(const std::vector<std::string>& args) {
+  return Parse(SglangDialect(), args, ServerArgs{});
+}
+
+absl::StatusOr<ServerArgs> ParseVllmServeArgs(const std::vector<std::string>& args) {
+  ServerArgs defaults;
+  defaults.host = "0.0.0.0";
+  defaults.port = 8000;
+  defaults.mem_fraction_static = 0.9;
+  return Parse({"vllm serve", VllmUsage(), &VllmFlags(), true}, args, defaults);
 }
 
 std::string EffectiveAttentionBackend(const ServerArgs& args) {

@@ -1,7 +1,8 @@
-// ServerArgs: the command line of `python -m sglang.launch_server` as the simulated server
-// understands it. It accepts the flags a supervisor passes (model, host, port, tensor parallelism,
-// attention backend, CUDA graph switch, memory fraction, log level, ...) and rejects anything else
-// the way SGLang's argparse does: usage plus `launch_server.py: error: ...` on stderr, exit 2.
+// ServerArgs: the command line of `python -m sglang.launch_server` (and of `vllm serve`, in the
+// same terms) as the simulated servers understand it. It accepts the flags a supervisor passes
+// (model, host, port, tensor parallelism, attention backend, CUDA graph switch, memory fraction,
+// log level, ...) and rejects anything else the way SGLang's argparse does: usage plus
+// `launch_server.py: error: ...` on stderr, exit 2.
 #pragma once
 
 #include <string>
@@ -35,6 +36,15 @@ struct ServerArgs {
 // Parses the arguments after `-m sglang.launch_server`. InvalidArgument carries the whole text
 // argparse would print on stderr (usage line and error line); the caller exits 2 with it.
 absl::StatusOr<ServerArgs> ParseServerArgs(const std::vector<std::string>& args);
+
+// Parses the arguments after `vllm serve` (the model positional, vLLM's flags) into the same
+// struct: --enforce-eager sets disable_cuda_graph, --gpu-memory-utilization mem_fraction_static
+// (default 0.9), --max-model-len context_length; host 0.0.0.0 and port 8000 by default. Errors as
+// vLLM's argparse prints them ("vllm serve: error: unrecognized arguments: --foo").
+absl::StatusOr<ServerArgs> ParseVllmServeArgs(const std::vector<std::string>& args);
+
+// "usage: vllm serve [model_tag] [options]".
+std::string VllmUsage();
 
 // argparse's usage line ("usage: launch_server.py [-h] --model-path MODEL_PATH ...").
 std::string Usage();

@@ -6,12 +6,20 @@
 //
 //   WORLD/venv/bin/python -m sglang.launch_server --model-path M --port P ...
 //
+// Run as `vllm` (a sim world's venv/bin/vllm is a link to it too) it is the simulated vLLM server
+// (vllm_server.h):
+//
+//   WORLD/venv/bin/vllm serve MODEL --port P [--tensor-parallel-size N] [--enforce-eager] ...
+//
 // Run under another name it takes its venv from $VIRTUAL_ENV. FLEET_SIM_SPEED (default 1) divides
-// every duration; FLEET_SIM_FAULT injects a fault (oom, nccl, hang_jit, watchdog, leftover).
+// every duration; FLEET_SIM_FAULT injects a fault (SGLang: oom, nccl, hang_jit, watchdog,
+// leftover; vLLM: oom, graph_capture).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -20,6 +28,7 @@
 #include "tests/sim/server_args.h"
 #include "tests/sim/sim_os.h"
 #include "tests/sim/startup_script.h"
+#include "tests/sim/vllm_server.h"
 
 namespace fleet::sim {
 namespace {
@@ -44,11 +53,57 @@ std::string VenvOfPython(const std::string& argv0, const Environment& env) {
   return Dirname(Dirname(path));
 }
 
+// FLEET_SIM_SPEED and FLEET_SIM_FAULT, or a message saying what is wrong with them.
+absl::StatusOr<std::pair<double, Fault>> SimControls(const Environment& env,
+                                                     const std::vector<Fault>& faults) {
+  double speed = 1;
+  if (env.Has("FLEET_SIM_SPEED") &&
+      (!absl::SimpleAtod(env.Get("FLEET_SIM_SPEED"), &speed) || !(speed > 0))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FLEET_SIM_SPEED must be a positive number, not '", env.Get("FLEET_SIM_SPEED"), "'"));
+  }
+  absl::StatusOr<Fault> fault = ParseFault(env.Get("FLEET_SIM_FAULT"));
+  if (!fault.ok()) return fault.status();
+  if (*fault != Fault::kNone && std::find(faults.begin(), faults.end(), *fault) == faults.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("FLEET_SIM_FAULT: '", env.Get("FLEET_SIM_FAULT"),
+                                                   "' is not simulated by this server"));
+  }
+  return std::make_pair(speed, *fault);
+}
+
+// `WORLD/venv/bin/vllm serve MODEL ...`: the simulated vLLM server.
+int VllmMain(const std::string& argv0, std::vector<std::string> args, const Environment& env) {
+  if (args.empty() || args[0] != "serve") {
+    std::fprintf(stderr, "%s: the vllm of a gpu-fleet sim world only runs `serve`\n",
+                 argv0.c_str());
+    return kArgparseExitCode;
+  }
+  args.erase(args.begin());
+  absl::StatusOr<ServerArgs> parsed = ParseVllmServeArgs(args);
+  if (!parsed.ok()) {
+    std::fputs(std::string(parsed.status().message()).c_str(), stderr);
+    return kArgparseExitCode;
+  }
+  if (parsed->help) {
+    std::printf("%s\n", VllmUsage().c_str());
+    return 0;
+  }
+  absl::StatusOr<std::pair<double, Fault>> controls =
+      SimControls(env, {Fault::kOom, Fault::kGraphCapture});
+  if (!controls.ok()) {
+    std::fprintf(stderr, "vllm-server-sim: %s\n", std::string(controls.status().message()).c_str());
+    return kArgparseExitCode;
+  }
+  return VllmApiServer({*parsed, controls->second, controls->first, env, VenvOfPython(argv0, env)})
+      .Run();
+}
+
 int Main(int argc, char** argv) {
   const Environment env = Environment::FromProcess();
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::string argv0 = argv[0];
   const std::string program = argv0.substr(argv0.rfind('/') + 1);
+  if (program == "vllm") return VllmMain(argv0, std::move(args), env);
   std::string venv;
   if (program.rfind("python", 0) == 0) {
     if (args.size() < 2 || args[0] != "-m" || args[1] != "sglang.launch_server") {
@@ -78,19 +133,14 @@ int Main(int argc, char** argv) {
     std::printf("%s\n", Usage().c_str());
     return 0;
   }
-  double speed = 1;
-  if (env.Has("FLEET_SIM_SPEED") &&
-      (!absl::SimpleAtod(env.Get("FLEET_SIM_SPEED"), &speed) || !(speed > 0))) {
-    std::fprintf(stderr, "sglang-server-sim: FLEET_SIM_SPEED must be a positive number, not '%s'\n",
-                 env.Get("FLEET_SIM_SPEED").c_str());
+  absl::StatusOr<std::pair<double, Fault>> controls = SimControls(
+      env, {Fault::kOom, Fault::kNccl, Fault::kHangJit, Fault::kWatchdog, Fault::kLeftover});
+  if (!controls.ok()) {
+    std::fprintf(stderr, "sglang-server-sim: %s\n",
+                 std::string(controls.status().message()).c_str());
     return kArgparseExitCode;
   }
-  absl::StatusOr<Fault> fault = ParseFault(env.Get("FLEET_SIM_FAULT"));
-  if (!fault.ok()) {
-    std::fprintf(stderr, "sglang-server-sim: %s\n", std::string(fault.status().message()).c_str());
-    return kArgparseExitCode;
-  }
-  LauncherConfig config{*parsed, *fault, speed, env,
+  LauncherConfig config{*parsed, controls->second, controls->first, env,
                         absl::StrCat(venv, "/lib/python3.12/site-packages")};
   return Launcher(std::move(config)).Run();
 }

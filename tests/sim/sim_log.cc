@@ -46,6 +46,43 @@ void SimLog::Redraw(std::string_view state, bool close) const {
   WriteRecord(fd_, absl::StrCat("\r", AsAbsl(state), close ? "\n" : ""));
 }
 
+VllmLog::VllmLog(int fd, std::string process, int pid)
+    : fd_(fd), prefix_(absl::StrCat("(", process, " pid=", pid, ") ")) {}
+
+void VllmLog::WriteLines(std::string_view head, std::string_view text) const {
+  std::string out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    absl::StrAppend(&out, AsAbsl(head), AsAbsl(text.substr(start, end - start)), "\n");
+    start = end + 1;
+  }
+  if (out.empty()) out = absl::StrCat(AsAbsl(head), "\n");
+  WriteRecord(fd_, out);
+}
+
+void VllmLog::Log(std::string_view level, std::string_view source, std::string_view message) const {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char time[32];
+  std::strftime(time, sizeof(time), "%m-%d %H:%M:%S", &local);
+  WriteLines(absl::StrCat(prefix_, AsAbsl(level), " ", time, " [", AsAbsl(source), "] "), message);
+}
+
+void VllmLog::Print(std::string_view text) const { WriteLines(prefix_, text); }
+
+void VllmLog::Raw(std::string_view text) const {
+  std::string out(text);
+  if (out.empty() || out.back() != '\n') out.push_back('\n');
+  WriteRecord(fd_, out);
+}
+
+void VllmLog::Redraw(std::string_view state, bool close) const {
+  WriteRecord(fd_, absl::StrCat("\r", AsAbsl(state), close ? "\n" : ""));
+}
+
 void SimLog::Raw(std::string_view text) const {
   std::string out(text);
   if (out.empty() || out.back() != '\n') out.push_back('\n');

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -116,5 +117,7 @@ absl::StatusOr<ToolResult> RunTool(const std::vector<std::string>& argv) {
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
 }
+
+int64_t UnixSeconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
 }  // namespace fleet::sim

@@ -3,6 +3,7 @@
 // child processes with argv vectors, the way Python's subprocess would.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -44,6 +45,9 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path);
 std::string FindInDirs(const std::string& name, const std::vector<std::string>& dirs);
 // The first executable `dir/name` on `dirs` (a PATH search), or "".
 std::string FindExecutable(const std::string& name, const std::vector<std::string>& dirs);
+
+// Seconds since the epoch (the "created" field of OpenAI-style answers).
+int64_t UnixSeconds();
 
 struct ToolResult {
   int exit_code = -1;  // -1: killed by a signal

@@ -109,6 +109,11 @@ std::vector<std::string> SimWorld::ServerArgv(int port) const {
           absl::StrCat(port)};
 }
 
+std::vector<std::string> SimWorld::VllmArgv(int port) const {
+  return {Path("venv/bin/vllm"), "serve",  Model(),           "--host",
+          "127.0.0.1",           "--port", absl::StrCat(port)};
+}
+
 absl::StatusOr<fleet::testing::RunResult> SimWorld::RunTool(
     const std::string& tool, const std::vector<std::string>& args) const {
   static std::atomic<int> calls{0};

@@ -41,6 +41,8 @@ class SimWorld {
   Env ServerEnv(int gpu = 0, double speed = 500) const;
   // `python -m sglang.launch_server` on the world's model, host 127.0.0.1, port `port`.
   std::vector<std::string> ServerArgv(int port) const;
+  // `vllm serve` on the world's model, host 127.0.0.1, port `port`.
+  std::vector<std::string> VllmArgv(int port) const;
 
   // The world's pip (pip-sim) and apt-get (apt-get-sim), output in the result.
   absl::StatusOr<fleet::testing::RunResult> Pip(const std::vector<std::string>& args) const;

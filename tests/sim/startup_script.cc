@@ -21,8 +21,10 @@ absl::StatusOr<Fault> ParseFault(const std::string& text) {
   if (text == "hang_jit") return Fault::kHangJit;
   if (text == "watchdog") return Fault::kWatchdog;
   if (text == "leftover") return Fault::kLeftover;
-  return absl::InvalidArgumentError(absl::StrCat("FLEET_SIM_FAULT: unknown fault '", text,
-                                                 "' (oom, nccl, hang_jit, watchdog, leftover)"));
+  if (text == "graph_capture") return Fault::kGraphCapture;
+  return absl::InvalidArgumentError(
+      absl::StrCat("FLEET_SIM_FAULT: unknown fault '", text,
+                   "' (oom, nccl, hang_jit, watchdog, leftover, graph_capture)"));
 }
 
 std::vector<Step> BuildStartupScript(const ServerArgs& args, const std::vector<JitOp>& ops,

@@ -24,13 +24,13 @@ enum class Fault {
   // The scheduler leaves the launcher's process group (same session) and outlives a launcher
   // killed with SIGKILL, still holding its GPU memory: a leftover the next launch must reclaim.
   kLeftover,
+  // vLLM: CUDA graph capture fails in the last tensor-parallel rank (--enforce-eager avoids it).
+  kGraphCapture,
 };
 
-// "" or one of oom, nccl, hang_jit, watchdog, leftover; InvalidArgument for anything else.
+// "" or one of oom, nccl, hang_jit, watchdog, leftover, graph_capture; InvalidArgument for
+// anything else.
 absl::StatusOr<Fault> ParseFault(const std::string& text);
-
-// How a cached JIT library looks to a start.
-enum class CacheState { kMissing, kValid, kStale };
 
 enum class StepKind {
   kPause,            // nothing to do: the launcher only waits

@@ -51,6 +51,13 @@ enum class JitProblem {
   kLinkLibraryMissing  // -lcuda / -lcudart not on the link path
 };
 
+// Whether `problem` fails a compile step (headers, ptxas), as opposed to finding the tools or
+// linking.
+inline bool IsCompileProblem(JitProblem problem) {
+  return problem == JitProblem::kHeaderMismatch || problem == JitProblem::kHeadersMissing ||
+         problem == JitProblem::kPtxasMissing || problem == JitProblem::kPtxUnsupported;
+}
+
 struct JitToolchain {
   JitProblem problem = JitProblem::kNone;
   std::string cuda_home;     // as flashinfer resolves it ("" when nvcc was not found)

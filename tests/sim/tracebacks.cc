@@ -9,28 +9,7 @@
 namespace fleet::sim {
 namespace {
 
-constexpr char kTracebackHead[] = "Traceback (most recent call last):\n";
 constexpr char kPython[] = "/usr/lib/python3.12";
-
-struct Frame {
-  std::string file;  // absolute, or "<frozen runpy>"
-  int line;
-  std::string function;
-  std::string code;  // "" for frozen frames
-};
-
-std::string Render(const std::vector<Frame>& frames) {
-  std::string out;
-  for (const Frame& f : frames) {
-    absl::StrAppend(&out, "  File \"", f.file, "\", line ", f.line, ", in ", f.function, "\n");
-    if (!f.code.empty()) absl::StrAppend(&out, "    ", f.code, "\n");
-  }
-  return out;
-}
-
-void Append(std::vector<Frame>* to, const std::vector<Frame>& more) {
-  to->insert(to->end(), more.begin(), more.end());
-}
 
 std::vector<Frame> SchedulerFrames(const std::string& site) {
   const std::string sched = absl::StrCat(site, "/sglang/srt/managers/scheduler.py");
@@ -97,28 +76,24 @@ std::vector<Frame> JitModuleFrames(const std::string& site, const JitOp& op) {
   const std::string graphs = absl::StrCat(site, "/sglang/srt/model_executor/cuda_graph_runner.py");
   const std::string backend =
       absl::StrCat(site, "/sglang/srt/layers/attention/flashinfer_backend.py");
-  const std::string module = absl::StrCat(site, "/flashinfer/", op.module, ".py");
+  std::vector<Frame> frames;
   if (op.module == "sampling") {
-    return {
+    frames = {
         {graphs, 712, "capture_one_batch_size", "out = run_once()"},
         {absl::StrCat(site, "/sglang/srt/layers/sampler.py"), 118, "forward",
          "batch_next_token_ids = top_k_top_p_sampling_from_probs("},
-        {module, 1021, "top_k_top_p_sampling_from_probs",
-         "return get_sampling_module().top_k_top_p_sampling_from_probs("},
-        {module, 48, "get_sampling_module", "module = gen_sampling_module().build_and_load()"},
+    };
+  } else {
+    frames = {
+        {graphs, 680, "capture_one_batch_size",
+         "self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph("},
+        {backend, 448, "init_forward_metadata_capture_cuda_graph",
+         "self.indices_updater_decode.update("},
+        {backend, 1187, "call_begin_forward", "wrapper.begin_forward("},
     };
   }
-  const std::string plan_fn =
-      op.module == "decode" ? "get_batch_decode_module" : "get_batch_prefill_module";
-  return {
-      {graphs, 680, "capture_one_batch_size",
-       "self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph("},
-      {backend, 448, "init_forward_metadata_capture_cuda_graph",
-       "self.indices_updater_decode.update("},
-      {backend, 1187, "call_begin_forward", "wrapper.begin_forward("},
-      {module, 1044, "plan", absl::StrCat("self._cached_module = ", plan_fn, "(")},
-      {module, 343, plan_fn, "module = gen_module(*args).build_and_load()"},
-  };
+  Append(&frames, FlashinferOpFrames(site, op));
+  return frames;
 }
 
 std::vector<Frame> PopenFrames() {
@@ -130,9 +105,40 @@ std::vector<Frame> PopenFrames() {
   };
 }
 
-// The frames and exception of a JIT failure, after the frames down to build_and_load().
-std::string JitFailureTail(const std::string& site, const SchedulerFailureDetail& d,
-                           const std::vector<Frame>& prefix) {
+}  // namespace
+
+std::string Render(const std::vector<Frame>& frames) {
+  std::string out;
+  for (const Frame& f : frames) {
+    absl::StrAppend(&out, "  File \"", f.file, "\", line ", f.line, ", in ", f.function, "\n");
+    if (!f.code.empty()) absl::StrAppend(&out, "    ", f.code, "\n");
+  }
+  return out;
+}
+
+void Append(std::vector<Frame>* to, const std::vector<Frame>& more) {
+  to->insert(to->end(), more.begin(), more.end());
+}
+
+std::vector<Frame> FlashinferOpFrames(const std::string& site, const JitOp& op) {
+  const std::string module = absl::StrCat(site, "/flashinfer/", op.module, ".py");
+  if (op.module == "sampling") {
+    return {
+        {module, 1021, "top_k_top_p_sampling_from_probs",
+         "return get_sampling_module().top_k_top_p_sampling_from_probs("},
+        {module, 48, "get_sampling_module", "module = gen_sampling_module().build_and_load()"},
+    };
+  }
+  const std::string plan_fn =
+      op.module == "decode" ? "get_batch_decode_module" : "get_batch_prefill_module";
+  return {
+      {module, 1044, "plan", absl::StrCat("self._cached_module = ", plan_fn, "(")},
+      {module, 343, plan_fn, "module = gen_module(*args).build_and_load()"},
+  };
+}
+
+std::string JitFailureTraceback(const std::string& site, const SchedulerFailureDetail& d,
+                                const std::vector<Frame>& prefix) {
   const std::string core = absl::StrCat(site, "/flashinfer/jit/core.py");
   const std::string cpp_ext = absl::StrCat(site, "/flashinfer/jit/cpp_ext.py");
   std::vector<Frame> frames = prefix;
@@ -206,8 +212,6 @@ std::string JitFailureTail(const std::string& site, const SchedulerFailureDetail
       return Render(frames);
   }
 }
-
-}  // namespace
 
 std::string SglKernelImportError(const std::string& site, std::string_view library) {
   const std::vector<Frame> frames = {
@@ -320,7 +324,7 @@ std::string SchedulerException(const std::string& site, const SchedulerFailureDe
     default: {
       Append(&frames, CaptureFrames(site));
       Append(&frames, JitModuleFrames(site, *d.op));
-      body = JitFailureTail(site, d, frames);
+      body = JitFailureTraceback(site, d, frames);
       break;
     }
   }

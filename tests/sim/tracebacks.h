@@ -6,11 +6,26 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tests/sim/flashinfer_jit.h"
 #include "tests/sim/toolchain.h"
 
 namespace fleet::sim {
+
+inline constexpr char kTracebackHead[] = "Traceback (most recent call last):\n";
+
+// One frame of a Python traceback.
+struct Frame {
+  std::string file;  // absolute, or "<frozen runpy>"
+  int line;
+  std::string function;
+  std::string code;  // "" for frozen frames
+};
+
+// The frames as CPython prints them ("  File ..., line N, in F" and the code line).
+std::string Render(const std::vector<Frame>& frames);
+void Append(std::vector<Frame>* to, const std::vector<Frame>& more);
 
 // `python -m sglang.launch_server` failing to import sgl_kernel's extension (launcher).
 std::string SglKernelImportError(const std::string& site, std::string_view library);
@@ -40,6 +55,17 @@ struct SchedulerFailureDetail {
   double gpu_total_gib = 0;                 // kCaptureOutOfMemory
   std::string attention_backend;            // kAttentionBackend
 };
+
+// flashinfer's frames for building `op`: the op module's plan() (or the sampling function) down
+// to the build_and_load() call.
+std::vector<Frame> FlashinferOpFrames(const std::string& site, const JitOp& op);
+
+// The traceback of a flashinfer JIT failure (detail.failure one of the kJit* values), without its
+// "Traceback (most recent call last):" head: `prefix` (the caller's frames down to
+// FlashinferOpFrames), flashinfer's build frames, the exception line(s), and for a ninja failure
+// the chained CalledProcessError. The SGLang scheduler and the vLLM worker share it.
+std::string JitFailureTraceback(const std::string& site, const SchedulerFailureDetail& detail,
+                                const std::vector<Frame>& prefix);
 
 // "Scheduler hit an exception: Traceback (most recent call last): ..." with the frames from the
 // scheduler's entry point down to the failure and the exception line(s).
