@@ -774,12 +774,8 @@ class ProbeRun {
   // its config passes in, and a CUDA server without them fails with an error that does not name
   // them (cudaErrorNoDevice, "CUDA driver initialization failed"): the probe names them.
   void ProbeDeviceNodes() {
+    // The server's GPUs only: the agent pins CUDA_VISIBLE_DEVICES to them whatever the spec says.
     std::set<int32_t> gpus(target_.gpus.begin(), target_.gpus.end());
-    for (absl::string_view entry :
-         absl::StrSplit(Get(env_, "CUDA_VISIBLE_DEVICES"), ',', absl::SkipWhitespace())) {
-      int32_t index = 0;
-      if (absl::SimpleAtoi(entry, &index) && index >= 0) gpus.insert(index);
-    }
     const std::string& root = target_.dev_root;
     if (gpus.empty() || root.empty()) return;
     snap_->set_device_nodes_checked(true);

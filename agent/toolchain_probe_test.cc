@@ -836,8 +836,10 @@ TEST_F(DeviceNodes, CharacterDevicesOfTheServersGpuPass) {
 }
 
 TEST_F(DeviceNodes, NoNodeAtAllIsSaidPlainlyNamingEachPath) {
-  // GPUs 0 and 2 (CUDA_VISIBLE_DEVICES adds what the server's env gives it).
-  target_.env["CUDA_VISIBLE_DEVICES"] = "2,0";
+  // GPUs 0 and 2; CUDA_VISIBLE_DEVICES in the server's env adds none (the agent pins it to the
+  // server's GPUs).
+  target_.gpus = {2, 0};
+  target_.env["CUDA_VISIBLE_DEVICES"] = "5";
   const ToolchainSnapshot s = Probe();
   EXPECT_TRUE(s.device_nodes_checked());
   EXPECT_THAT(s.device_node_problems(),

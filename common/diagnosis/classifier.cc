@@ -595,11 +595,12 @@ void Classifier::OnRoot(int index, std::string_view raw, bool on_warning) {
   // intact message after it is the better cause.
   const bool replaces_stem =
       root_ && matcher_->signatures()[root_->signature].confidence == Confidence::kLow &&
-      s.confidence == Confidence::kHigh;
+      s.confidence == Confidence::kHigh && !s.consequence;
   // A failure that only follows another process's (a tensor-parallel peer gone) gives way to the
-  // first cause that does not.
-  const bool replaces_consequence =
-      root_ && matcher_->signatures()[root_->signature].consequence && !s.consequence;
+  // first intact cause that does not (a stem, a retyped word, does not outweigh it: NCCL's
+  // message also covers a network that really failed).
+  const bool replaces_consequence = root_ && matcher_->signatures()[root_->signature].consequence &&
+                                    !s.consequence && s.confidence == Confidence::kHigh;
   if (!root_ || replaces_stem || replaces_consequence) {
     root_ = MakeFinding(index, raw);
     if (listener_ != nullptr) listener_->OnRootCause(line_no_);

@@ -273,6 +273,20 @@ std::string VllmTensorParallelFailure(bool symptom_first) {
   return start + (symptom_first ? symptom + root_cause : root_cause + symptom) + engine;
 }
 
+TEST(Classifier, APeersFailureOutweighsNoStemNorComesAfterOne) {
+  const std::string nccl =
+      "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, remote "
+      "process exited or there was a network error, NCCL version 2.27.3\n";
+  // A stem of a cause first: the NCCL line does not replace it.
+  EXPECT_NE(ClassifyText("RuntimeError: ninja is not available\n" + nccl).signature_id,
+            "nccl_peer_gone");
+  // A stem after it does not replace the NCCL line either.
+  EXPECT_EQ(ClassifyText(nccl + "INFO cleanup of libcudart.so.12: no such file\n").diagnosis_class,
+            "nccl_error");
+  // Alone, it is NCCL's failure.
+  EXPECT_EQ(ClassifyText(nccl).signature_id, "nccl_peer_gone");
+}
+
 TEST(Classifier, VllmTensorParallelRootCauseIsTheFailingWorkers) {
   for (bool symptom_first : {false, true}) {
     const std::string log = VllmTensorParallelFailure(symptom_first);

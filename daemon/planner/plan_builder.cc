@@ -3,6 +3,8 @@
 // layout, and the per-class fixes (MAX_JOBS, the JIT cache, the slower fallbacks).
 #include "daemon/planner/plan_builder.h"
 
+#include <cmath>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -644,29 +646,42 @@ void PlanBuilder::PlanGpuMemoryUtilization() {
                              PolicyName(), " does not allow fallbacks"));
     return;
   }
+  if (!(free_gib > 0 && free_gib <= total_gib && wanted > 0 && wanted <= 1)) {
+    Leave(cls_, "vLLM's memory check names no share that fits");
+    return;
+  }
   // What is free, less 2% of the GPU for what the start itself allocates, in hundredths.
-  const int share = static_cast<int>((free_gib / total_gib - 0.02) * 100);
-  if (share < 10 || share >= static_cast<int>(wanted * 100)) {
+  const long share = std::lround(std::floor((free_gib / total_gib - 0.02) * 100));
+  if (share >= std::lround(wanted * 100)) {
+    Leave(cls_, "the share asked already fits in what is free: another cause");
+    return;
+  }
+  if (share < 10) {
     Leave(cls_, absl::StrCat("only ", free_gib, " of ", total_gib,
                              " GiB are free: too little for vLLM to start; free the GPU"));
     return;
   }
   const std::string next = absl::StrCat("0.", share);  // share is 10..99
-  constraints_.push_back(
-      absl::StrCat("vLLM may take only what is free on the GPU: --gpu-memory-utilization ", next));
   const auto& argv = in_.spec.argv();
   Fix fix{cls_, {}, /*affects_jit_build=*/false};
   for (int i = 0; i < argv.size(); ++i) {
-    if (argv[i] == "--gpu-memory-utilization" && i + 1 < argv.size()) {
+    if ((argv[i] == "--gpu-memory-utilization" || argv[i] == "--gpu_memory_utilization") &&
+        i + 1 < argv.size()) {
       fix.actions.push_back({ServerArgsAction(false, {argv[i], argv[i + 1]}), "the share asked"});
-    } else if (absl::StartsWith(argv[i], "--gpu-memory-utilization=")) {
+    } else if (absl::StartsWith(argv[i], "--gpu-memory-utilization=") ||
+               absl::StartsWith(argv[i], "--gpu_memory_utilization=")) {
       fix.actions.push_back({ServerArgsAction(false, {argv[i]}), "the share asked"});
     }
   }
-  fix.actions.push_back({ServerArgsAction(true, {"--gpu-memory-utilization", next}),
-                         absl::StrCat("take ", next, " of the GPU (", free_gib, "/", total_gib,
-                                      " GiB free; a smaller KV cache)")});
-  if (Commit(std::move(fix))) degraded_ = true;
+  fix.actions.push_back(
+      {ServerArgsAction(true, {"--gpu-memory-utilization", next}),
+       absl::StrCat("take ", next, " of the GPU (", free_gib, "/", total_gib,
+                    " GiB free; a smaller KV cache, kept after the memory is free again)")});
+  if (Commit(std::move(fix))) {
+    degraded_ = true;
+    constraints_.push_back(absl::StrCat(
+        "vLLM may take only what is free on the GPU: --gpu-memory-utilization ", next));
+  }
 }
 
 void PlanBuilder::PlanFallback() {
@@ -691,12 +706,16 @@ void PlanBuilder::PlanFallback() {
       const std::string current = EnvOf(after_, "VLLM_ATTENTION_BACKEND");
       const std::string failing =
           current.empty() ? FactValue(diagnosis_->facts(), "attention_backend") : current;
+      // The list walked on from the failing one (a backend that failed after a fallback leads to
+      // the next one, not back to the first); the first when the failing one is not listed.
+      const std::vector<std::string>& list = options_.fallback_vllm_attention_backends;
       std::string next;
-      for (const std::string& b : options_.fallback_vllm_attention_backends) {
-        if (!absl::EqualsIgnoreCase(b, failing)) {
-          next = b;
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (absl::EqualsIgnoreCase(list[i], failing)) {
+          next = i + 1 < list.size() ? list[i + 1] : "";
           break;
         }
+        if (next.empty()) next = list[0];
       }
       if (next.empty()) {
         Leave(cls_, "no other vLLM attention backend is configured to fall back to");

@@ -104,6 +104,9 @@ PlannerDecision RemediationPlanner::Decide(const fleet::v1::Diagnosis* d,
     }
   }
 
+  // A class that is reported and retried (a GPU out of memory) whose signature knows a fix (vLLM's
+  // startup memory check: a launch flag) is still retried when no plan comes of it.
+  bool retry_unplanned = false;
   if (d != nullptr) {
     const diagnosis::DiagnosisClassInfo* info = diagnosis::FindDiagnosisClass(cls);
     if (info == nullptr) {
@@ -114,6 +117,7 @@ PlannerDecision RemediationPlanner::Decide(const fleet::v1::Diagnosis* d,
     // The signature that decided may know better than the class (a torch wheel without this
     // arch is unsupported_gpu_arch too, but no toolchain change fixes it).
     if (std::optional<FixKind> k = diagnosis::ParseFixKind(d->fix_kind())) fix = *k;
+    retry_unplanned = info->fix == FixKind::kRestart || info->retry == diagnosis::Retry::kYes;
     if (fix != FixKind::kToolchain && fix != FixKind::kEnv && fix != FixKind::kJitCache &&
         fix != FixKind::kLaunchFlags) {
       const std::string what = d->summary().empty() ? std::string(info->summary) : d->summary();
@@ -133,7 +137,7 @@ PlannerDecision RemediationPlanner::Decide(const fleet::v1::Diagnosis* d,
                       absl::StrCat(cls, ": ", tried.size(), " remediations already (",
                                    absl::StrJoin(tried, ", "), "), the cap of policy ", policy,
                                    " (max_fixes_per_cause ", cap, "); giving up"),
-                      cls, d);
+                      cls, d, retry_unplanned);
     }
   }
 
@@ -200,7 +204,7 @@ PlannerDecision RemediationPlanner::Decide(const fleet::v1::Diagnosis* d,
   } else {
     reason = "the probe shows nothing to fix";
   }
-  return Reported(std::move(decision), std::move(reason), cls, d);
+  return Reported(std::move(decision), std::move(reason), cls, d, retry_unplanned);
 }
 
 }  // namespace fleet::daemon

@@ -736,6 +736,15 @@ TEST(Fallbacks, VllmAttentionBackendMovesAwayFromTheFailingOneInItsVariable) {
   ASSERT_TRUE(d.plan.has_value()) << d.report->reason;
   EXPECT_EQ(d.plan->env_changes.at("VLLM_ATTENTION_BACKEND"), "TRITON_ATTN");
   EXPECT_THAT(Described(*d.plan), Each(Not(HasSubstr("--attention-backend"))));
+  // The fallback failed too: the next in the list, not the first again.
+  (*in.spec.mutable_env())["VLLM_ATTENTION_BACKEND"] = "TRITON_ATTN";
+  d = Planner().Plan(Diag("attention_backend_unsupported"), in);
+  ASSERT_TRUE(d.plan.has_value()) << d.report->reason;
+  EXPECT_EQ(d.plan->env_changes.at("VLLM_ATTENTION_BACKEND"), "FLEX_ATTENTION");
+  (*in.spec.mutable_env())["VLLM_ATTENTION_BACKEND"] = "FLEX_ATTENTION";
+  d = Planner().Plan(Diag("attention_backend_unsupported"), in);
+  ASSERT_TRUE(d.report.has_value());
+  EXPECT_THAT(d.report->reason, HasSubstr("no other vLLM attention backend"));
 }
 
 TEST(Fallbacks, VllmGpuMemoryUtilizationIsLoweredToWhatIsFree) {
@@ -775,10 +784,11 @@ TEST(Fallbacks, VllmGpuMemoryUtilizationIsLoweredToWhatIsFree) {
   ASSERT_TRUE(d.report.has_value());
   EXPECT_THAT(d.report->reason, HasSubstr("free the GPU"));
   EXPECT_FALSE(Planner().Plan(Diag("cuda_out_of_memory", {}, "launch_flags"), in).plan.has_value());
-  d = Planner().Plan(PtxDiag(), in);
-  if (d.plan.has_value()) {
-    EXPECT_THAT(Described(*d.plan), Each(Not(HasSubstr("gpu-memory-utilization"))));
-  }
+  // Without a plan the out of memory is still retried with backoff, as the class is.
+  in.policy.set_allow_fallbacks(false);
+  d = Planner().Plan(oom, in);
+  ASSERT_TRUE(d.report.has_value());
+  EXPECT_TRUE(d.report->retry_with_backoff);
 }
 
 TEST(Env, OomKilledJitStepsHalveMaxJobs) {

@@ -113,10 +113,10 @@ printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\
 # (the driver picks their major; 235 here). Real character devices, made with mknod: only root may.
 # Without them the world has no dev_root, and the agent's probe is not pointed at one.
 dev_root=
-if [[ $(id -u) -eq 0 ]] && mkdir -p "$dir/dev" && mknod -m 666 "$dir/dev/nvidiactl" c 195 255 2>/dev/null; then
-  for ((i = 0; i < gpus; i++)); do mknod -m 666 "$dir/dev/nvidia$i" c 195 "$i"; done
-  mknod -m 666 "$dir/dev/nvidia-uvm" c 235 0
-  mknod -m 666 "$dir/dev/nvidia-uvm-tools" c 235 1
+if [[ $(id -u) -eq 0 ]] && mkdir -p "$dir/dev" && mknod -m 600 "$dir/dev/nvidiactl" c 195 255 2>/dev/null; then
+  for ((i = 0; i < gpus; i++)); do mknod -m 600 "$dir/dev/nvidia$i" c 195 "$i"; done
+  mknod -m 600 "$dir/dev/nvidia-uvm" c 235 0
+  mknod -m 600 "$dir/dev/nvidia-uvm-tools" c 235 1
   dev_root=$dir/dev
 else
   rm -rf -- "${dir:?}/dev"
