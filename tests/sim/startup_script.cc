@@ -9,8 +9,6 @@ constexpr double kInitSeconds = 1.0;
 constexpr double kWeightsSeconds = 10.0;
 constexpr double kMemoryPoolSeconds = 1.0;
 constexpr double kCaptureSeconds = 5.0;  // the part of capture that is not JIT
-constexpr double kJitStepSeconds = 3.0;  // one nvcc or link step
-constexpr double kJitLoadSeconds = 0.3;  // loading a built library
 
 }  // namespace
 

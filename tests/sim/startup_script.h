@@ -14,6 +14,11 @@
 
 namespace fleet::sim {
 
+// A JIT op's timing, the same for both simulated engines: one nvcc or link step, and loading a
+// built library.
+inline constexpr double kJitStepSeconds = 3.0;
+inline constexpr double kJitLoadSeconds = 0.3;
+
 // Faults injected through FLEET_SIM_FAULT, for the negative tests.
 enum class Fault {
   kNone,

@@ -395,8 +395,6 @@ bool VllmStep::InBusyLoop() const {
 
 std::vector<VllmStep> BuildVllmScript(const ServerArgs& args, const std::vector<JitOp>& ops,
                                       const std::vector<CacheState>& cache) {
-  constexpr double kJitStepSeconds = 3.0;
-  constexpr double kJitLoadSeconds = 0.3;
   std::vector<VllmStep> script = {
       {VllmStepKind::kEngineInit, 1.0},
       {VllmStepKind::kInitDevice, 1.0},
