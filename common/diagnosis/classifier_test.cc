@@ -285,6 +285,14 @@ TEST(Classifier, APeersFailureOutweighsNoStemNorComesAfterOne) {
             "nccl_error");
   // Alone, it is NCCL's failure.
   EXPECT_EQ(ClassifyText(nccl).signature_id, "nccl_peer_gone");
+  // A vLLM worker whose collective lost its peer says its communicator was aborted; the peer's
+  // capture failure, logged after it, is the cause.
+  EXPECT_EQ(ClassifyText("(Worker_TP0 pid=300) torch.distributed.DistBackendError: NCCL "
+                         "communicator was aborted on rank 0.\n"
+                         "(Worker_TP1 pid=301) torch.AcceleratorError: CUDA error: operation "
+                         "failed due to a previous error during capture\n")
+                .diagnosis_class,
+            "cuda_graph_capture_failed");
 }
 
 TEST(Classifier, VllmTensorParallelRootCauseIsTheFailingWorkers) {

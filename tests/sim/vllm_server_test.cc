@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "agent/http_readiness_prober.h"
+#include "common/diagnosis/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sim/server_args.h"
@@ -329,6 +330,9 @@ TEST_F(VllmServerTest, TensorParallelJitFailureIsInOneWorkerAndTheOtherShowsASym
             log.find("NCCL communicator was aborted"));
   EXPECT_LT(log.find("NCCL communicator was aborted"), log.find("EngineCore failed to start."));
   EXPECT_LT(log.find("EngineCore failed to start."), log.find(kEngineFailed));
+  // The classifier names the worker's root cause, not the symptom nor EngineCore's quote.
+  const diagnosis::Diagnosis d = diagnosis::ClassifyText(log);
+  EXPECT_EQ(d.diagnosis_class, "ptx_version_unsupported") << d.summary;
 }
 
 TEST_F(VllmServerTest, TensorParallelSymptomIsInTheCollectiveTheRootCauseLeft) {
@@ -364,6 +368,10 @@ TEST_F(VllmServerTest, TensorParallelCaptureFailureInTheLastRankLeavesEngineCore
   EXPECT_EQ(CountLines(log, "(EngineCore_DP0 pid=",
                        "Worker failed with error 'NCCL communicator was aborted on rank 0.'"),
             2);
+  // The classifier names rank 1's capture failure, not rank 0's symptom nor EngineCore's quote
+  // of it.
+  const diagnosis::Diagnosis d = diagnosis::ClassifyText(log);
+  EXPECT_EQ(d.diagnosis_class, "cuda_graph_capture_failed") << d.summary;
 }
 
 TEST_F(VllmServerTest, TensorParallelNeedsAsManyVisibleGpusAsRanks) {
