@@ -253,6 +253,12 @@ std::vector<Case> Cases() {
        false,
        {{"nccl_error", "remote process exited or there was a network error"},
         {"nccl_version", "2.27.3"}}},
+      {"cuda_invalid_device_ordinal",
+       "(Worker_TP1 pid=301) torch.AcceleratorError: CUDA error: invalid device ordinal\n",
+       "gpu_driver_unavailable",
+       1,
+       false,
+       {}},
       {"vllm_free_memory_below_utilization",
        "(EngineCore_DP0 pid=210) ValueError: Free memory on device (13.45/79.19 GiB) on startup "
        "is less than desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory "

@@ -384,6 +384,8 @@ TEST_F(VllmServerTest, TensorParallelNeedsAsManyVisibleGpusAsRanks) {
   EXPECT_EQ(CountLines(log, "(Worker_TP1 pid=", "CUDA error: invalid device ordinal"), 1);
   EXPECT_EQ(CountLines(log, "(Worker_TP0 pid=", "ERROR "), 0);
   EXPECT_EQ(CountLines(log, "(Worker_TP0 pid=", "Parent process exited, terminating worker"), 1);
+  // Named as a GPU the process cannot see, never a toolchain change.
+  EXPECT_EQ(diagnosis::ClassifyText(log).signature_id, "cuda_invalid_device_ordinal");
   EXPECT_EQ(CountLines(log, "(EngineCore_DP0 pid=",
                        "Exception: WorkerProc initialization failed due to an exception in a "
                        "background process. See stack trace for root cause."),
