@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # demo.sh: the seed scenario (docs/design.md) on a simulated container with 8 GPUs, through fleetd.
 #
-#   deploy/demo.sh [--state-dir DIR] [--speed X] [--build-dir DIR]
+#   deploy/demo.sh [--state-dir DIR] [--speed X] [--build-dir DIR] [--engine sglang|vllm]
 #
 #   --state-dir DIR  everything of the run: fleet.db, fleetd's socket and lock, the agent's state,
 #                    the sim world, the servers' logs (default ./.demo; emptied at start, and only
 #                    if it is empty or a previous demo's)
 #   --speed X        simulated time runs X times faster (default 2.5: about a minute in all)
 #   --build-dir DIR  the CMake build to reuse or make (default build/, the one tests/run.sh makes)
+#   --engine E       the servers' engine: sglang (default, `python -m sglang.launch_server`) or
+#                    vllm (`vllm serve MODEL`, the simulated vLLM server of the same world: the
+#                    same toolchain problems in vLLM's log shapes; readiness /health and a one-token
+#                    completion)
 #
 # It installs the dependencies, builds fleetd, fleet-agent, fleetctl and the simulated server,
 # creates a simulated container (8 GPUs) in the seed state (every problem of the cascade present),
@@ -32,6 +36,7 @@ fleet_step_mark='==>'
 state_dir=./.demo
 speed=2.5
 build_dir=build
+engine=sglang
 while [[ $# -gt 0 ]]; do
   case $1 in
     --state-dir) [[ $# -ge 2 ]] || usage; state_dir=$2; shift ;;
@@ -40,11 +45,17 @@ while [[ $# -gt 0 ]]; do
     --speed=*) speed=${1#--speed=} ;;
     --build-dir) [[ $# -ge 2 ]] || usage; build_dir=$2; shift ;;
     --build-dir=*) build_dir=${1#--build-dir=} ;;
+    --engine) [[ $# -ge 2 ]] || usage; engine=$2; shift ;;
+    --engine=*) engine=${1#--engine=} ;;
     -h | --help) usage ;;
     *) printf 'demo: unknown argument %s\n' "$1" >&2; usage ;;
   esac
   shift
 done
+[[ $engine == sglang || $engine == vllm ]] || {
+  printf 'demo: --engine is sglang or vllm, not %s\n' "$engine" >&2
+  exit 2
+}
 [[ $speed =~ ^[0-9]+([.][0-9]+)?$ && ! $speed =~ ^0+([.]0+)?$ ]] || {
   printf 'demo: --speed must be a positive number, not %s\n' "$speed" >&2
   exit 2
@@ -105,7 +116,7 @@ base_port=$(free_base_port "$gpus") || base_port=
 # container's tools (its own pip, apt-get, nvidia-smi: the planner's fixes go through them).
 write_config() {
   bash tests/sim/sim_fleet_config.sh --world "$world" --socket "$state_dir/agent.sock" \
-    --base-port "$base_port" --logs "$logs" --speed "$speed" \
+    --base-port "$base_port" --logs "$logs" --speed "$speed" --engine "$engine" \
     --comment "written by deploy/demo.sh" >"$state_dir/fleet.yaml"
 }
 
@@ -153,7 +164,7 @@ note "config: $state_dir/fleet.yaml (servers on ports $base_port-$((base_port + 
 
 # --- The deploy: fleetd does the rest --------------------------------------------------------------
 
-step "Deploy all $gpus; fleetd probes, plans, fixes and restarts on its own"
+step "Deploy all $gpus ($engine); fleetd probes, plans, fixes and restarts on its own"
 note "preflight (the probe: what is knowably broken is fixed before any launch), then the canary"
 note "$canary alone until it is past the JIT phase, each failure diagnosed and remediated once for"
 note "the container, then the other $((gpus - 1)) from the warm JIT cache"

@@ -163,16 +163,20 @@ std::string Fleet::ConfigYaml(const std::map<std::string, std::string>& more_env
       "]\n"
       "templates:\n"
       "  - name: sim\n"
-      "    engine: sglang\n"
+      "    engine: ",
+      options_.engine,
+      "\n"
       "    model: ",
       Quoted(world_->Model()),
       "\n"
       "    argv: [",
-      Quoted(world_->Path("venv/bin/python")),
-      ", -m, sglang.launch_server, --model-path, \"{model}\", --host, 127.0.0.1,"
-      " --port, \"{port}\"]\n"
-      "    log_path: ",
-      Quoted(dir_.Join("logs/gpu{gpu}.log")),
+      options_.engine == "vllm"
+          ? absl::StrCat(Quoted(world_->Path("venv/bin/vllm")),
+                         ", serve, \"{model}\", --host, 127.0.0.1, --port, \"{port}\"]\n")
+          : absl::StrCat(Quoted(world_->Path("venv/bin/python")),
+                         ", -m, sglang.launch_server, --model-path, \"{model}\", --host, "
+                         "127.0.0.1, --port, \"{port}\"]\n"),
+      "    log_path: ", Quoted(dir_.Join("logs/gpu{gpu}.log")),
       "\n"
       "    env:\n");
   for (const auto& [name, value] : options_.env) env[name] = value;

@@ -67,6 +67,9 @@ struct WorldOptions {
   std::string policy_yaml;  // more lines of the default policy ("    key: value\n")
   std::map<std::string, std::string> env;  // more server environment (FLEET_SIM_FAULT, ...)
   std::string extra_yaml;  // more top-level sections of the config ("notify:\n  - ...")
+  // The servers' engine: "sglang" (python -m sglang.launch_server) or "vllm" (vllm serve, the
+  // world's simulated vLLM server; readiness /health and a one-token completion).
+  std::string engine = "sglang";
 };
 
 // The seed scenario (docs/design.md): 8 GPUs of a container in the seed state, remediation auto,

@@ -113,6 +113,21 @@ int64_t QueryInt(sqlite::Database& db, const std::string& sql) {
 
 // 1. A fixed world deploys and every server becomes READY: `status --watch --until-ready` prints
 // one line per change and exits 0; status and attempts agree; the servers really serve.
+// vLLM's servers on a fixed world: READY through vLLM's readiness (/health and a one-token
+// completion), one attempt each.
+TEST(FleetE2e, VllmDeployAndWatchUntilReady) {
+  Fleet fleet({.gpus = 2, .engine = "vllm"});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
+  const std::vector<Struct> attempts = fleet.Attempts();
+  EXPECT_EQ(attempts.size(), 2u);
+  for (const Struct& a : attempts) EXPECT_EQ(Str(a, "outcome"), "ready") << Str(a, "id");
+}
+
 TEST(FleetE2e, DeployAndWatchUntilReady) {
   // Slow enough (about 2.5 s a start) for the watch to see the start, not only its end.
   Fleet fleet({.gpus = 3, .speed = 20});
@@ -627,8 +642,11 @@ bool PipInstalls(const v1::Plan& plan, const std::string& package, const std::st
   return false;
 }
 
-TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
-  Fleet fleet(e2e::SeedScenario());
+// The seed scenario on one engine's servers: the same toolchain, the same plans and launches.
+void SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded(const std::string& engine) {
+  e2e::WorldOptions options = e2e::SeedScenario();
+  options.engine = engine;
+  Fleet fleet(options);
   ASSERT_TRUE(fleet.ok());
   CtlResult watch;
   ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
@@ -741,6 +759,15 @@ TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
   const CtlResult last = fleet.Ctl({"events", "--since", std::to_string(next - 2), "-o", "json"});
   ASSERT_EQ(last.code(), 0) << last.output;
   EXPECT_EQ(Int(ParseJson(last.output), "index"), next - 1) << last.output;
+}
+
+TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
+  SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded("sglang");
+}
+
+// vLLM's servers (issue 18): the same cascade in vLLM's log shapes, diagnosed and fixed the same.
+TEST(FleetE2e, VllmSeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
+  SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded("vllm");
 }
 
 struct SingleProblem {

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # sim_fleet_config.sh: the fleet config (docs/config.md) of a simulated container world made by
 # make_sim_world.sh, on standard output: one local container "200" whose agent listens on a unix
-# socket, one SGLang server per GPU on the world's python, the world's server.env as the servers'
+# socket, one server per GPU (SGLang on the world's python; with --engine vllm, vLLM's `vllm serve`
+# on the world's venv/bin/vllm), the world's server.env as the servers'
 # environment, and the world's own pip, apt-get and nvidia-smi as the container's tools (so the
 # planner's fixes act on the world only). Used by deploy/demo.sh and bench/remediation/run.sh.
 #
 #   sim_fleet_config.sh --world DIR --socket PATH --base-port N --logs DIR [--speed X]
-#                       [--comment TEXT]
+#                       [--comment TEXT] [--engine sglang|vllm]
 #   sim_fleet_config.sh --world DIR --template-only NAME --log-path PATH [--speed X]
 #   sim_fleet_config.sh --world DIR --tools-only
 #
@@ -20,7 +21,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../deploy/lib/fleet.sh"
 
 world='' socket='' base_port='' logs='' speed='' comment="written by tests/sim/sim_fleet_config.sh"
-template_only='' log_path='' tools_only=false
+template_only='' log_path='' tools_only=false engine=sglang
 while [[ $# -gt 0 ]]; do
   if [[ $1 == --tools-only ]]; then
     tools_only=true
@@ -37,11 +38,15 @@ while [[ $# -gt 0 ]]; do
     --comment) comment=$2 ;;
     --template-only) template_only=$2 ;;
     --log-path) log_path=$2 ;;
+    --engine) engine=$2 ;;
     *) printf 'sim_fleet_config: unknown option %s\n' "$1" >&2; exit 2 ;;
   esac
   shift 2
 done
-if [[ $tools_only == true ]]; then
+if [[ $engine != sglang && $engine != vllm ]]; then
+  printf 'sim_fleet_config: --engine is sglang or vllm, not %s\n' "$engine" >&2
+  exit 2
+elif [[ $tools_only == true ]]; then
   [[ -n $world ]]
 elif [[ -n $template_only ]]; then
   [[ -n $world && -n $log_path ]]
@@ -61,17 +66,28 @@ read_kv "$world/server.env" server_env
 # template NAME LOG_PATH: the world's server as one `templates:` list item.
 template() {
   local key
-  printf '  - name: %s\n    engine: sglang\n' "$1"
+  printf '  - name: %s\n    engine: %s\n' "$1" "$engine"
   printf '    model: %s\n' "$(yaml_string "${conf[model]}")"
-  printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
-    "$(yaml_string "${conf[python]}")"
+  if [[ $engine == vllm ]]; then
+    # vLLM's own command (the world's venv/bin/vllm); readiness: vLLM's default (/health and a
+    # one-token completion).
+    printf '    argv: [%s, serve, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
+      "$(yaml_string "${conf[vllm]}")"
+  else
+    printf '    argv: [%s, -m, sglang.launch_server, --model-path, "{model}", --host, 127.0.0.1, --port, "{port}"]\n' \
+      "$(yaml_string "${conf[python]}")"
+  fi
   printf '    env:\n'
   while IFS= read -r key; do
     printf '      %s: %s\n' "$key" "$(yaml_string "${server_env[$key]}")"
   done < <(printf '%s\n' "${!server_env[@]}" | sort)
   printf '    workdir: %s\n' "$(yaml_string "$world")"
   printf '    log_path: %s\n' "$(yaml_string "$2")"
-  printf '    readiness: {path: /health_generate, interval: 500ms}\n'
+  if [[ $engine == vllm ]]; then
+    printf '    readiness: {interval: 500ms}\n'
+  else
+    printf '    readiness: {path: /health_generate, interval: 500ms}\n'
+  fi
 }
 
 # tools: the container's `tools:` block (the world's own pip, apt-get, nvidia-smi, venv).
@@ -100,9 +116,9 @@ for ((g = 0; g < conf[gpus]; g++)); do gpu_list+="${gpu_list:+, }$g"; done
 printf '# gpu-fleet on a simulated container: %s (docs/config.md)\n' "$comment"
 printf 'hosts:\n  - name: local\n    containers:\n      - ctid: "200"\n'
 printf '        channel: {kind: loopback, address: %s}\n' "$(yaml_string "unix:$socket")"
-printf '        gpus: [%s]\n        template: sglang\n' "$gpu_list"
+printf '        gpus: [%s]\n        template: %s\n' "$gpu_list" "$engine"
 printf '        base_port: %d\n' "$base_port"
 tools
 printf 'templates:\n'
-template sglang "$logs/sglang_gpu{gpu}.log"
+template "$engine" "$logs/${engine}_gpu{gpu}.log"
 printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n'
