@@ -26,6 +26,7 @@
 #             link_stub) plus one cold start.
 #
 #   bash bench/remediation/run.sh [--speed X] [--runs N] [--out DIR] [--build-dir DIR] [--no-build]
+#                                 [--engine sglang|vllm]
 #
 #   --speed X        FLEET_SIM_SPEED of every simulated server (default 10; the demo's is 2.5)
 #   --runs N         runs of each measurement (default 3)
@@ -33,6 +34,9 @@
 #                    emptied at start, and only if it is empty or a previous run's)
 #   --build-dir DIR  the CMake build to reuse or make (default build/, or $BUILD_DIR)
 #   --no-build       use the binaries in the build dir as they are (no deps, no cmake)
+#   --engine E       the servers' engine (default sglang): vllm runs the world's simulated vLLM
+#                    server (`vllm serve MODEL`) in all three measurements; its ready line is
+#                    uvicorn's "Application startup complete." and its health GET /health
 #
 # It prints a timeline per fleet run, a table of the pieces, and a summary: launches,
 # remediations, fleet time-to-ready, critical path, their ratio (target <= 1.2x), the loop
@@ -53,6 +57,7 @@ runs=3
 out=/tmp/gpu-fleet-bench-remediation
 build=${BUILD_DIR:-build}
 do_build=true
+engine=sglang
 while [[ $# -gt 0 ]]; do
   case $1 in
     --speed) [[ $# -ge 2 ]] || usage; speed=$2; shift ;;
@@ -64,6 +69,8 @@ while [[ $# -gt 0 ]]; do
     --build-dir) [[ $# -ge 2 ]] || usage; build=$2; shift ;;
     --build-dir=*) build=${1#--build-dir=} ;;
     --no-build) do_build=false ;;
+    --engine) [[ $# -ge 2 ]] || usage; engine=$2; shift ;;
+    --engine=*) engine=${1#--engine=} ;;
     -h | --help) usage ;;
     *) printf 'bench: unknown argument %s\n' "$1" >&2; usage ;;
   esac
@@ -78,11 +85,22 @@ done
 readonly gpus=8
 readonly canary=local/200/gpu0
 # The seed's order: the problem each --break puts back, and the class its start fails with.
-readonly problems=(loader_path nvcc ninja headers ptxas link_stub)
+# vLLM imports no sgl_kernel: libnvrtc off the loader path fails no vLLM start (the preflight fixes
+# it all the same), so its loop has the five others.
+if [[ $engine == vllm ]]; then
+  readonly problems=(nvcc ninja headers ptxas link_stub)
+else
+  readonly problems=(loader_path nvcc ninja headers ptxas link_stub)
+fi
 declare -A problem_class=(
   [loader_path]=missing_shared_library [nvcc]=nvcc_not_found [ninja]=ninja_not_found
   [headers]=cuda_header_mismatch [ptxas]=ptx_version_unsupported [link_stub]=link_error)
-readonly ready_line='The server is fired up and ready to roll!'
+[[ $engine == sglang || $engine == vllm ]] || die "--engine is sglang or vllm, not $engine"
+if [[ $engine == vllm ]]; then
+  readonly ready_line='INFO:     Application startup complete.' health_path=/health
+else
+  readonly ready_line='The server is fired up and ready to roll!' health_path=/health_generate
+fi
 # Bounds of the waits, in wall seconds: a cold start is about 50 simulated seconds.
 bound=$(awk -v s="$speed" 'BEGIN {b = int(600 / s) + 60; print (b > 900 ? 900 : b)}')
 
@@ -153,6 +171,7 @@ make_world() {
 write_config() {
   bash tests/sim/sim_fleet_config.sh --world "$2" --socket "$1/agent.sock" --base-port "$3" \
     --logs "$1/logs" --speed "$speed" --comment "written by bench/remediation/run.sh" \
+    --engine "$engine" \
     >"$1/fleet.yaml"
 }
 
@@ -291,9 +310,10 @@ start_server() {
   for key in "${!server_env[@]}"; do env_args+=("$key=${server_env[$key]}"); done
   server_port=$("$free_ports" 1)
   server_t0=$(now)
-  (cd "$world" && exec env -i "${env_args[@]}" CUDA_VISIBLE_DEVICES=0 "${conf[python]}" -m \
-    sglang.launch_server --model-path "${conf[model]}" --host 127.0.0.1 --port "$server_port" \
-    >"$log" 2>&1) &
+  local -a argv=("${conf[python]}" -m sglang.launch_server --model-path "${conf[model]}")
+  [[ $engine != vllm ]] || argv=("${conf[vllm]}" serve "${conf[model]}")
+  (cd "$world" && exec env -i "${env_args[@]}" CUDA_VISIBLE_DEVICES=0 "${argv[@]}" \
+    --host 127.0.0.1 --port "$server_port" >"$log" 2>&1) &
   server_pid=$!
   pids+=("$server_pid")
 }
@@ -335,8 +355,8 @@ time_ready() {
     die "no ready line in $log"
   fi
   t1=$(now)
-  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$server_port/health_generate" || true)
-  [[ $code == 200 ]] || die "ready line, but GET /health_generate gave '$code' ($log)"
+  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$server_port$health_path" || true)
+  [[ $code == 200 ]] || die "ready line, but GET $health_path gave '$code' ($log)"
   stop_pid "$server_pid"
   forget_pid "$server_pid"
   elapsed=$(secs "$server_t0" "$t1")
@@ -365,7 +385,7 @@ direct_run() {
   printf 'direct run %d: fails in' "$n"
   for p in "${problems[@]}"; do printf ' %s %s s;' "${problem_class[$p]}" "${fail[$p]}"; done
   printf '\n  cold start to READY %s s (%s JIT builds); warm start %s s\n' "$cold" "$jit_cold" "$warm"
-  printf '%s\n' "$n ${fail[loader_path]} ${fail[nvcc]} ${fail[ninja]} ${fail[headers]} ${fail[ptxas]} ${fail[link_stub]} $cold $warm" |
+  printf '%s\n' "$n ${fail[loader_path]:--} ${fail[nvcc]} ${fail[ninja]} ${fail[headers]} ${fail[ptxas]} ${fail[link_stub]} $cold $warm" |
     tr ' ' '\t' >>"$out/direct.tsv"
 }
 
@@ -432,6 +452,7 @@ echo "load average: $load_start at the start, $load_end at the end"
   echo "bench=remediation"
   echo "date=$date_utc"
   echo "revision=$revision"
+  echo "engine=$engine"
   echo "cpu=$model"
   echo "cores=$(nproc)"
   echo "load_start=$load_start"
