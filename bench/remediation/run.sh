@@ -438,13 +438,13 @@ printf '%-58s %s s\n' "  canary cold start, time-to-ready" "$(fmed canary_cold_s
 printf '%-58s %s s (median of the 7 per run)\n' "  7 warm starts, time-to-ready" "$(fmed warm_median_s)"
 printf '%-58s %.0f + %.0f ms (not in the critical path)\n' "  remediation actions' own time (preflight + ptx)" "$(fmed preflight_actions_ms)" "$(fmed ptx_actions_ms)"
 printf '%-58s %s s\n' "critical path: ptx failure + cold start + warm start" "$critical"
-printf '%-58s %s + %s + %s s\n' "  (direct sglang-server-sim starts, same speed)" "$(dmed fail_ptx_version_unsupported_s)" "$(dmed cold_s)" "$(dmed warm_s)"
+printf '%-58s %s + %s + %s s\n' "  (direct $engine server starts, same speed)" "$(dmed fail_ptx_version_unsupported_s)" "$(dmed cold_s)" "$(dmed warm_s)"
 printf '%-58s %sx (per run: %s)   target <= 1.2x: %s\n' "ratio fleet / critical path" "$ratio" "$ratios" "$met"
 printf '%-58s %s s\n' "fleetd's overhead over the critical path" "$overhead"
 printf '%-58s %s s, %d launches (%.1fx the fleet'"'"'s time)\n' \
   "fix-as-you-fail loop, ESTIMATED from measured pieces" "$loop" "$((gpus * (${#problems[@]} + 1)))" "$loop_ratio"
-printf '%-58s %s\n' "  (not run through fleetd: sum of the 6 failures + 1 cold start; failures:" \
-  "$(for c in missing_shared_library nvcc_not_found ninja_not_found cuda_header_mismatch ptx_version_unsupported link_error; do printf '%s ' "$(dmed "fail_${c}_s")"; done | sed 's/ $//') s)"
+printf '%-58s %s\n' "  (not run through fleetd: sum of the ${#problems[@]} failures + 1 cold start; failures:" \
+  "$(for p in "${problems[@]}"; do printf '%s ' "$(dmed "fail_${problem_class[$p]}_s")"; done | sed 's/ $//') s)"
 echo "load average: $load_start at the start, $load_end at the end"
 
 # Machine-readable: key=value and one JSON object.
