@@ -321,7 +321,16 @@ start_server() {
 # wait_exit: waits for the server's exit, bounded (a watchdog stops it after $bound s).
 wait_exit() {
   local watchdog rc=0
-  ( sleep "$bound"; kill -TERM "$server_pid" 2>/dev/null ) &  # a deadline, not a synchronisation
+  # A deadline, not a synchronisation. Its sleep is killed with it and holds none of our output: a
+  # sleep left behind kept the caller's pipe open for $bound s after the benchmark ended (ctest
+  # waited for it).
+  (
+    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+    sleep "$bound" &
+    sleeper=$!
+    wait "$sleeper"
+    kill -TERM "$server_pid" 2>/dev/null
+  ) >/dev/null 2>&1 &
   watchdog=$!
   wait "$server_pid" 2>/dev/null || rc=$?
   kill "$watchdog" 2>/dev/null || true
