@@ -236,6 +236,16 @@ std::string SglKernelImportError(const std::string& site, std::string_view libra
                       ": cannot open shared object file: No such file or directory\n");
 }
 
+std::string HubOsErrorLine(const std::string& model) {
+  return absl::StrCat(
+      "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find "
+      "it in the cached files and it looks like ",
+      model,
+      " is not the path to a directory containing a file named config.json.\nCheckout your "
+      "internet connection or see how to run the library in offline mode at "
+      "'https://huggingface.co/docs/transformers/installation#offline-mode'.\n");
+}
+
 std::string ModelNotFoundError(const std::string& site, const std::string& model) {
   const std::vector<Frame> frames = {
       {"<frozen runpy>", 198, "_run_module_as_main", ""},
@@ -248,14 +258,7 @@ std::string ModelNotFoundError(const std::string& site, const std::string& model
        "config = AutoConfig.from_pretrained("},
       {absl::StrCat(site, "/transformers/utils/hub.py"), 511, "cached_files", "raise OSError("},
   };
-  return absl::StrCat(
-      kTracebackHead, Render(frames),
-      "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find "
-      "it in the cached files and it looks like ",
-      model,
-      " is not the path to a directory containing a file named config.json.\nCheckout your "
-      "internet connection or see how to run the library in offline mode at "
-      "'https://huggingface.co/docs/transformers/installation#offline-mode'.\n");
+  return absl::StrCat(kTracebackHead, Render(frames), HubOsErrorLine(model));
 }
 
 std::string SchedulerException(const std::string& site, const SchedulerFailureDetail& d) {

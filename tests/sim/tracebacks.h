@@ -32,6 +32,8 @@ std::string SglKernelImportError(const std::string& site, std::string_view libra
 
 // Transformers failing to find the model's config.json (launcher).
 std::string ModelNotFoundError(const std::string& site, const std::string& model);
+// Transformers' OSError for a model path without config.json (both engines end with it).
+std::string HubOsErrorLine(const std::string& model);
 
 // What a scheduler child fails with; rendered by SchedulerException.
 enum class SchedulerFailure {

@@ -304,14 +304,7 @@ std::string VllmModelNotFound(const std::string& site, const std::string& venv_b
        "config_dict, _ = PretrainedConfig.get_config_dict("},
       {absl::StrCat(site, "/transformers/utils/hub.py"), 511, "cached_files", "raise OSError("},
   };
-  return absl::StrCat(
-      kTracebackHead, Render(frames),
-      "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find "
-      "it in the cached files and it looks like ",
-      model,
-      " is not the path to a directory containing a file named config.json.\nCheckout your "
-      "internet connection or see how to run the library in offline mode at "
-      "'https://huggingface.co/docs/transformers/installation#offline-mode'.\n");
+  return absl::StrCat(kTracebackHead, Render(frames), HubOsErrorLine(model));
 }
 
 std::string ExceptionMessage(const std::string& traceback) {
