@@ -31,6 +31,7 @@
 #include "common/base/errno_status.h"
 #include "common/base/proto_time.h"
 #include "common/base/version.h"
+#include "common/config/server_gpus.h"
 #include "common/diagnosis/classifier.h"
 #include "common/diagnosis/diagnosis_class.h"
 #include "common/diagnosis/diagnosis_proto.h"
@@ -49,6 +50,7 @@ void FillGpuRequest(const fleet::v1::LaunchRequest& request, const std::string& 
                     const AgentOptions& options, GpuRequest* out) {
   const ServerSpec& spec = request.spec();
   out->gpu = spec.server().gpu();
+  for (int gpu : config::ServerGpus(spec)) out->gpus.push_back(gpu);
   out->key = request.attempt_id();
   out->owner = owner;
   out->server = ServerMark(spec, options);
@@ -57,6 +59,13 @@ void FillGpuRequest(const fleet::v1::LaunchRequest& request, const std::string& 
 }
 
 spdlog::logger& Log() { return log::Get(log::Component::kAgent); }
+
+// "gpu 3", or a tensor-parallel server's "gpus 0,1".
+std::string GpusPhrase(const std::vector<int>& gpus) {
+  if (gpus.empty()) return "its gpu";
+  if (gpus.size() == 1) return absl::StrCat("gpu ", gpus.front());
+  return absl::StrCat("gpus ", absl::StrJoin(gpus, ","));
+}
 spdlog::logger& StoreLog() { return log::Get(log::Component::kStore); }
 
 // A check that did something, found someone, or could not look is said in the agent's log: a
@@ -342,6 +351,19 @@ absl::StatusOr<fleet::v1::LaunchResponse> Agent::Launch(const fleet::v1::LaunchR
     return absl::InvalidArgumentError("launch: spec.log_path must be an absolute path");
   }
   if (spec.server().gpu() < 0) return absl::InvalidArgumentError("launch: spec.server.gpu < 0");
+  if (!spec.gpus().empty()) {
+    if (spec.gpus(0) != spec.server().gpu()) {
+      return absl::InvalidArgumentError("launch: spec.gpus must start with spec.server.gpu");
+    }
+    std::set<int32_t> seen;
+    for (int32_t g : spec.gpus()) {
+      if (g < 0 || !seen.insert(g).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("launch: spec.gpus holds ", g < 0 ? "a negative" : "a repeated", " GPU ",
+                         g, " (", absl::StrJoin(spec.gpus(), ","), ")"));
+      }
+    }
+  }
   const int32_t gpu = spec.server().gpu();
   fleet::v1::LaunchResponse response;
   // Who may use the GPU is decided under the lock, twice when it is checked: before the check
@@ -408,17 +430,18 @@ absl::Status Agent::Admit(const fleet::v1::LaunchRequest& request,
 
 namespace {
 
-// The spec as the agent runs it: CUDA_VISIBLE_DEVICES is the config's GPU index, and
-// CUDA_DEVICE_ORDER=PCI_BUS_ID makes that index nvidia-smi's (CUDA's default order puts the
-// fastest GPU first, which differs on a machine with mixed GPUs). A spec's own values of either
-// are replaced, and said so: the GPU check, the config and the logs all mean this index.
+// The spec as the agent runs it: CUDA_VISIBLE_DEVICES is the config's GPU indexes (the server's
+// GPUs, "0,1" for a tensor-parallel one), and CUDA_DEVICE_ORDER=PCI_BUS_ID makes them nvidia-smi's
+// (CUDA's default order puts the fastest GPU first, which differs on a machine with mixed GPUs). A
+// spec's own values of either are replaced, and said so: the GPU check, the config and the logs all
+// mean this index.
 ServerSpec EffectiveSpec(const ServerSpec& spec, const AgentOptions& options,
                          const std::string& request_attempt) {
   ServerSpec effective = spec;
-  const int32_t gpu = spec.server().gpu();
   auto& env = *effective.mutable_env();
-  const std::pair<const char*, std::string> pinned[] = {{"CUDA_VISIBLE_DEVICES", absl::StrCat(gpu)},
-                                                        {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}};
+  const std::pair<const char*, std::string> pinned[] = {
+      {"CUDA_VISIBLE_DEVICES", absl::StrJoin(config::ServerGpus(spec), ",")},
+      {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}};
   for (const auto& [name, value] : pinned) {
     auto it = env.find(name);
     if (it != env.end() && it->second != value) {
@@ -531,9 +554,12 @@ void Agent::WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous
   FillGpuRequest(request, mark_, options_, &check);
   auto run = std::make_unique<ServerRun>(this, EffectiveSpec(spec, options_, request.attempt_id()),
                                          request.attempt_id(), request.attempt_number());
-  run->WaitForGpu(deps_.clock->Now(), absl::StrCat("checking that gpu ", gpu, " is free"));
+  const std::vector<int> gpus = config::ServerGpus(spec);
+  const std::string which = GpusPhrase(gpus);
+  run->WaitForGpu(deps_.clock->Now(), absl::StrCat("checking that ", which,
+                                                   gpus.size() == 1 ? " is" : " are", " free"));
   if (first != nullptr) {
-    run->GpuBusy(absl::StrCat("waiting for gpu ", gpu, " to be free: ", first->Summary()));
+    run->GpuBusy(absl::StrCat("waiting for ", which, " to be free: ", first->Summary()));
   }
   Persist(*run);
   Install(gpu, std::move(run));
@@ -557,7 +583,8 @@ void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
     LogGpuCheck(request, check, verdict != GpuGuard::Verdict::kFree);
     const absl::Time now = deps_.clock->Now();
     if (verdict == GpuGuard::Verdict::kWaiting) {
-      run->second->GpuBusy(absl::StrCat("waiting for gpu ", request.gpu, " to be free: ", summary));
+      run->second->GpuBusy(
+          absl::StrCat("waiting for ", GpusPhrase(request.gpus), " to be free: ", summary));
     } else {
       GpuWait w = std::move(wait->second);
       gpu_waits_.erase(wait);
@@ -568,7 +595,7 @@ void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
         // Launching now would end in CUDA out of memory beside whoever holds the GPU.
         failure.diagnosis_class = diagnosis::classes::kCudaOutOfMemory;
         failure.summary =
-            absl::StrCat("not launched: gpu ", request.gpu, " still busy after ",
+            absl::StrCat("not launched: ", GpusPhrase(request.gpus), " still busy after ",
                          absl::FormatDuration(deps_.gpu_guard->options().max_wait), ": ", summary);
       } else {
         absl::StatusOr<fleet::v1::ServerStatus> started =
@@ -651,7 +678,7 @@ namespace {
 
 ProbeTarget TargetOf(const ServerSpec& spec, const AgentOptions& options) {
   ProbeTarget t;
-  t.gpus = {spec.server().gpu()};
+  for (int gpu : config::ServerGpus(spec)) t.gpus.push_back(gpu);
   t.dev_root = options.dev_root;
   t.argv.assign(spec.argv().begin(), spec.argv().end());
   t.env = ServerEnv(spec);

@@ -310,8 +310,37 @@ bool GpuGuard::Reclaim(const GpuProcess& p, const std::function<bool(const ProcS
 }
 
 GpuCheck GpuGuard::Check(const GpuRequest& request) {
+  const std::vector<int32_t> gpus =
+      request.gpus.empty() ? std::vector<int32_t>{request.gpu} : request.gpus;
+  GpuCheck merged = CheckOne(request, gpus.front());
+  for (size_t i = 1; i < gpus.size(); ++i) {
+    GpuCheck one = CheckOne(request, gpus[i]);
+    for (auto [from, to] : {std::pair{&one.reclaimed, &merged.reclaimed},
+                            {&one.orphans, &merged.orphans},
+                            {&one.others, &merged.others},
+                            {&one.stuck, &merged.stuck}}) {
+      to->insert(to->end(), from->begin(), from->end());
+    }
+    merged.notes.insert(merged.notes.end(), one.notes.begin(), one.notes.end());
+    if (one.free) continue;
+    if (merged.free) {
+      // The first busy GPU is the one the summary names, with its holders.
+      merged.gpu = one.gpu;
+      merged.used_mib = one.used_mib;
+      merged.device = one.device;
+      merged.apps = std::move(one.apps);
+      merged.free = false;
+    } else {
+      merged.notes.push_back(
+          absl::StrCat("gpu ", one.gpu, " is busy too: ", one.used_mib, " MiB used"));
+    }
+  }
+  return merged;
+}
+
+GpuCheck GpuGuard::CheckOne(const GpuRequest& request, int32_t gpu) {
   GpuCheck check;
-  check.gpu = request.gpu;
+  check.gpu = gpu;
   check.threshold_mib = options_.free_threshold_mib;
   Command query;
   query.argv =
@@ -340,7 +369,7 @@ GpuCheck GpuGuard::Check(const GpuRequest& request) {
     }
     return r->output;
   };
-  const std::string index = absl::StrCat(request.gpu);
+  const std::string index = absl::StrCat(gpu);
   auto memory_used = [&]() -> int64_t {
     std::optional<std::string> out =
         smi({"--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", index});
@@ -356,7 +385,7 @@ GpuCheck GpuGuard::Check(const GpuRequest& request) {
   // The device node: /dev/nvidiaN is named by the GPU's minor number, which need not be its
   // index. Drivers that do not know the field (an H200's 580 refused it: "not a valid field to
   // query") leave the index, quietly: it is the minor number on every machine seen so far.
-  int64_t minor = request.gpu;
+  int64_t minor = gpu;
   if (std::optional<std::string> out =
           smi({"--query-gpu=minor_number", "--format=csv,noheader,nounits", "-i", index}, true)) {
     int64_t m = -1;

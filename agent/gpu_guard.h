@@ -90,7 +90,10 @@ struct PreviousServer {
 };
 
 struct GpuRequest {
-  int32_t gpu = 0;
+  int32_t gpu = 0;  // the server's lead GPU: what Submit and Cancel key the request by
+  // Every GPU of the server, `gpu` first (a tensor-parallel server's); empty: `gpu` alone. Check
+  // looks at each and the server may start only when all are free.
+  std::vector<int32_t> gpus;
   // Who asks (the agent's attempt id): echoed to the listener, so a stale answer is recognised.
   std::string key;
   PreviousServer previous;
@@ -118,6 +121,8 @@ struct ComputeApp {
   int64_t used_mib = -1;  // -1: not reported ([N/A])
 };
 
+// One look at a server's GPUs. For a server on several, the lists hold what was found on each and
+// gpu/used_mib/device/apps are those of the first busy one (the lead when all are free).
 struct GpuCheck {
   int32_t gpu = 0;
   bool free = false;
@@ -172,8 +177,8 @@ class GpuGuard {
 
   const GpuGuardOptions& options() const { return options_; }
 
-  // One look at the GPU now (see the file comment). Blocks while nvidia-smi runs and while a
-  // killed leftover dies (at most reap_timeout).
+  // One look at the server's GPUs now (see the file comment), each in turn: free only when all
+  // are. Blocks while nvidia-smi runs and while a killed leftover dies (at most reap_timeout).
   GpuCheck Check(const GpuRequest& request);
 
   void SetListener(Listener listener) ABSL_LOCKS_EXCLUDED(listener_mu_);
@@ -195,6 +200,8 @@ class GpuGuard {
     absl::Time next_check;
   };
 
+  // Check's look at one of the request's GPUs.
+  GpuCheck CheckOne(const GpuRequest& request, int32_t gpu);
   // Kills and reaps one leftover; false when it could not be verified (it is then left alone) or
   // did not die in time. `verify` is asked about the process once a pidfd pins it.
   bool Reclaim(const GpuProcess& p, const std::function<bool(const ProcStat&)>& verify, bool* gone);

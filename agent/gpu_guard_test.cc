@@ -327,6 +327,41 @@ TEST(GpuGuard, GivesUpAfterTheWaitAndSaysWhoHoldsTheGpu) {
   Finish(holder);
 }
 
+TEST(GpuGuard, ATensorParallelServerWaitsUntilEachOfItsGpusIsFree) {
+  GpuWorld world;
+  PosixCommandRunner runner;
+  fleet::testing::FakeClock clock;
+  GpuGuard guard(world.Options(), &runner, &clock);
+  Reaper reaper;
+  const pid_t holder = reaper.Add(HoldOpen(world.Join("etc/nvidia-smi.csv")));
+  world.HoldMemory(1, holder, 9000, "python3");
+  // GPU 0 alone is free: the busy GPU 1 is not its business.
+  EXPECT_TRUE(guard.Check(world.Request(0)).free);
+
+  GpuRequest both = world.Request(0);
+  both.gpus = {0, 1};
+  std::vector<std::pair<GpuGuard::Verdict, std::string>> answers;
+  guard.SetListener([&](const GpuRequest&, const GpuCheck& c, GpuGuard::Verdict v) {
+    answers.emplace_back(v, c.Summary());
+  });
+  guard.Submit(both);
+  guard.Step();
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0].first, GpuGuard::Verdict::kWaiting);
+  EXPECT_THAT(answers[0].second, HasSubstr("gpu 1: 9001 MiB used"));
+  EXPECT_THAT(answers[0].second, HasSubstr(absl::StrCat("held by pid ", holder)));
+  // The lead's order does not matter: a server led by GPU 1 is busy the same.
+  GpuRequest led_by_1 = world.Request(1);
+  led_by_1.gpus = {1, 0};
+  EXPECT_FALSE(guard.Check(led_by_1).free);
+
+  Finish(holder);
+  clock.Advance(absl::Seconds(2));
+  guard.Step();
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[1].first, GpuGuard::Verdict::kFree);
+}
+
 TEST(GpuGuard, WithoutNvidiaSmiTheGpuCountsAsFreeAndSaysSo) {
   GpuWorld world;
   PosixCommandRunner runner;
@@ -618,6 +653,47 @@ TEST(AgentGpu, LaunchWaitsForABusyGpuSaysWhoHoldsItAndStartsOnceFreed) {
   EXPECT_GT(s.pid(), 0) << "launched once the memory was freed";
   EXPECT_EQ(s.attempt_id(), "a1");
   EXPECT_TRUE(a.RunUntilLog(0, "loading"));
+}
+
+TEST(AgentGpu, ATensorParallelServerGetsAllItsGpusAndWaitsForEachToBeFree) {
+  AgentWithGuard a(/*with_guard=*/true);
+  Reaper reaper;
+  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
+  a.world().HoldMemory(1, holder, 70000, "python3");
+
+  fleet::v1::ServerSpec spec = a.Spec(0, {"quiet"});
+  spec.add_gpus(0);
+  spec.add_gpus(1);
+  auto r = a.Launch(spec, "a1", 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status().pid(), 0) << "GPU 1 is busy: nothing runs";
+  EXPECT_THAT(a.StatusOf(0).phase_detail(), HasSubstr("waiting for gpus 0,1 to be free"));
+  EXPECT_THAT(a.StatusOf(0).phase_detail(), HasSubstr("gpu 1: 70001 MiB used"));
+
+  Finish(holder);
+  a.clock().Advance(absl::Seconds(2));
+  a.guard().Step();
+  const fleet::v1::ServerStatus s = a.StatusOf(0);
+  ASSERT_GT(s.pid(), 0) << "launched once GPU 1 was freed";
+  ASSERT_TRUE(a.RunUntilLog(0, "loading"));
+  EXPECT_THAT(Environ(s.pid()), HasSubstr(std::string("\0CUDA_VISIBLE_DEVICES=0,1\0", 26)));
+}
+
+TEST(AgentGpu, ALaunchWhoseGpusDoNotStartWithItsLeadIsRefused) {
+  AgentWithGuard a(/*with_guard=*/false);
+  fleet::v1::ServerSpec spec = a.Spec(0, {"quiet"});
+  spec.add_gpus(1);
+  spec.add_gpus(0);
+  auto r = a.Launch(spec, "a1", 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("must start with spec.server.gpu"));
+  spec.clear_gpus();
+  spec.add_gpus(0);
+  spec.add_gpus(0);
+  r = a.Launch(spec, "a1", 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("a repeated GPU 0"));
+  EXPECT_EQ(a.StatusOf(0).pid(), 0) << "nothing was started";
 }
 
 TEST(AgentGpu, GpuBusyPastTheWaitFailsTheAttemptNamingTheHolder) {

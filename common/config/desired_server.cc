@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/config/fleet_config.h"
 #include "common/config/placeholders.h"
@@ -35,7 +36,8 @@ absl::StatusOr<std::vector<DesiredServer>> ExpandServers(const FleetConfig& conf
       // Validation guarantees both exist.
       const ServerTemplate& tmpl = *templates.at(container.template_());
       const Policy& policy = *policies.at(container.policy());
-      for (int gpu : container.gpus()) {
+      for (const std::vector<int>& gpus : ContainerServerGpus(container)) {
+        const int gpu = gpus.front();
         DesiredServer server;
         server.name = ServerName(host.name(), container.ctid(), gpu);
         server.policy = policy;
@@ -43,11 +45,11 @@ absl::StatusOr<std::vector<DesiredServer>> ExpandServers(const FleetConfig& conf
         spec.mutable_server()->set_host(host.name());
         spec.mutable_server()->set_container(container.ctid());
         spec.mutable_server()->set_gpu(gpu);
+        spec.mutable_gpus()->Add(gpus.begin(), gpus.end());
         spec.set_engine(tmpl.engine());
         const int port = container.base_port() + gpu;
         spec.set_port(port);
-        PlaceholderValues values{
-            .gpu = absl::StrCat(gpu), .port = absl::StrCat(port), .log = "", .model = tmpl.model()};
+        PlaceholderValues values = ServerPlaceholders(gpus, port, tmpl.model());
         FLEET_ASSIGN_OR_RETURN(values.log, ExpandPlaceholders(tmpl.log_path(), values));
         spec.set_log_path(values.log);
         for (const std::string& arg : tmpl.argv()) {
@@ -66,7 +68,7 @@ absl::StatusOr<std::vector<DesiredServer>> ExpandServers(const FleetConfig& conf
         }
         for (const auto& [name, file] : container.env_from_file()) files[name] = file;
         for (const auto& [name, file] : files) env.erase(name);
-        env["CUDA_VISIBLE_DEVICES"] = absl::StrCat(gpu);
+        env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(gpus, ",");
         spec.set_workdir(tmpl.workdir());
         *spec.mutable_readiness() = tmpl.readiness();
         *spec.mutable_stall_timeout() = policy.stall_timeout();

@@ -1,4 +1,5 @@
-// What a fleet config asks for, server by server: one DesiredServer per GPU of each container,
+// What a fleet config asks for, server by server: one DesiredServer per GPU of each container's
+// `gpus` and per entry of its `servers` (a tensor-parallel server on several GPUs),
 // its launch spec fully expanded (argv placeholders, port, log path, environment, readiness,
 // timeouts, tool commands) and the policy that governs it. The daemon reconciles against these;
 // `fleetctl deploy --dry-run` compares them.
@@ -22,11 +23,14 @@ struct DesiredServer {
 };
 
 // The servers `config` describes, sorted by name (byte order: gpu10 sorts before gpu2). For each
-// GPU n of a container using template T and policy P:
+// server of a container using template T and policy P, on GPUs G (the lead n first; G = {n} for
+// an entry of `gpus`), named host/ctid/gpuN:
+//   gpus      G (spec.gpus; spec.server.gpu = n)
 //   port      base_port + n
-//   log_path  T.log_path with {gpu} {port} {model} expanded (default per engine, docs/config.md)
-//   argv      T.argv with {gpu} {port} {log} {model} expanded ({log} is the expanded log_path)
-//   env       T.env, then the container's env (it wins), then CUDA_VISIBLE_DEVICES=n
+//   log_path  T.log_path with {gpu} {port} {model} {gpus} {gpu_count} expanded (default per
+//             engine, docs/config.md)
+//   argv      T.argv with those and {log} expanded ({log} is the expanded log_path)
+//   env       T.env, then the container's env (it wins), then CUDA_VISIBLE_DEVICES=G ("0,1")
 //   readiness T.readiness (default per engine); stall_timeout, startup_deadline from P
 //   tools     the container's
 // `config` may be a parsed (effective) config or one built in code: defaults are applied to a

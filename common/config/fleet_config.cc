@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/errno_status.h"
@@ -284,7 +285,8 @@ class Checker {
       Add(IndexPath(FieldPath(path, "argv"), 0), "the program must not be empty");
     }
     // Expanded with stand-in values: only the placeholders' names and the path's shape matter.
-    const PlaceholderValues values{.gpu = "0", .port = "1", .log = "/log", .model = tmpl.model()};
+    PlaceholderValues values = ServerPlaceholders({0}, 1, tmpl.model());
+    values.log = "/log";
     for (int i = 0; i < tmpl.argv_size(); ++i) {
       CheckPlaceholders(IndexPath(FieldPath(path, "argv"), i), tmpl.argv(i), tmpl, values);
     }
@@ -628,29 +630,85 @@ class Checker {
     }
   }
 
+  // A server of a container: its GPUs (the lead first) and where the config gives them.
+  struct ServerEntry {
+    std::vector<int> gpus;
+    std::string path;
+  };
+
+  // The GPUs a server's argv asks for against those it is given: more than it has is CUDA's
+  // "invalid device ordinal" at the first start; several GPUs for a server whose argv sets no
+  // parallel size leaves all but one idle. Both are config mistakes, said before any launch.
+  void CheckParallelSize(const ServerTemplate& tmpl, const Container& container,
+                         const ServerEntry& server) {
+    PlaceholderValues values =
+        ServerPlaceholders(server.gpus, container.base_port() + server.gpus.front(), tmpl.model());
+    values.log = "/log";
+    std::vector<std::string> argv;
+    for (const std::string& arg : tmpl.argv()) {
+      absl::StatusOr<std::string> expanded = ExpandPlaceholders(arg, values);
+      if (!expanded.ok()) return;  // said with the template
+      argv.push_back(*std::move(expanded));
+    }
+    const ParallelSize size = ParallelSizeOf(tmpl.engine(), argv);
+    const int64_t given = static_cast<int64_t>(server.gpus.size());
+    const std::string gpus = absl::StrJoin(server.gpus, ",");
+    const std::string flag =
+        tmpl.engine() == "vllm" ? "--tensor-parallel-size {gpu_count}" : "--tp-size {gpu_count}";
+    if (size.gpus > given) {
+      Add(server.path,
+          absl::StrCat("template ", Quoted(tmpl.name()), " asks for ", size.gpus, " GPUs (",
+                       size.how, ") but this server has ", given, " (", gpus,
+                       "): CUDA would fail with \"invalid device ordinal\"; give it ", size.gpus,
+                       " GPUs in servers, or ", flag, " in the template's argv"));
+    } else if (given > 1 && size.gpus == 1 && !size.data_parallel) {
+      Add(server.path, absl::StrCat("this server has ", given, " GPUs (", gpus, ") but template ",
+                                    Quoted(tmpl.name()),
+                                    " sets no tensor-parallel size: it would use one of them; add ",
+                                    flag, " to its argv"));
+    }
+  }
+
   void CheckContainer(const Host& host, const Container& container, const std::string& path,
                       std::map<int, std::pair<std::string, std::string>>* loopback_ports) {
     CheckChannel(host, container.channel(), FieldPath(path, "channel"));
 
+    // The container's servers: one per entry of `gpus`, one per entry of `servers` (several GPUs,
+    // the first leading). Each GPU once, across both lists.
     const std::string gpus_path = FieldPath(path, "gpus");
-    if (container.gpus().empty()) Add(gpus_path, "at least one GPU index is required");
-    absl::flat_hash_map<int, std::string> gpus;
-    std::vector<int> valid_gpus;
-    for (int i = 0; i < container.gpus_size(); ++i) {
-      const int gpu = container.gpus(i);
-      const std::string gpu_path = IndexPath(gpus_path, i);
+    if (container.gpus().empty() && container.servers().empty()) {
+      Add(gpus_path, "at least one GPU index is required (here, or a server's in servers)");
+    }
+    absl::flat_hash_map<int, std::string> seen;
+    const auto take = [&](int gpu, const std::string& gpu_path) {
       if (gpu < 0 || gpu > kMaxGpuIndex) {
         Add(gpu_path, absl::StrCat("GPU index ", gpu, " is outside 0..", kMaxGpuIndex));
-        continue;
+        return false;
       }
-      auto [it, inserted] = gpus.try_emplace(gpu, gpu_path);
+      auto [it, inserted] = seen.try_emplace(gpu, gpu_path);
       if (!inserted) {
         Add(gpu_path,
             absl::StrCat("GPU ", gpu, " is listed twice (first at ", Where(it->second), ")"));
-        continue;
+        return false;
       }
-      valid_gpus.push_back(gpu);
+      return true;
+    };
+    std::vector<ServerEntry> servers;
+    for (int i = 0; i < container.gpus_size(); ++i) {
+      const std::string gpu_path = IndexPath(gpus_path, i);
+      if (take(container.gpus(i), gpu_path)) servers.push_back({{container.gpus(i)}, gpu_path});
     }
+    for (int i = 0; i < container.servers_size(); ++i) {
+      const std::string server_path = IndexPath(FieldPath(path, "servers"), i);
+      const std::string its_gpus = FieldPath(server_path, "gpus");
+      const auto& listed = container.servers(i).gpus();
+      if (listed.empty()) Add(its_gpus, "at least one GPU index is required");
+      bool all = !listed.empty();
+      for (int j = 0; j < listed.size(); ++j) all = take(listed[j], IndexPath(its_gpus, j)) && all;
+      if (all) servers.push_back({{listed.begin(), listed.end()}, server_path});
+    }
+    std::vector<int> valid_gpus;  // the servers' leads
+    for (const ServerEntry& server : servers) valid_gpus.push_back(server.gpus.front());
 
     const std::string template_path = FieldPath(path, "template");
     const ServerTemplate* tmpl = nullptr;
@@ -698,11 +756,10 @@ class Checker {
     if (tmpl != nullptr && valid_gpus.size() > 1 &&
         !bad_log_paths_.contains(templates_.at(container.template_()))) {
       absl::flat_hash_map<std::string, int> logs;
-      for (int gpu : valid_gpus) {
-        const PlaceholderValues values{.gpu = absl::StrCat(gpu),
-                                       .port = absl::StrCat(container.base_port() + gpu),
-                                       .log = "",
-                                       .model = tmpl->model()};
+      for (const ServerEntry& server : servers) {
+        const int gpu = server.gpus.front();
+        const PlaceholderValues values =
+            ServerPlaceholders(server.gpus, container.base_port() + gpu, tmpl->model());
         absl::StatusOr<std::string> log = ExpandPlaceholders(tmpl->log_path(), values);
         if (!log.ok()) break;
         auto [it, inserted] = logs.try_emplace(*log, gpu);
@@ -714,6 +771,9 @@ class Checker {
           break;
         }
       }
+    }
+    if (tmpl != nullptr && ports_ok) {
+      for (const ServerEntry& server : servers) CheckParallelSize(*tmpl, container, server);
     }
   }
 
@@ -800,6 +860,60 @@ absl::StatusOr<FleetConfig> LoadFleetConfig(const std::string& path) {
 }
 
 void ApplyConfigDefaults(FleetConfig* config) { ApplyDefaults(config, nullptr); }
+
+std::vector<std::vector<int>> ContainerServerGpus(const fleet::v1::Container& container) {
+  std::vector<std::vector<int>> out;
+  for (int gpu : container.gpus()) out.push_back({gpu});
+  for (const fleet::v1::ServerGpus& server : container.servers()) {
+    if (!server.gpus().empty()) out.emplace_back(server.gpus().begin(), server.gpus().end());
+  }
+  return out;
+}
+
+ParallelSize ParallelSizeOf(std::string_view engine, const std::vector<std::string>& argv) {
+  struct Kind {
+    std::vector<std::string_view> flags;
+    int64_t value = 1;
+    std::string said;
+  };
+  const bool vllm = engine == "vllm";
+  Kind tensor{vllm ? std::vector<std::string_view>{"--tensor-parallel-size", "-tp"}
+                   : std::vector<std::string_view>{"--tp-size", "--tp", "--tensor-parallel-size"}};
+  Kind pipeline{vllm ? std::vector<std::string_view>{"--pipeline-parallel-size", "-pp"}
+                     : std::vector<std::string_view>{"--pp-size", "--pipeline-parallel-size"}};
+  Kind data{vllm ? std::vector<std::string_view>{"--data-parallel-size", "-dp"}
+                 : std::vector<std::string_view>{"--dp-size", "--dp", "--data-parallel-size"}};
+  for (size_t i = 0; i < argv.size(); ++i) {
+    for (Kind* kind : {&tensor, &pipeline, &data}) {
+      for (std::string_view flag : kind->flags) {
+        std::string_view arg = argv[i];
+        std::string_view value;
+        if (arg == flag && i + 1 < argv.size()) {
+          value = argv[i + 1];
+        } else if (absl::StartsWith(AsAbsl(arg), AsAbsl(flag)) && arg.size() > flag.size() &&
+                   arg[flag.size()] == '=') {
+          value = arg.substr(flag.size() + 1);
+        } else {
+          continue;
+        }
+        int64_t n = 0;
+        if (absl::SimpleAtoi(AsAbsl(value), &n) && n >= 1 && n <= kMaxGpuIndex + 1) {
+          kind->value = n;
+          kind->said = absl::StrCat(AsAbsl(flag), " ", n);
+        }
+      }
+    }
+  }
+  ParallelSize size;
+  size.gpus = tensor.value * pipeline.value;
+  std::vector<std::string> how;
+  for (const Kind* kind : {&tensor, &pipeline}) {
+    if (!kind->said.empty()) how.push_back(kind->said);
+  }
+  size.how = absl::StrJoin(how, " x ");
+  size.data_parallel = data.value > 1;
+  return size;
+}
 
 absl::Status ValidateFleetConfig(const FleetConfig& config) {
   FleetConfig effective = config;

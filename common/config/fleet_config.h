@@ -16,8 +16,10 @@
 // Pure functions (LoadFleetConfig reads one file); thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -72,5 +74,22 @@ void ApplyConfigDefaults(fleet::v1::FleetConfig* config);
 // The semantic checks of ParseFleetConfig on a config from elsewhere (defaults applied to a copy
 // first). Errors are `<field path>: <what>`, without lines.
 absl::Status ValidateFleetConfig(const fleet::v1::FleetConfig& config);
+
+// The servers of `container`, each as its GPUs with the lead first: one per entry of `gpus`, then
+// one per entry of `servers`, in config order (not checked: ValidateFleetConfig does that).
+std::vector<std::vector<int>> ContainerServerGpus(const fleet::v1::Container& container);
+
+// How many GPUs a server's argv (placeholders expanded) asks for: its tensor-parallel size times
+// its pipeline-parallel size, from the engine's flags (vLLM `--tensor-parallel-size`/`-tp`,
+// `--pipeline-parallel-size`/`-pp`; SGLang `--tp-size`/`--tp`/`--tensor-parallel-size`,
+// `--pp-size`/`--pipeline-parallel-size`), `--flag N` or `--flag=N`, the last one winning as with
+// argparse. A data-parallel size above 1 (`-dp`, `--dp-size`, ...) is noted, not counted: how it
+// multiplies depends on the engine's other flags.
+struct ParallelSize {
+  int64_t gpus = 1;
+  std::string how;  // the flags that set it ("--tensor-parallel-size 2"); empty when none did
+  bool data_parallel = false;
+};
+ParallelSize ParallelSizeOf(std::string_view engine, const std::vector<std::string>& argv);
 
 }  // namespace fleet::config

@@ -268,11 +268,11 @@ TEST(FleetConfigErrors, UnknownKeyNamesTheKnownOnesAndSuggests) {
   EXPECT_EQ(ErrorOf(Edit("gpus: [0, 1]", "gpu: [0, 1]")),
             "fleet.yaml:5: hosts[0].containers[0]: unknown field 'gpu' (did you mean 'gpus'?); "
             "Container has: ctid, channel, gpus, template, policy, base_port, env, env_from_file, "
-            "tools, server_address");
+            "tools, server_address, servers");
   EXPECT_EQ(ErrorOf(Edit("base_port:", "basePort:")),
             "fleet.yaml:7: hosts[0].containers[0]: unknown field 'basePort' (did you mean "
             "'base_port'?); Container has: ctid, channel, gpus, template, policy, base_port, env, "
-            "env_from_file, tools, server_address");
+            "env_from_file, tools, server_address, servers");
   EXPECT_EQ(ErrorOf(absl::StrCat(kMinimal, "servers: []\n")),
             "fleet.yaml:12: unknown field 'servers'; FleetConfig has: hosts, templates, policies, "
             "notify");
@@ -440,9 +440,11 @@ TEST(FleetConfigErrors, TemplateAndPolicyMustExist) {
 
 TEST(FleetConfigErrors, Gpus) {
   EXPECT_EQ(ErrorOf(Edit("gpus: [0, 1]", "gpus: []")),
-            "fleet.yaml:5: hosts[0].containers[0].gpus: at least one GPU index is required");
+            "fleet.yaml:5: hosts[0].containers[0].gpus: at least one GPU index is required (here, "
+            "or a server's in servers)");
   EXPECT_EQ(ErrorOf(Edit("        gpus: [0, 1]\n", "")),
-            "fleet.yaml:4: hosts[0].containers[0].gpus: at least one GPU index is required");
+            "fleet.yaml:4: hosts[0].containers[0].gpus: at least one GPU index is required (here, "
+            "or a server's in servers)");
   EXPECT_EQ(ErrorOf(Edit("gpus: [0, 1]", "gpus:\n          - 1\n          - 0\n          - 1")),
             "fleet.yaml:8: hosts[0].containers[0].gpus[2]: GPU 1 is listed twice (first at line "
             "6)");
@@ -627,7 +629,7 @@ TEST(FleetConfig, AgentOnAUnixSocketNeedsNoTlsAndNoPort) {
 TEST(FleetConfigErrors, Templates) {
   EXPECT_EQ(ErrorOf(Edit(R"(--port, "{port}"])", R"(--port, "{ports}"])")),
             "fleet.yaml:11: templates[0].argv[6]: unknown placeholder '{ports}' (did you mean "
-            "'{port}'?); known: {gpu} {port} {log} {model}");
+            "'{port}'?); known: {gpu} {port} {log} {model} {gpus} {gpu_count}");
   EXPECT_EQ(ErrorOf(Edit("    model: /models/m\n", "")),
             "fleet.yaml:10: templates[0].argv[4]: uses {model} but the template has no model");
   EXPECT_EQ(ErrorOf(Edit("    model: /models/m\n", "    model: /models/m\n    argv: []\n",
@@ -646,7 +648,7 @@ TEST(FleetConfigErrors, Templates) {
   EXPECT_EQ(
       ErrorOf(Edit("    model: /models/m\n", "    model: /models/m\n    log_path: /l/{job}.log\n")),
       "fleet.yaml:11: templates[0].log_path: unknown placeholder '{job}'; known: {gpu} "
-      "{port} {log} {model}");
+      "{port} {log} {model} {gpus} {gpu_count}");
   EXPECT_EQ(ErrorOf(Edit("    model: /models/m\n",
                          "    model: /models/m\n    log_path: /l/server.log\n")),
             "fleet.yaml:6: hosts[0].containers[0].template: template 'sglang' writes the logs of "
@@ -732,10 +734,12 @@ TEST(FleetConfigErrors, ToolsAndPolicies) {
 }
 
 TEST(FleetConfigErrors, ReportsEverySemanticErrorInLineOrder) {
-  EXPECT_EQ(ErrorOf(Edit("gpus: [0, 1]", "gpus: []", Edit("template: sglang", "template: x"))),
-            "fleet.yaml:5: hosts[0].containers[0].gpus: at least one GPU index is required\n"
-            "fleet.yaml:6: hosts[0].containers[0].template: no template named 'x'; templates: "
-            "sglang");
+  EXPECT_EQ(
+      ErrorOf(Edit("gpus: [0, 1]", "gpus: []", Edit("template: sglang", "template: x"))),
+      "fleet.yaml:5: hosts[0].containers[0].gpus: at least one GPU index is required (here, or a "
+      "server's in servers)\n"
+      "fleet.yaml:6: hosts[0].containers[0].template: no template named 'x'; templates: "
+      "sglang");
 }
 
 // --- files and examples ------------------------------------------------------------------------
@@ -922,9 +926,110 @@ TEST(ExpandServers, InvalidConfigBuiltInCodeNamesTheFieldPaths) {
   ASSERT_FALSE(servers.ok());
   EXPECT_EQ(servers.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(servers.status().message(),
-            "hosts[0].containers[0].gpus: at least one GPU index is required\n"
+            "hosts[0].containers[0].gpus: at least one GPU index is required (here, or a "
+            "server's in servers)\n"
             "hosts[0].containers[0].template: no template named 'missing'; the config defines no "
             "templates");
+}
+
+// A vLLM container with a tensor-parallel server on GPUs 0 and 1 and two one-GPU servers.
+constexpr char kTensorParallel[] = R"(hosts:
+  - name: local
+    containers:
+      - ctid: sim
+        gpus: [3, 2]
+        servers:
+          - gpus: [1, 0]
+        template: vllm
+        base_port: 8000
+templates:
+  - name: vllm
+    engine: vllm
+    model: m
+    argv: [vllm, serve, "{model}", --port, "{port}", --tensor-parallel-size, "{gpu_count}"]
+    log_path: "/logs/vllm_gpu{gpus}.log"
+)";
+
+TEST(ExpandServers, ATensorParallelServerIsOneServerOnItsGpus) {
+  absl::StatusOr<std::vector<DesiredServer>> servers = ExpandServers(Parse(kTensorParallel));
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  ASSERT_EQ(servers->size(), 3u);
+  // Named by its lead, the GPU listed first: its port, its {gpu}.
+  const DesiredServer& tp = (*servers)[0];
+  EXPECT_EQ(tp.name, "local/sim/gpu1");
+  EXPECT_EQ(tp.spec.server().gpu(), 1);
+  EXPECT_THAT(tp.spec.gpus(), ElementsAre(1, 0));
+  EXPECT_EQ(tp.spec.port(), 8001);
+  EXPECT_EQ(tp.spec.log_path(), "/logs/vllm_gpu1,0.log");
+  EXPECT_THAT(tp.spec.argv(),
+              ElementsAre("vllm", "serve", "m", "--port", "8001", "--tensor-parallel-size", "2"));
+  EXPECT_THAT(tp.spec.env(), UnorderedElementsAre(Pair("CUDA_VISIBLE_DEVICES", "1,0")));
+  const DesiredServer& one = (*servers)[1];
+  EXPECT_EQ(one.name, "local/sim/gpu2");
+  EXPECT_THAT(one.spec.gpus(), ElementsAre(2));
+  EXPECT_THAT(one.spec.argv(),
+              ElementsAre("vllm", "serve", "m", "--port", "8002", "--tensor-parallel-size", "1"));
+  EXPECT_THAT(one.spec.env(), UnorderedElementsAre(Pair("CUDA_VISIBLE_DEVICES", "2")));
+  EXPECT_EQ((*servers)[2].name, "local/sim/gpu3");
+}
+
+TEST(FleetConfigErrors, TensorParallelServers) {
+  // A GPU in both lists, or twice in one server.
+  EXPECT_EQ(ErrorOf(Edit("gpus: [3, 2]", "gpus: [3, 0]", kTensorParallel)),
+            "fleet.yaml:7: hosts[0].containers[0].servers[0].gpus[1]: GPU 0 is listed twice "
+            "(first at line 5)");
+  EXPECT_EQ(ErrorOf(Edit("[1, 0]", "[1, 1]", kTensorParallel)),
+            "fleet.yaml:7: hosts[0].containers[0].servers[0].gpus[1]: GPU 1 is listed twice "
+            "(first at line 7)");
+  EXPECT_EQ(ErrorOf(Edit("[1, 0]", "[]", kTensorParallel)),
+            "fleet.yaml:7: hosts[0].containers[0].servers[0].gpus: at least one GPU index is "
+            "required");
+  // Servers alone are enough.
+  EXPECT_TRUE(ParseFleetConfig(Edit("        gpus: [3, 2]\n", "", kTensorParallel), "f").ok());
+  // The argv sets no tensor-parallel size: vLLM would use one of the two GPUs.
+  EXPECT_EQ(ErrorOf(Edit(", --tensor-parallel-size, \"{gpu_count}\"", "", kTensorParallel)),
+            "fleet.yaml:7: hosts[0].containers[0].servers[0]: this server has 2 GPUs (1,0) but "
+            "template 'vllm' sets no tensor-parallel size: it would use one of them; add "
+            "--tensor-parallel-size {gpu_count} to its argv");
+  // A fixed size larger than a server's GPUs: CUDA's invalid device ordinal, said now.
+  EXPECT_EQ(ErrorOf(Edit("\"{gpu_count}\"", "\"2\"", kTensorParallel)),
+            "fleet.yaml:5: hosts[0].containers[0].gpus[0]: template 'vllm' asks for 2 GPUs "
+            "(--tensor-parallel-size 2) but this server has 1 (3): CUDA would fail with \"invalid "
+            "device ordinal\"; give it 2 GPUs in servers, or --tensor-parallel-size {gpu_count} "
+            "in the template's argv\n"
+            "fleet.yaml:5: hosts[0].containers[0].gpus[1]: template 'vllm' asks for 2 GPUs "
+            "(--tensor-parallel-size 2) but this server has 1 (2): CUDA would fail with \"invalid "
+            "device ordinal\"; give it 2 GPUs in servers, or --tensor-parallel-size {gpu_count} "
+            "in the template's argv");
+  // Tensor x pipeline parallel fills the GPUs; a data-parallel size is not second-guessed.
+  EXPECT_TRUE(ParseFleetConfig(
+                  Edit("[1, 0]", "[1, 0, 4, 5]",
+                       Edit("\"{gpu_count}\"]", "\"{gpu_count}\", -pp, \"1\"]", kTensorParallel)),
+                  "f")
+                  .ok());
+  EXPECT_TRUE(ParseFleetConfig(Edit(", --tensor-parallel-size, \"{gpu_count}\"",
+                                    ", --data-parallel-size=2", kTensorParallel),
+                               "f")
+                  .ok());
+}
+
+TEST(ParallelSize, ReadsEachEnginesFlagsBothForms) {
+  EXPECT_EQ(ParallelSizeOf("vllm", {"vllm", "serve", "m"}).gpus, 1);
+  EXPECT_EQ(ParallelSizeOf("vllm", {"vllm", "serve", "m"}).how, "");
+  const ParallelSize v = ParallelSizeOf("vllm", {"-tp", "2", "--pipeline-parallel-size=2"});
+  EXPECT_EQ(v.gpus, 4);
+  EXPECT_EQ(v.how, "-tp 2 x --pipeline-parallel-size 2");
+  EXPECT_EQ(ParallelSizeOf("vllm", {"--tensor-parallel-size", "2", "-tp", "4"}).gpus, 4);
+  EXPECT_TRUE(ParallelSizeOf("vllm", {"-dp", "2"}).data_parallel);
+  // SGLang's spellings are not vLLM's.
+  EXPECT_EQ(ParallelSizeOf("sglang", {"--tp", "2"}).gpus, 2);
+  EXPECT_EQ(ParallelSizeOf("sglang", {"--tp-size=4", "--pp-size", "2"}).gpus, 8);
+  EXPECT_EQ(ParallelSizeOf("vllm", {"--tp-size", "4"}).gpus, 1);
+  // Not a size: ignored (the engine's own parser says so at launch).
+  EXPECT_EQ(ParallelSizeOf("vllm", {"-tp", "two"}).gpus, 1);
+  EXPECT_EQ(ParallelSizeOf("vllm", {"-tp", "0"}).gpus, 1);
+  EXPECT_EQ(ParallelSizeOf("vllm", {"-tp"}).gpus, 1);
+  EXPECT_EQ(ParallelSizeOf("vllm", {"-tpx=2"}).gpus, 1);
 }
 
 TEST(ApplyConfigDefaults, IsIdempotent) {

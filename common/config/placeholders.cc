@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/string_view.h"
 #include "common/config/config_error.h"
 
@@ -45,10 +46,22 @@ const std::string* ValueOf(std::string_view name, const PlaceholderValues& value
   if (name == "port") return &values.port;
   if (name == "log") return &values.log;
   if (name == "model") return &values.model;
+  if (name == "gpus") return &values.gpus;
+  if (name == "gpu_count") return &values.gpu_count;
   return nullptr;
 }
 
 }  // namespace
+
+PlaceholderValues ServerPlaceholders(const std::vector<int>& gpus, int port,
+                                     std::string_view model) {
+  return PlaceholderValues{.gpu = gpus.empty() ? "" : absl::StrCat(gpus.front()),
+                           .port = absl::StrCat(port),
+                           .log = "",
+                           .model = std::string(model),
+                           .gpus = absl::StrJoin(gpus, ","),
+                           .gpu_count = absl::StrCat(gpus.size())};
+}
 
 std::vector<std::string> PlaceholdersIn(std::string_view text) {
   std::vector<std::string> names;
@@ -81,9 +94,11 @@ absl::StatusOr<std::string> ExpandPlaceholders(std::string_view text,
     const std::string match = ClosestMatch(unknown, known);
     const std::string suggestion =
         match.empty() ? "" : absl::StrCat(" (did you mean '{", match, "}'?)");
+    std::vector<std::string> braced;
+    for (const std::string& name : known) braced.push_back(absl::StrCat("{", name, "}"));
     return absl::InvalidArgumentError(absl::StrCat("unknown placeholder '{", unknown, "}'",
                                                    suggestion,
-                                                   "; known: {gpu} {port} {log} {model}"));
+                                                   "; known: ", absl::StrJoin(braced, " ")));
   }
   return out;
 }

@@ -25,13 +25,21 @@ TEST(Placeholders, LeavesBracesThatAreNotPlaceholdersAlone) {
 }
 
 TEST(Placeholders, RejectsUnknownNamesWithASuggestion) {
-  absl::StatusOr<std::string> r = ExpandPlaceholders("--x={gpus}", kValues);
+  absl::StatusOr<std::string> r = ExpandPlaceholders("--x={prot}", kValues);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "unknown placeholder '{gpus}' (did you mean '{gpu}'?); known: {gpu} {port} {log} "
-            "{model}");
+            "unknown placeholder '{prot}' (did you mean '{port}'?); known: {gpu} {port} {log} "
+            "{model} {gpus} {gpu_count}");
   EXPECT_EQ(ExpandPlaceholders("{home}", kValues).status().message(),
-            "unknown placeholder '{home}'; known: {gpu} {port} {log} {model}");
+            "unknown placeholder '{home}'; known: {gpu} {port} {log} {model} {gpus} {gpu_count}");
+}
+
+TEST(Placeholders, ATensorParallelServerHasItsGpusAndTheirCount) {
+  const PlaceholderValues tp = ServerPlaceholders({4, 5}, 30004, "/m");
+  EXPECT_EQ(*ExpandPlaceholders("-tp {gpu_count} on {gpus}, lead {gpu}, port {port}", tp),
+            "-tp 2 on 4,5, lead 4, port 30004");
+  const PlaceholderValues one = ServerPlaceholders({3}, 30003, "/m");
+  EXPECT_EQ(*ExpandPlaceholders("{gpus}/{gpu_count}/{gpu}/{model}", one), "3/1/3//m");
 }
 
 TEST(Placeholders, ListsTheNamesUsed) {
