@@ -69,7 +69,7 @@ TEST_F(StatusCommandTest, SendsTheServersAskedFor) {
   EXPECT_THAT(env_.service().status_requests()[0].servers(), ElementsAre("pve1/200/gpu3"));
 }
 
-TEST_F(StatusCommandTest, WideAddsPortSinceSummaryReason) {
+TEST_F(StatusCommandTest, WideAddsPortGpusSinceSummaryReason) {
   v1::ServerRow row = Row("pve1/200/gpu3", "GAVE_UP");
   row.set_last_diagnosis_class("cuda_out_of_memory");
   row.set_last_diagnosis_summary("the GPU ran out of memory");
@@ -79,10 +79,12 @@ TEST_F(StatusCommandTest, WideAddsPortSinceSummaryReason) {
   EXPECT_EQ(o.code, 0);
   const std::vector<std::string> lines = Lines(o.out);
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_THAT(lines[0], HasSubstr("DIAGNOSIS           PORT   SINCE  SUMMARY                    "
-                                  "REASON"));
-  EXPECT_THAT(lines[1], HasSubstr("cuda_out_of_memory  30000  5s     the GPU ran out of memory  "
-                                  "report only"));
+  EXPECT_THAT(lines[0],
+              HasSubstr("DIAGNOSIS           PORT   GPUS  SINCE  SUMMARY                    "
+                        "REASON"));
+  EXPECT_THAT(lines[1],
+              HasSubstr("cuda_out_of_memory  30000  3     5s     the GPU ran out of memory  "
+                        "report only"));
 }
 
 TEST_F(StatusCommandTest, JsonIsOneObjectWithTheDocumentedFields) {
@@ -94,7 +96,32 @@ TEST_F(StatusCommandTest, JsonIsOneObjectWithTheDocumentedFields) {
             "\"state\":\"READY\",\"phase_detail\":\"\",\"progress_step\":0,\"progress_total\":0,"
             "\"attempt_number\":1,\"state_since\":\"2027-01-15T07:59:55Z\",\"attempt_started_at\":"
             "\"2027-01-15T07:58:45Z\",\"last_diagnosis_class\":\"\",\"last_diagnosis_summary\":"
-            "\"\",\"port\":30000,\"degraded\":false,\"reason\":\"\"}],\"removed\":[]}\n");
+            "\"\",\"port\":30000,\"gpus\":[0],\"degraded\":false,\"reason\":\"\"}],\"removed\":"
+            "[]}\n");
+}
+
+TEST_F(StatusCommandTest, ATensorParallelServerIsOneRowWithItsGpus) {
+  v1::ServerRow tp = Row("pve1/200/gpu0", "READY");
+  tp.add_gpus(0);
+  tp.add_gpus(1);
+  v1::ServerRow one = Row("pve1/200/gpu2", "READY");
+  one.add_gpus(2);
+  env_.service().SetStatus(Message({tp, one}));
+  auto o = env_.Run(RunStatus, {});
+  EXPECT_EQ(o.code, 0);
+  std::vector<std::string> lines = Lines(o.out);
+  ASSERT_EQ(lines.size(), 3u) << o.out;
+  EXPECT_THAT(lines[0], HasSubstr("DIAGNOSIS  GPUS"));
+  EXPECT_THAT(lines[1], ::testing::StartsWith("pve1/200/gpu0 "));
+  EXPECT_THAT(lines[1], ::testing::EndsWith(" 0,1"));
+  EXPECT_THAT(lines[2], ::testing::EndsWith(" 2"));
+  o = env_.Run(RunStatus, {"-o", "json"});
+  EXPECT_THAT(o.out, HasSubstr("\"server\":\"pve1/200/gpu0\""));
+  EXPECT_THAT(o.out, HasSubstr("\"gpus\":[0,1]"));
+  // One GPU each: no GPUS column (the name says it).
+  env_.service().SetStatus(Message({one}));
+  o = env_.Run(RunStatus, {});
+  EXPECT_THAT(o.out, Not(HasSubstr("GPUS")));
 }
 
 TEST_F(StatusCommandTest, EmptyFleetSaysSo) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/text_table.h"
 #include "common/base/string_view.h"
+#include "common/config/server_name.h"
 #include "common/state/states.h"
 
 namespace fleet::cli {
@@ -167,6 +168,15 @@ namespace {
 
 // The PHASE cell of the table: a plan's line keeps its start ("remediation 7, 1m20s: pip install
 // ...": which plan, how long, what it installs) and loses its end; the others lose their middle.
+// The row's GPUs: as fleetd sent them, else (a fleetd older than the field) the N of its name.
+std::vector<int> RowGpus(const v1::ServerRow& row) {
+  if (!row.gpus().empty()) return {row.gpus().begin(), row.gpus().end()};
+  if (absl::StatusOr<v1::ServerRef> ref = config::ParseServerName(row.server()); ref.ok()) {
+    return {ref->gpu()};
+  }
+  return {};
+}
+
 TextTable::Cell PhaseTableCell(const v1::ServerRow& row, absl::Time now,
                                const ApplyingPlans* applying) {
   TextTable::Cell cell(OrDash(PhaseCell(row, now, applying)));
@@ -183,8 +193,14 @@ std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, Tab
   std::vector<std::string> header = {"SERVER",  "STATE",   "PHASE",    "PROGRESS",
                                      "ELAPSED", "ATTEMPT", "DIAGNOSIS"};
   const bool wide = style == TableStyle::kWide;
+  // GPUS: always in wide; in the table only when a server runs on several (tensor parallel),
+  // last, so that the columns a person watches keep their places.
+  bool several = false;
+  for (const v1::ServerRow* row : rows) several = several || row->gpus_size() > 1;
   if (wide) {
-    for (const char* h : {"PORT", "SINCE", "SUMMARY", "REASON"}) header.push_back(h);
+    for (const char* h : {"PORT", "GPUS", "SINCE", "SUMMARY", "REASON"}) header.push_back(h);
+  } else if (several) {
+    header.push_back("GPUS");
   }
   // The narrowest PROGRESS can be: its header, or the widest n/m without the bar.
   size_t progress_min = DisplayWidth(header[kProgressColumn]);
@@ -202,11 +218,16 @@ std::string FormatStatusTable(const std::vector<const v1::ServerRow*>& rows, Tab
         row->attempt_number() > 0 ? absl::StrCat(row->attempt_number()) : "-",
         OrDash(row->last_diagnosis_class()),
     };
+    std::string gpus = absl::StrJoin(RowGpus(*row), ",");
+    if (gpus.empty()) gpus = "-";
     if (wide) {
       cells.emplace_back(row->port() > 0 ? absl::StrCat(row->port()) : "-");
+      cells.emplace_back(std::move(gpus));
       cells.emplace_back(Age(row->state_since(), now));
       cells.emplace_back(OrDash(row->last_diagnosis_summary()));
       cells.emplace_back(OrDash(row->reason()));
+    } else if (several) {
+      cells.emplace_back(std::move(gpus));
     }
     table.AddRow(std::move(cells));
   }
@@ -304,6 +325,9 @@ void FillServerRowJson(const v1::ServerRow& row, Json& json) {
   SetString(json["last_diagnosis_class"], row.last_diagnosis_class());
   SetString(json["last_diagnosis_summary"], row.last_diagnosis_summary());
   json["port"] = row.port();
+  Json& gpus = json["gpus"];
+  gpus = Json::array();
+  for (int gpu : RowGpus(row)) gpus.push_back(gpu);
   json["degraded"] = row.degraded();
   SetString(json["reason"], row.reason());
 }

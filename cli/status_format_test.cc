@@ -80,9 +80,10 @@ TEST(StatusFormat, TableHasTheColumnsAndCells) {
             "pve1/200/gpu10  GAVE_UP        -               -                   1m15s    2        "
             "ptx_version_unsupported\n");
   const std::string wide = FormatStatusTable({&failed}, TableStyle::kWide, kNow, false);
-  EXPECT_THAT(wide, HasSubstr("PORT   SINCE  SUMMARY"));
-  EXPECT_THAT(wide, HasSubstr("30003  5s     ptxas accepts PTX ISA up to 9.0 but was given PTX "
-                              "9.2  no fix known\n"));
+  EXPECT_THAT(wide, HasSubstr("PORT   GPUS  SINCE  SUMMARY"));
+  EXPECT_THAT(wide,
+              HasSubstr("30003  10    5s     ptxas accepts PTX ISA up to 9.0 but was given PTX "
+                        "9.2  no fix known\n"));
 }
 
 TEST(StatusFormat, ColourOnlyWhenAskedAndOnlyOnTheState) {
@@ -119,7 +120,7 @@ TEST(StatusFormat, RowJsonHasEveryFieldWithStableNamesAndTypes) {
             "\"state\":\"READY\",\"phase_detail\":\"\",\"progress_step\":0,\"progress_total\":0,"
             "\"attempt_number\":2,\"state_since\":null,\"attempt_started_at\":"
             "\"2027-01-15T07:58:45Z\",\"last_diagnosis_class\":\"\",\"last_diagnosis_summary\":"
-            "\"\",\"port\":30003,\"degraded\":true,\"reason\":\"\"}],\"removed\":"
+            "\"\",\"port\":30003,\"gpus\":[3],\"degraded\":true,\"reason\":\"\"}],\"removed\":"
             "[\"pve1/200/gpu9\"]}");
   EXPECT_EQ(StatusJson(std::nullopt, {}, {}), "{\"at\":null,\"servers\":[],\"removed\":[]}");
 }

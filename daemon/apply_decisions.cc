@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/proto_time.h"
 #include "common/config/desired_server.h"
 #include "common/config/fleet_config.h"
@@ -257,7 +258,10 @@ absl::Status Daemon::ApplyConfig(const fleet::v1::FleetConfig& config,
     auto it = servers_.find(d.name);
     if (it == servers_.end() || it->second.record.removed) {
       change.set_kind("add");
-      change.set_detail(absl::StrCat("gpu ", d.spec.server().gpu(), ", port ", d.spec.port()));
+      change.set_detail(absl::StrCat(d.spec.gpus_size() > 1 ? "gpus " : "gpu ",
+                                     d.spec.gpus_size() > 1 ? absl::StrJoin(d.spec.gpus(), ",")
+                                                            : absl::StrCat(d.spec.server().gpu()),
+                                     ", port ", d.spec.port()));
     } else if (!MessageDifferencer::Equals(it->second.record.spec, d.spec) ||
                !MessageDifferencer::Equals(it->second.record.policy, d.policy)) {
       change.set_kind("update");

@@ -438,6 +438,11 @@ FleetSnapshot Daemon::Snapshot() const {
     info.host = s.record.host;
     info.ctid = s.record.container;
     info.gpu = s.record.gpu;
+    if (s.record.spec.gpus().empty()) {
+      info.gpus = {s.record.gpu};
+    } else {
+      info.gpus.assign(s.record.spec.gpus().begin(), s.record.spec.gpus().end());
+    }
     info.state = s.record.state;
     info.state_since = s.record.state_since;
     info.diagnosis_class =

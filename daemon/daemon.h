@@ -130,7 +130,8 @@ class DeliverySink {
 struct FleetSnapshot {
   struct ServerInfo {
     std::string name, host, ctid;
-    int32_t gpu = 0;
+    int32_t gpu = 0;            // the lead
+    std::vector<int32_t> gpus;  // every GPU it runs on, the lead first
     fleet::v1::ServerState state = fleet::v1::SERVER_STATE_UNSPECIFIED;
     absl::Time state_since;
     std::string diagnosis_class;  // the last one ("none" when none)

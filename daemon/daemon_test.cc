@@ -32,6 +32,7 @@ namespace fleet::daemon {
 namespace {
 
 using fleet::v1::AgentEvent;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -1776,6 +1777,63 @@ TEST_F(DaemonTest, MetricsCountAttemptsByClassAndShowEachServersStateAndDiagnosi
   EXPECT_EQ(series, 1u);
   // No attempt id in any label.
   EXPECT_THAT(text, Not(HasSubstr(launch.attempt_id())));
+}
+
+TEST_F(DaemonTest, ATensorParallelServerIsOneServerOnItsGpusInLaunchStatusAndMetrics) {
+  fleet::v1::FleetConfig config = TwoGpuConfig();
+  auto* ct = config.mutable_hosts(0)->mutable_containers(0);
+  ct->clear_gpus();
+  ct->add_gpus(2);
+  auto* tp = ct->add_servers();
+  tp->add_gpus(0);
+  tp->add_gpus(1);
+  auto* t = config.mutable_templates(0);
+  t->add_argv("--tp-size");
+  t->add_argv("{gpu_count}");
+  fleet::v1::DeployRequest r;
+  *r.mutable_config() = config;
+  r.set_source("test.yaml");
+  auto d = daemon_->Deploy(r);
+  ASSERT_TRUE(d.ok()) << d.status();
+  std::map<std::string, std::string> details;
+  for (const fleet::v1::Change& c : d->changes()) details[c.server()] = c.detail();
+  EXPECT_EQ(details["local/200/gpu0"], "gpus 0,1, port 30000");
+  EXPECT_EQ(details["local/200/gpu2"], "gpu 2, port 30002");
+  EXPECT_EQ(details.count("local/200/gpu1"), 0u) << "GPU 1 is the TP server's, not a server";
+  daemon_->Step();
+  ASSERT_EQ(agent_.launches.size(), 2u);
+  const fleet::v1::LaunchRequest* launch = nullptr;
+  for (const auto& l : agent_.launches) {
+    if (l.spec().server().gpu() == 0) launch = &l;
+  }
+  ASSERT_NE(launch, nullptr);
+  EXPECT_THAT(launch->spec().gpus(), ElementsAre(0, 1));
+  EXPECT_EQ(launch->spec().env().at("CUDA_VISIBLE_DEVICES"), "0,1");
+  EXPECT_EQ(launch->spec().argv(launch->spec().argv_size() - 1), "2");
+  agent_.Say(Phase(*launch, "READY"));
+  daemon_->Step();
+
+  std::map<std::string, fleet::v1::ServerRow> rows = Rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_THAT(rows["local/200/gpu0"].gpus(), ElementsAre(0, 1));
+  EXPECT_THAT(rows["local/200/gpu2"].gpus(), ElementsAre(2));
+  {
+    // Gone before the daemon it watches is.
+    FleetMetrics metrics(daemon_.get());
+    const std::string text = metrics.Text();
+    EXPECT_THAT(text, HasSubstr("fleet_server_gpus{ctid=\"200\",gpu=\"0\",gpus=\"0,1\","
+                                "host=\"local\",server=\"local/200/gpu0\"} 2"));
+    EXPECT_THAT(text, HasSubstr("fleet_server_gpus{ctid=\"200\",gpu=\"2\",gpus=\"2\","
+                                "host=\"local\",server=\"local/200/gpu2\"} 1"));
+    EXPECT_THAT(text, HasSubstr("fleet_server_state{ctid=\"200\",gpu=\"0\",host=\"local\","
+                                "server=\"local/200/gpu0\",state=\"READY\"} 1"));
+    EXPECT_THAT(metrics.Targets(), HasSubstr("\"gpus\":\"0,1\""));
+  }
+
+  // A fleetd started again over the record knows the same.
+  Open();
+  rows = Rows();
+  EXPECT_THAT(rows["local/200/gpu0"].gpus(), ElementsAre(0, 1));
 }
 
 TEST_F(DaemonTest, AServerReadyAfterAFailureIsToldRecoveredWithTheClassItRecoveredFrom) {

@@ -65,6 +65,11 @@ void Daemon::FillRow(const Server& s, fleet::v1::ServerRow* row) const {
   row->set_last_diagnosis_class(r.last_class);
   row->set_last_diagnosis_summary(r.last_summary);
   row->set_port(r.spec.port());
+  if (r.spec.gpus().empty()) {
+    row->add_gpus(r.gpu);
+  } else {
+    row->mutable_gpus()->Add(r.spec.gpus().begin(), r.spec.gpus().end());
+  }
   row->set_degraded(r.degraded);
   row->set_reason(r.reason);
   if (r.reason.empty()) {

@@ -9,6 +9,7 @@
 #include "CivetServer.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "civetweb.h"
 #include "common/base/json_text.h"
@@ -85,9 +86,20 @@ class StateCollectable : public prometheus::Collectable {
         "has none)",
         MetricType::Gauge,
         {}};
+    MetricFamily gpus{"fleet_server_gpus",
+                      "The number of GPUs the server runs on (2 for tensor parallel over two); "
+                      "`gpus` lists them, its lead (`gpu`) first",
+                      MetricType::Gauge,
+                      {}};
     state.metric.reserve(snap.servers.size() * 12);
     for (const FleetSnapshot::ServerInfo& s : snap.servers) {
       const std::string gpu = absl::StrCat(s.gpu);
+      gpus.metric.push_back(Sample({{"ctid", s.ctid},
+                                    {"gpu", gpu},
+                                    {"gpus", absl::StrJoin(s.gpus, ",")},
+                                    {"host", s.host},
+                                    {"server", s.name}},
+                                   static_cast<double>(s.gpus.size())));
       for (int v = fleet::v1::SERVER_STATE_PENDING; v <= fleet::v1::SERVER_STATE_GAVE_UP; ++v) {
         const auto each = static_cast<fleet::v1::ServerState>(v);
         state.metric.push_back(Sample({{"ctid", s.ctid},
@@ -136,8 +148,8 @@ class StateCollectable : public prometheus::Collectable {
                           MetricType::Counter,
                           {Sample({}, static_cast<double>(daemon_->EventsIngested()), true)}};
     std::vector<MetricFamily> out;
-    for (MetricFamily* f :
-         {&state, &since, &info, &agents, &ssh, &approval, &ingested, &build, &leading, &term}) {
+    for (MetricFamily* f : {&state, &since, &info, &gpus, &agents, &ssh, &approval, &ingested,
+                            &build, &leading, &term}) {
       out.push_back(std::move(*f));
     }
     return out;
@@ -327,6 +339,7 @@ std::string FleetMetrics::Targets() const {
     labels["host"] = s.host;
     labels["ctid"] = s.ctid;
     labels["gpu"] = absl::StrCat(s.gpu);
+    labels["gpus"] = absl::StrJoin(s.gpus, ",");
     labels["engine"] = s.engine;
     labels["template"] = s.template_name;
     group["labels"] = std::move(labels);
