@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -121,7 +122,19 @@ std::string Fleet::ConfigYaml(const std::map<std::string, std::string>& more_env
   Env env = world_->ServerEnv(0, options_.speed);
   env.erase("CUDA_VISIBLE_DEVICES");  // from `gpus`, never from env
   std::vector<std::string> gpus;
-  for (int g = 0; g < options_.gpus; ++g) gpus.push_back(absl::StrCat(g));
+  std::set<int> grouped;
+  std::string servers;
+  for (const std::vector<int>& group : options_.tensor_parallel) {
+    grouped.insert(group.begin(), group.end());
+    absl::StrAppend(&servers, "          - gpus: [", absl::StrJoin(group, ", "), "]\n");
+  }
+  for (int g = 0; g < options_.gpus; ++g) {
+    if (grouped.count(g) == 0) gpus.push_back(absl::StrCat(g));
+  }
+  const std::string tp_flag = options_.tensor_parallel.empty() ? ""
+                              : options_.engine == "vllm"
+                                  ? ", --tensor-parallel-size, \"{gpu_count}\""
+                                  : ", --tp-size, \"{gpu_count}\"";
   std::string yaml = absl::StrCat(
       "hosts:\n"
       "  - name: ",
@@ -135,8 +148,8 @@ std::string Fleet::ConfigYaml(const std::map<std::string, std::string>& more_env
       Quoted("unix:" + agent_socket()),
       "}\n"
       "        gpus: [",
-      absl::StrJoin(gpus, ", "),
-      "]\n"
+      absl::StrJoin(gpus, ", "), "]\n",
+      servers.empty() ? "" : absl::StrCat("        servers:\n", servers),
       "        template: sim\n"
       "        base_port: ",
       base_port_,
@@ -172,10 +185,12 @@ std::string Fleet::ConfigYaml(const std::map<std::string, std::string>& more_env
       "    argv: [",
       options_.engine == "vllm"
           ? absl::StrCat(Quoted(world_->Path("venv/bin/vllm")),
-                         ", serve, \"{model}\", --host, 127.0.0.1, --port, \"{port}\"]\n")
+                         ", serve, \"{model}\", --host, 127.0.0.1, --port, \"{port}\"", tp_flag,
+                         "]\n")
           : absl::StrCat(Quoted(world_->Path("venv/bin/python")),
                          ", -m, sglang.launch_server, --model-path, \"{model}\", --host, "
-                         "127.0.0.1, --port, \"{port}\"]\n"),
+                         "127.0.0.1, --port, \"{port}\"",
+                         tp_flag, "]\n"),
       "    log_path: ", Quoted(dir_.Join("logs/gpu{gpu}.log")),
       "\n"
       "    env:\n");
@@ -193,6 +208,18 @@ std::string Fleet::ConfigYaml(const std::map<std::string, std::string>& more_env
                   options_.remediation, "\n", "    canary: ", options_.canary ? "true" : "false",
                   "\n", options_.policy_yaml, options_.extra_yaml);
   return yaml;
+}
+
+std::vector<int> Fleet::Leads() const {
+  std::set<int> others;
+  for (const std::vector<int>& group : options_.tensor_parallel) {
+    others.insert(group.begin() + 1, group.end());
+  }
+  std::vector<int> leads;
+  for (int g = 0; g < options_.gpus; ++g) {
+    if (others.count(g) == 0) leads.push_back(g);
+  }
+  return leads;
 }
 
 std::string Fleet::WriteConfig() const {
@@ -295,9 +322,7 @@ CtlResult Fleet::RunTool(const std::vector<std::string>& argv, std::chrono::mill
 void Fleet::Deploy() {
   const CtlResult r = Ctl({"deploy", "-f", WriteConfig()});
   ASSERT_EQ(r.code(), 0) << r.output;
-  for (int g = 0; g < options_.gpus; ++g) {
-    EXPECT_TRUE(absl::StrContains(r.output, ServerName(g))) << r.output;
-  }
+  for (int g : Leads()) EXPECT_TRUE(absl::StrContains(r.output, ServerName(g))) << r.output;
 }
 
 CtlResult Fleet::DeployConfig(const std::string& yaml, const std::vector<std::string>& more) {

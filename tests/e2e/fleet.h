@@ -70,6 +70,10 @@ struct WorldOptions {
   // The servers' engine: "sglang" (python -m sglang.launch_server) or "vllm" (vllm serve, the
   // world's simulated vLLM server; readiness /health and a one-token completion).
   std::string engine = "sglang";
+  // Servers that span several GPUs (tensor parallel), each listed lead first: `servers:` in the
+  // config, the template's argv given the engine's tensor-parallel flag set to {gpu_count}. The
+  // other GPUs of 0..gpus-1 are one server each.
+  std::vector<std::vector<int>> tensor_parallel;
 };
 
 // The seed scenario (docs/design.md): 8 GPUs of a container in the seed state, remediation auto,
@@ -104,6 +108,8 @@ class Fleet {
 
   // ConfigYaml() written to the fleet's fleet.yaml; its path.
   std::string WriteConfig() const;
+  // The GPUs that name a server: all but the non-lead GPUs of options' tensor_parallel groups.
+  std::vector<int> Leads() const;
 
   // The container's agent, on the unix socket of the config, serving once this returns.
   void StartAgent();

@@ -29,6 +29,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -126,6 +127,87 @@ TEST(FleetE2e, VllmDeployAndWatchUntilReady) {
   const std::vector<Struct> attempts = fleet.Attempts();
   EXPECT_EQ(attempts.size(), 2u);
   for (const Struct& a : attempts) EXPECT_EQ(Str(a, "outcome"), "ready") << Str(a, "id");
+}
+
+// The pids whose GPU memory the simulated driver records on `gpu` (WORLD/run/gpu-mem/GPU/PID).
+std::set<pid_t> GpuMemoryHolders(const Fleet& fleet, int gpu) {
+  std::set<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           fleet.world().Path(absl::StrCat("run/gpu-mem/", gpu)), ec)) {
+    pid_t pid = 0;
+    if (absl::SimpleAtoi(entry.path().filename().string(), &pid) && kill(pid, 0) == 0) {
+      out.insert(pid);
+    }
+  }
+  return out;
+}
+
+// A tensor-parallel server (GPUs 0 and 1, the engine's TP flag from {gpu_count}) next to one-GPU
+// servers, on each engine: one server, one row with its GPUs, READY once; its processes hold both
+// GPUs; a restart brings it back on both, the old processes gone.
+void TensorParallelServerSpansItsGpus(const std::string& engine) {
+  Fleet fleet({.gpus = 3, .engine = engine, .tensor_parallel = {{0, 1}}});
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
+  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
+  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
+  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
+  EXPECT_FALSE(absl::StrContains(watch.output, ServerName(1))) << watch.output;
+
+  std::map<std::string, Struct> rows = fleet.Status();
+  ASSERT_EQ(rows.size(), 2u) << "GPU 1 is the TP server's";
+  const auto gpus_of = [](const Struct& row) {
+    std::vector<int> out;
+    for (const auto& v : Field(row, "gpus").list_value().values()) {
+      out.push_back(static_cast<int>(v.number_value()));
+    }
+    return out;
+  };
+  EXPECT_THAT(gpus_of(rows[ServerName(0)]), ::testing::ElementsAre(0, 1));
+  EXPECT_THAT(gpus_of(rows[ServerName(2)]), ::testing::ElementsAre(2));
+  const CtlResult table = fleet.Ctl({"status"});
+  EXPECT_TRUE(absl::StrContains(table.output, "GPUS")) << table.output;
+  EXPECT_TRUE(absl::StrContains(table.output, " 0,1\n")) << table.output;
+
+  // The server's own log: two tensor-parallel ranks on it, one port.
+  const std::string log = testing::ReadFile(fleet.log_path(0));
+  EXPECT_TRUE(absl::StrContains(log, engine == "vllm" ? "(Worker_TP1 pid=" : "TP1]")) << log;
+  // Both GPUs held by processes of the server's session, none by another.
+  std::map<int, v1::ServerStatus> servers = fleet.AgentServers();
+  ASSERT_EQ(servers.size(), 2u);
+  const pid_t leader = servers[0].pid();
+  ASSERT_GT(leader, 0);
+  for (int gpu : {0, 1}) {
+    const std::set<pid_t> holders = GpuMemoryHolders(fleet, gpu);
+    EXPECT_FALSE(holders.empty()) << "nothing holds gpu " << gpu;
+    for (pid_t pid : holders) EXPECT_EQ(getsid(pid), leader) << "gpu " << gpu << " pid " << pid;
+  }
+  std::vector<Struct> attempts = fleet.Attempts();
+  ASSERT_EQ(attempts.size(), 2u);
+  for (const Struct& a : attempts) EXPECT_EQ(Str(a, "outcome"), "ready") << Str(a, "id");
+
+  // Restarted: READY again on both GPUs, its old processes gone from both.
+  ASSERT_EQ(fleet.Ctl({"restart", ServerName(0)}).code(), 0);
+  ASSERT_TRUE(fleet.StatusEventually([](const auto& now) {
+    auto it = now.find(ServerName(0));
+    return it != now.end() && Int(it->second, "attempt_number") == 2 &&
+           Str(it->second, "state") == "READY";
+  })) << fleet.Diagnostics();
+  servers = fleet.AgentServers();
+  ASSERT_GT(servers[0].pid(), 0);
+  EXPECT_NE(servers[0].pid(), leader);
+  for (int gpu : {0, 1}) {
+    for (pid_t pid : GpuMemoryHolders(fleet, gpu)) {
+      EXPECT_EQ(getsid(pid), servers[0].pid()) << "gpu " << gpu << " pid " << pid;
+    }
+  }
+}
+
+TEST(FleetE2e, VllmTensorParallelServerSpansItsGpus) { TensorParallelServerSpansItsGpus("vllm"); }
+TEST(FleetE2e, SglangTensorParallelServerSpansItsGpus) {
+  TensorParallelServerSpansItsGpus("sglang");
 }
 
 TEST(FleetE2e, DeployAndWatchUntilReady) {
