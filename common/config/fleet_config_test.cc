@@ -779,13 +779,34 @@ TEST(LoadFleetConfig, ShippedExamplesLoad) {
   ASSERT_TRUE(vllm.ok());
   servers = ExpandServers(*vllm);
   ASSERT_TRUE(servers.ok());
-  ASSERT_EQ(servers->size(), 4u);
+  ASSERT_EQ(servers->size(), 3u);
   EXPECT_THAT((*servers)[0].spec.argv(),
               ElementsAreArray({"/opt/vllm/bin/vllm", "serve", "/models/Meta-Llama-3.1-8B-Instruct",
                                 "--port", "8000", "--host", "127.0.0.1", "--gpu-memory-utilization",
-                                "0.90"}));
+                                "0.90", "--tensor-parallel-size", "2"}));
+  EXPECT_THAT((*servers)[0].spec.gpus(), ElementsAre(0, 1));
+  EXPECT_EQ((*servers)[1].name, "local/201/gpu2");
+  EXPECT_EQ((*servers)[1].spec.argv((*servers)[1].spec.argv_size() - 1), "1");
   EXPECT_TRUE((*servers)[0].spec.readiness().completion_check());
   EXPECT_EQ((*servers)[0].policy.name(), "patient");
+}
+
+TEST(LoadFleetConfig, DocumentedTensorParallelFleetLoads) {
+  const std::string doc = fleet::testing::ReadFile(fleet::testing::SourcePath("docs/config.md"));
+  const size_t section = doc.find("## Tensor-parallel servers");
+  ASSERT_NE(section, std::string::npos);
+  const size_t start = doc.find("```yaml\n", section);
+  ASSERT_NE(start, std::string::npos);
+  const size_t end = doc.find("```\n", start + 8);
+  absl::StatusOr<std::vector<DesiredServer>> servers =
+      ExpandServers(Parse(doc.substr(start + 8, end - start - 8)));
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  ASSERT_EQ(servers->size(), 7u);
+  EXPECT_EQ((*servers)[0].name, "local/201/gpu0");
+  EXPECT_EQ((*servers)[0].spec.port(), 8000);
+  EXPECT_EQ((*servers)[0].spec.env().at("CUDA_VISIBLE_DEVICES"), "0,1");
+  EXPECT_EQ((*servers)[0].spec.argv((*servers)[0].spec.argv_size() - 1), "2");
+  EXPECT_EQ((*servers)[1].name, "local/201/gpu2");
 }
 
 TEST(LoadFleetConfig, DocumentedExampleLoads) {
