@@ -96,7 +96,20 @@ WorldOptions SeedScenario() {
           .policy_yaml = "    max_attempts: 3\n"};
 }
 
-Fleet::Fleet(WorldOptions options) : options_(std::move(options)) {
+namespace {
+
+// `options` with its engine decided: as given, else the suite's (FLEET_E2E_ENGINE), else sglang.
+WorldOptions WithEngine(WorldOptions options) {
+  if (options.engine.empty()) {
+    const char* engine = std::getenv("FLEET_E2E_ENGINE");
+    options.engine = engine != nullptr && *engine != '\0' ? engine : "sglang";
+  }
+  return options;
+}
+
+}  // namespace
+
+Fleet::Fleet(WorldOptions options) : options_(WithEngine(std::move(options))) {
   std::filesystem::create_directories(dir_.Join("logs"));
   std::filesystem::create_directories(dir_.Join("out"));
   auto world = SimWorld::Create(dir_.Join("world"), options_.state, options_.breaks);

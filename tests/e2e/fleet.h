@@ -68,8 +68,9 @@ struct WorldOptions {
   std::map<std::string, std::string> env;  // more server environment (FLEET_SIM_FAULT, ...)
   std::string extra_yaml;  // more top-level sections of the config ("notify:\n  - ...")
   // The servers' engine: "sglang" (python -m sglang.launch_server) or "vllm" (vllm serve, the
-  // world's simulated vLLM server; readiness /health and a one-token completion).
-  std::string engine = "sglang";
+  // world's simulated vLLM server; readiness /health and a one-token completion). Empty: the
+  // suite's engine, FLEET_E2E_ENGINE (ctest runs the scenarios once per engine), else sglang.
+  std::string engine;
   // Servers that span several GPUs (tensor parallel), each listed lead first: `servers:` in the
   // config, the template's argv given the engine's tensor-parallel flag set to {gpu_count}. The
   // other GPUs of 0..gpus-1 are one server each.
@@ -100,6 +101,8 @@ class Fleet {
   std::string db_path() const { return dir_.Join("state/fleet.db"); }
   std::string log_path(int gpu) const;
   std::string agent_socket() const { return dir_.Join("agent.sock"); }
+  // The servers' engine, "sglang" or "vllm" (WorldOptions.engine resolved).
+  const std::string& engine() const { return options_.engine; }
 
   // The fleet config of this world: one local container whose agent listens on a unix socket,
   // the world's server (the simulated `python -m sglang.launch_server`) on each GPU. `more_env`

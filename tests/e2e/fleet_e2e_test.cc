@@ -259,7 +259,10 @@ TEST(FleetE2e, DeployAndWatchUntilReady) {
     EXPECT_EQ(Str(row, "last_diagnosis_class"), "");
     EXPECT_EQ(Str(row, "reason"), "");
     // READY means serving: the simulated server answers a real generation on its port.
-    auto reply = sim::testing::HttpRequest(fleet.port(g), "GET", "/health_generate");
+    auto reply = fleet.engine() == "vllm"
+                     ? sim::testing::HttpRequest(fleet.port(g), "POST", "/v1/completions",
+                                                 R"({"prompt": "hi", "max_tokens": 1})")
+                     : sim::testing::HttpRequest(fleet.port(g), "GET", "/health_generate");
     ASSERT_TRUE(reply.ok()) << reply.status();
     EXPECT_EQ(reply->status, 200);
   }
@@ -285,10 +288,18 @@ TEST(FleetE2e, DeployAndWatchUntilReady) {
 // 2. A world with a seed problem put back: every start fails with the root cause, fleetd gives
 // up (a restart cannot fix a toolchain), `status --until-ready` says so with exit 2, and explain
 // and logs show the stored diagnosis and the log as the server wrote it.
-void ExpectGivesUp(const WorldOptions& options, const std::string& want_class,
-                   const std::string& root_cause_text, int want_exit_code) {
+// What a give-up looks like on one engine.
+struct GiveUp {
+  std::string want_class;
+  std::string root_cause_text;
+  int want_exit_code = 1;
+};
+
+void ExpectGivesUp(const WorldOptions& options, const std::map<std::string, GiveUp>& by_engine) {
   Fleet fleet(options);
   ASSERT_TRUE(fleet.ok());
+  ASSERT_EQ(by_engine.count(fleet.engine()), 1u) << fleet.engine();
+  const auto& [want_class, root_cause_text, want_exit_code] = by_engine.at(fleet.engine());
   ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
   ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
   ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
@@ -348,13 +359,17 @@ void ExpectGivesUp(const WorldOptions& options, const std::string& want_class,
 }
 
 TEST(FleetE2e, OldPtxasGivesUpWithTheRootCause) {
-  ExpectGivesUp({.gpus = 2, .state = "fixed", .breaks = {"ptxas"}}, "ptx_version_unsupported",
-                "Unsupported .version 9.2", /*want_exit_code=*/0);  // SGLang's sigquit path
+  // SGLang ends through its SIGQUIT path (exit 0); vLLM's API server exits 1 after EngineCore.
+  ExpectGivesUp({.gpus = 2, .state = "fixed", .breaks = {"ptxas"}},
+                {{"sglang", {"ptx_version_unsupported", "Unsupported .version 9.2", 0}},
+                 {"vllm", {"ptx_version_unsupported", "Unsupported .version 9.2", 1}}});
 }
 
 TEST(FleetE2e, SeedWorldGivesUpOnTheFirstProblemOfTheCascade) {
-  ExpectGivesUp({.gpus = 1, .state = "seed"}, "missing_shared_library", "libnvrtc.so.13",
-                /*want_exit_code=*/1);
+  // vLLM imports no sgl_kernel: the loader path is not its first problem, nvcc is.
+  ExpectGivesUp({.gpus = 1, .state = "seed"},
+                {{"sglang", {"missing_shared_library", "libnvrtc.so.13", 1}},
+                 {"vllm", {"nvcc_not_found", "Could not find nvcc", 1}}});
 }
 
 // 3. `fleetctl restart` makes exactly one new attempt and a new server process; `fleetctl stop`
