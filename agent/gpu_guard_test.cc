@@ -159,6 +159,14 @@ class GpuWorld {
                    absl::StrCat(mib, " ", StartTicks(pid), " ", name, "\n"));
   }
 
+  // A process outside the container as far as /proc can tell (it holds no device node here; only
+  // nvidia-smi knows it) holding `mib` of GPU `gpu` as "python3"; `reaper` ends it.
+  pid_t Busy(Reaper* reaper, int gpu, int64_t mib) const {
+    const pid_t holder = reaper->Add(HoldOpen(Join("etc/nvidia-smi.csv")));
+    HoldMemory(gpu, holder, mib, "python3");
+    return holder;
+  }
+
   GpuGuardOptions Options() const {
     GpuGuardOptions o;
     o.device_pattern = dir_.Join("dev/nvidia%d");
@@ -305,8 +313,7 @@ TEST(GpuGuard, GivesUpAfterTheWaitAndSaysWhoHoldsTheGpu) {
   fleet::testing::FakeClock clock;
   GpuGuard guard(world.Options(), &runner, &clock);
   Reaper reaper;
-  const pid_t holder = reaper.Add(HoldOpen(world.Join("etc/nvidia-smi.csv")));
-  world.HoldMemory(1, holder, 9000, "python3");
+  const pid_t holder = world.Busy(&reaper, 1, 9000);
   std::vector<GpuGuard::Verdict> verdicts;
   std::string last;
   guard.SetListener([&](const GpuRequest&, const GpuCheck& c, GpuGuard::Verdict v) {
@@ -333,8 +340,7 @@ TEST(GpuGuard, ATensorParallelServerWaitsUntilEachOfItsGpusIsFree) {
   fleet::testing::FakeClock clock;
   GpuGuard guard(world.Options(), &runner, &clock);
   Reaper reaper;
-  const pid_t holder = reaper.Add(HoldOpen(world.Join("etc/nvidia-smi.csv")));
-  world.HoldMemory(1, holder, 9000, "python3");
+  const pid_t holder = world.Busy(&reaper, 1, 9000);
   // GPU 0 alone is free: the busy GPU 1 is not its business.
   EXPECT_TRUE(guard.Check(world.Request(0)).free);
 
@@ -621,8 +627,7 @@ TEST(AgentGpu, LaunchedEnvironmentCarriesPciBusOrderWithTheConfiguredIndex) {
 TEST(AgentGpu, LaunchWaitsForABusyGpuSaysWhoHoldsItAndStartsOnceFreed) {
   AgentWithGuard a(/*with_guard=*/true);
   Reaper reaper;
-  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
-  a.world().HoldMemory(0, holder, 70000, "python3");
+  const pid_t holder = a.world().Busy(&reaper, 0, 70000);
 
   auto r = a.Launch(a.Spec(0, {"quiet"}), "a1", 1);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -658,8 +663,7 @@ TEST(AgentGpu, LaunchWaitsForABusyGpuSaysWhoHoldsItAndStartsOnceFreed) {
 TEST(AgentGpu, ATensorParallelServerGetsAllItsGpusAndWaitsForEachToBeFree) {
   AgentWithGuard a(/*with_guard=*/true);
   Reaper reaper;
-  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
-  a.world().HoldMemory(1, holder, 70000, "python3");
+  const pid_t holder = a.world().Busy(&reaper, 1, 70000);
 
   fleet::v1::ServerSpec spec = a.Spec(0, {"quiet"});
   spec.add_gpus(0);
@@ -699,8 +703,7 @@ TEST(AgentGpu, ALaunchWhoseGpusDoNotStartWithItsLeadIsRefused) {
 TEST(AgentGpu, GpuBusyPastTheWaitFailsTheAttemptNamingTheHolder) {
   AgentWithGuard a(/*with_guard=*/true);
   Reaper reaper;
-  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
-  a.world().HoldMemory(0, holder, 70000, "python3");
+  const pid_t holder = a.world().Busy(&reaper, 0, 70000);
   ASSERT_TRUE(a.Launch(a.Spec(0, {"quiet"}), "a1", 1).ok());
   a.guard().Step();
   a.clock().Advance(absl::Seconds(61));
@@ -722,8 +725,7 @@ TEST(AgentGpu, GpuBusyPastTheWaitFailsTheAttemptNamingTheHolder) {
 TEST(AgentGpu, StopWhileWaitingEndsTheAttemptWithoutLaunching) {
   AgentWithGuard a(/*with_guard=*/true);
   Reaper reaper;
-  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
-  a.world().HoldMemory(0, holder, 70000, "python3");
+  const pid_t holder = a.world().Busy(&reaper, 0, 70000);
   ASSERT_TRUE(a.Launch(a.Spec(0, {"quiet"}), "a1", 1).ok());
   a.guard().Step();
   fleet::v1::StopRequest stop;
@@ -739,8 +741,7 @@ TEST(AgentGpu, StopWhileWaitingEndsTheAttemptWithoutLaunching) {
 TEST(AgentGpu, AnAgentRestartedWhileALaunchWaitsKeepsWaitingThenLaunches) {
   AgentWithGuard a(/*with_guard=*/true);
   Reaper reaper;
-  const pid_t holder = reaper.Add(HoldOpen(a.world().Join("etc/nvidia-smi.csv")));
-  a.world().HoldMemory(0, holder, 70000, "python3");
+  const pid_t holder = a.world().Busy(&reaper, 0, 70000);
   ASSERT_TRUE(a.Launch(a.Spec(0, {"quiet"}), "a1", 1).ok());
   EXPECT_EQ(a.StatusOf(0).pid(), 0);
 

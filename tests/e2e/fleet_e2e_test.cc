@@ -112,23 +112,6 @@ int64_t QueryInt(sqlite::Database& db, const std::string& sql) {
   return row.ok() && *row ? st->ColumnInt(0) : -1;
 }
 
-// 1. A fixed world deploys and every server becomes READY: `status --watch --until-ready` prints
-// one line per change and exits 0; status and attempts agree; the servers really serve.
-// vLLM's servers on a fixed world: READY through vLLM's readiness (/health and a one-token
-// completion), one attempt each.
-TEST(FleetE2e, VllmDeployAndWatchUntilReady) {
-  Fleet fleet({.gpus = 2, .engine = "vllm"});
-  ASSERT_TRUE(fleet.ok());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
-  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
-  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
-  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
-  const std::vector<Struct> attempts = fleet.Attempts();
-  EXPECT_EQ(attempts.size(), 2u);
-  for (const Struct& a : attempts) EXPECT_EQ(Str(a, "outcome"), "ready") << Str(a, "id");
-}
-
 // The pids whose GPU memory the simulated driver records on `gpu` (WORLD/run/gpu-mem/GPU/PID).
 std::set<pid_t> GpuMemoryHolders(const Fleet& fleet, int gpu) {
   std::set<pid_t> out;
@@ -210,6 +193,8 @@ TEST(FleetE2e, SglangTensorParallelServerSpansItsGpus) {
   TensorParallelServerSpansItsGpus("sglang");
 }
 
+// 1. A fixed world deploys and every server becomes READY: `status --watch --until-ready` prints
+// one line per change and exits 0; status and attempts agree; the servers really serve.
 TEST(FleetE2e, DeployAndWatchUntilReady) {
   // Slow enough (about 2.5 s a start) for the watch to see the start, not only its end.
   Fleet fleet({.gpus = 3, .speed = 20});
@@ -858,13 +843,10 @@ void SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded(const std::stri
   EXPECT_EQ(Int(ParseJson(last.output), "index"), next - 1) << last.output;
 }
 
+// On each engine (vllm:FleetE2e.* runs it on vLLM's servers): the same cascade in each engine's
+// log shapes, diagnosed and fixed the same.
 TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
-  SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded("sglang");
-}
-
-// vLLM's servers (issue 18): the same cascade in vLLM's log shapes, diagnosed and fixed the same.
-TEST(FleetE2e, VllmSeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
-  SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded("vllm");
+  SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded("");
 }
 
 struct SingleProblem {
