@@ -680,6 +680,7 @@ ProbeTarget TargetOf(const ServerSpec& spec, const AgentOptions& options) {
   ProbeTarget t;
   for (int gpu : config::ServerGpus(spec)) t.gpus.push_back(gpu);
   t.dev_root = options.dev_root;
+  t.test_compile = !spec.skip_test_compile();
   t.argv.assign(spec.argv().begin(), spec.argv().end());
   t.env = ServerEnv(spec);
   t.workdir = spec.workdir();

@@ -237,6 +237,13 @@ class ProbeRun {
     ProbeGpus();
     ProbeDeviceNodes();
     ProbeJitCaches();
+    if (target_.test_compile) {
+      *snap_->mutable_test_compile() =
+          RunTestCompile(runner_, *snap_, env_, target_.test_compile_options);
+    } else {
+      snap_->mutable_test_compile()->set_skipped(
+          "turned off by the policy (preflight.test_compile: false)");
+    }
   }
 
  private:

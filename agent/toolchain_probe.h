@@ -4,7 +4,8 @@
 // PTX, nvidia-smi) through a CommandRunner with the server's environment, reads pip dist-info
 // (no network) and header files, and looks for the GPU device nodes the server needs (an LXC
 // container has only those its config passes in). Missing tools and nodes are facts in the
-// snapshot, never errors.
+// snapshot, never errors. Last, it test-compiles a small kernel with that toolchain
+// (agent/test_compile.h): what only a build shows is in the snapshot too.
 //
 // Thread-safe when its CommandRunner is.
 #pragma once
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "agent/command_runner.h"
+#include "agent/test_compile.h"
 #include "proto/agent.pb.h"
 
 namespace fleet::agent {
@@ -33,6 +35,10 @@ struct ProbeTarget {
   // a character device. No GPU, or an empty dev_root: the nodes are not looked for.
   std::vector<int32_t> gpus;
   std::string dev_root = "/dev";
+  // The last step: build a small kernel with the toolchain found (agent/test_compile.h). Off:
+  // snapshot.test_compile says it was turned off.
+  bool test_compile = true;
+  TestCompileOptions test_compile_options;
 };
 
 class ToolchainProbe {

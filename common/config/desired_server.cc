@@ -45,7 +45,9 @@ absl::StatusOr<std::vector<DesiredServer>> ExpandServers(const FleetConfig& conf
         spec.mutable_server()->set_host(host.name());
         spec.mutable_server()->set_container(container.ctid());
         spec.mutable_server()->set_gpu(gpu);
-        spec.mutable_gpus()->Add(gpus.begin(), gpus.end());
+        // Only for a server on several: a one-GPU server's spec stays as before the field, so a
+        // record stored by an older fleetd compares equal (no restart at the first deploy).
+        if (gpus.size() > 1) spec.mutable_gpus()->Add(gpus.begin(), gpus.end());
         spec.set_engine(tmpl.engine());
         const int port = container.base_port() + gpu;
         spec.set_port(port);

@@ -25,7 +25,7 @@ struct DesiredServer {
 // The servers `config` describes, sorted by name (byte order: gpu10 sorts before gpu2). For each
 // server of a container using template T and policy P, on GPUs G (the lead n first; G = {n} for
 // an entry of `gpus`), named host/ctid/gpuN:
-//   gpus      G (spec.gpus; spec.server.gpu = n)
+//   gpus      G when it has several (spec.gpus; empty for one: spec.server.gpu = n says it)
 //   port      base_port + n
 //   log_path  T.log_path with {gpu} {port} {model} {gpus} {gpu_count} expanded (default per
 //             engine, docs/config.md)

@@ -651,6 +651,12 @@ class Checker {
       argv.push_back(*std::move(expanded));
     }
     const ParallelSize size = ParallelSizeOf(tmpl.engine(), argv);
+    // {gpu_count} in the argv (a wrapper's shell string, a config file's name): the size follows
+    // the GPUs in a way this cannot read; trusted.
+    bool uses_count = false;
+    for (const std::string& arg : tmpl.argv()) {
+      uses_count = uses_count || absl::StrContains(arg, "{gpu_count}");
+    }
     const int64_t given = static_cast<int64_t>(server.gpus.size());
     const std::string gpus = absl::StrJoin(server.gpus, ",");
     const std::string flag =
@@ -661,7 +667,7 @@ class Checker {
                        size.how, ") but this server has ", given, " (", gpus,
                        "): CUDA would fail with \"invalid device ordinal\"; give it ", size.gpus,
                        " GPUs in servers, or ", flag, " in the template's argv"));
-    } else if (given > 1 && size.gpus == 1 && !size.data_parallel) {
+    } else if (given > 1 && size.gpus == 1 && !size.data_parallel && !uses_count) {
       Add(server.path, absl::StrCat("this server has ", given, " GPUs (", gpus, ") but template ",
                                     Quoted(tmpl.name()),
                                     " sets no tensor-parallel size: it would use one of them; add ",
@@ -883,10 +889,20 @@ ParallelSize ParallelSizeOf(std::string_view engine, const std::vector<std::stri
                      : std::vector<std::string_view>{"--pp-size", "--pipeline-parallel-size"}};
   Kind data{vllm ? std::vector<std::string_view>{"--data-parallel-size", "-dp"}
                  : std::vector<std::string_view>{"--dp-size", "--dp", "--data-parallel-size"}};
+  bool data_local = false;  // vLLM's --data-parallel-size-local: the ranks are spread over nodes
   for (size_t i = 0; i < argv.size(); ++i) {
+    // vLLM's parser takes `--tensor_parallel_size` for `--tensor-parallel-size`.
+    std::string normal = argv[i];
+    if (vllm && absl::StartsWith(normal, "--")) {
+      const size_t end = std::min(normal.find('='), normal.size());
+      std::replace(normal.begin() + 2, normal.begin() + static_cast<std::ptrdiff_t>(end), '_', '-');
+    }
+    data_local =
+        data_local ||
+        (vllm && (absl::StartsWith(normal, "--data-parallel-size-local") || normal == "-dpl"));
     for (Kind* kind : {&tensor, &pipeline, &data}) {
       for (std::string_view flag : kind->flags) {
-        std::string_view arg = argv[i];
+        std::string_view arg = normal;
         std::string_view value;
         if (arg == flag && i + 1 < argv.size()) {
           value = argv[i + 1];
@@ -906,8 +922,14 @@ ParallelSize ParallelSizeOf(std::string_view engine, const std::vector<std::stri
   }
   ParallelSize size;
   size.gpus = tensor.value * pipeline.value;
+  std::vector<const Kind*> counted = {&tensor, &pipeline};
+  // vLLM runs tp x pp x dp ranks on one node unless told how many are local.
+  if (vllm && !data_local) {
+    size.gpus *= data.value;
+    counted.push_back(&data);
+  }
   std::vector<std::string> how;
-  for (const Kind* kind : {&tensor, &pipeline}) {
+  for (const Kind* kind : counted) {
     if (!kind->said.empty()) how.push_back(kind->said);
   }
   size.how = absl::StrJoin(how, " x ");

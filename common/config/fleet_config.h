@@ -83,8 +83,10 @@ std::vector<std::vector<int>> ContainerServerGpus(const fleet::v1::Container& co
 // its pipeline-parallel size, from the engine's flags (vLLM `--tensor-parallel-size`/`-tp`,
 // `--pipeline-parallel-size`/`-pp`; SGLang `--tp-size`/`--tp`/`--tensor-parallel-size`,
 // `--pp-size`/`--pipeline-parallel-size`), `--flag N` or `--flag=N`, the last one winning as with
-// argparse. A data-parallel size above 1 (`-dp`, `--dp-size`, ...) is noted, not counted: how it
-// multiplies depends on the engine's other flags.
+// argparse; vLLM's underscore spellings (`--tensor_parallel_size`) too. vLLM's data-parallel size
+// (`--data-parallel-size`/`-dp`) multiplies it, unless `--data-parallel-size-local` spreads the
+// ranks over nodes; SGLang's (`--dp-size`, ...) is only noted: with `--enable-dp-attention` it
+// runs inside the tensor-parallel ranks.
 struct ParallelSize {
   int64_t gpus = 1;
   std::string how;  // the flags that set it ("--tensor-parallel-size 2"); empty when none did

@@ -987,7 +987,7 @@ TEST(ExpandServers, ATensorParallelServerIsOneServerOnItsGpus) {
   EXPECT_THAT(tp.spec.env(), UnorderedElementsAre(Pair("CUDA_VISIBLE_DEVICES", "1,0")));
   const DesiredServer& one = (*servers)[1];
   EXPECT_EQ(one.name, "local/sim/gpu2");
-  EXPECT_THAT(one.spec.gpus(), ElementsAre(2));
+  EXPECT_THAT(one.spec.gpus(), ElementsAre()) << "one GPU: spec.server.gpu says it, as before";
   EXPECT_THAT(one.spec.argv(),
               ElementsAre("vllm", "serve", "m", "--port", "8002", "--tensor-parallel-size", "1"));
   EXPECT_THAT(one.spec.env(), UnorderedElementsAre(Pair("CUDA_VISIBLE_DEVICES", "2")));
@@ -1029,9 +1029,21 @@ TEST(FleetConfigErrors, TensorParallelServers) {
                   "f")
                   .ok());
   EXPECT_TRUE(ParseFleetConfig(Edit(", --tensor-parallel-size, \"{gpu_count}\"",
-                                    ", --data-parallel-size=2", kTensorParallel),
+                                    ", --data-parallel-size, \"{gpu_count}\"", kTensorParallel),
                                "f")
                   .ok());
+  // vLLM counts its data-parallel ranks: 2 x 2 does not fit 2 GPUs.
+  EXPECT_THAT(ErrorOf(Edit("\"{gpu_count}\"]", "\"{gpu_count}\", -dp, \"2\"]", kTensorParallel)),
+              HasSubstr("asks for 4 GPUs (--tensor-parallel-size 2 x -dp 2)"));
+  // A wrapper whose shell string carries {gpu_count}: the size is the user's, trusted.
+  EXPECT_TRUE(
+      ParseFleetConfig(Edit("argv: [vllm, serve, \"{model}\", --port, \"{port}\", "
+                            "--tensor-parallel-size, \"{gpu_count}\"]",
+                            "argv: [/bin/sh, -c, \"exec vllm serve {model} --port {port} -tp "
+                            "{gpu_count}\"]",
+                            kTensorParallel),
+                       "f")
+          .ok());
 }
 
 TEST(ParallelSize, ReadsEachEnginesFlagsBothForms) {
@@ -1042,6 +1054,11 @@ TEST(ParallelSize, ReadsEachEnginesFlagsBothForms) {
   EXPECT_EQ(v.how, "-tp 2 x --pipeline-parallel-size 2");
   EXPECT_EQ(ParallelSizeOf("vllm", {"--tensor-parallel-size", "2", "-tp", "4"}).gpus, 4);
   EXPECT_TRUE(ParallelSizeOf("vllm", {"-dp", "2"}).data_parallel);
+  EXPECT_EQ(ParallelSizeOf("vllm", {"-tp", "2", "-dp", "2"}).gpus, 4);
+  EXPECT_EQ(ParallelSizeOf("vllm", {"-tp", "2", "-dp", "2", "--data-parallel-size-local=1"}).gpus,
+            2);
+  EXPECT_EQ(ParallelSizeOf("vllm", {"--tensor_parallel_size=2"}).gpus, 2);
+  EXPECT_EQ(ParallelSizeOf("sglang", {"--tp", "2", "--dp", "2"}).gpus, 2);
   // SGLang's spellings are not vLLM's.
   EXPECT_EQ(ParallelSizeOf("sglang", {"--tp", "2"}).gpus, 2);
   EXPECT_EQ(ParallelSizeOf("sglang", {"--tp-size=4", "--pp-size", "2"}).gpus, 8);

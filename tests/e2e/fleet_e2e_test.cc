@@ -32,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/sqlite/database.h"
@@ -186,6 +187,46 @@ void TensorParallelServerSpansItsGpus(const std::string& engine) {
       EXPECT_EQ(getsid(pid), servers[0].pid()) << "gpu " << gpu << " pid " << pid;
     }
   }
+}
+
+// GPUs 0 and 1 folded into one tensor-parallel server by a deploy while their one-GPU servers
+// run: gpu1 is removed, gpu0 restarts on both, its GPU check waiting for gpu1's memory to go;
+// one server READY on 0,1, nothing left of the old gpu1.
+TEST(FleetE2e, FoldingTwoRunningServersIntoATensorParallelOneConverges) {
+  WorldOptions options{.gpus = 2};
+  Fleet fleet(options);
+  ASSERT_TRUE(fleet.ok());
+  CtlResult watch;
+  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
+  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
+  const pid_t old_gpu1 = fleet.AgentServers()[1].pid();
+  ASSERT_GT(old_gpu1, 0);
+
+  // The same config with GPUs 0 and 1 as one server and the engine's tensor-parallel flag.
+  std::string yaml = fleet.ConfigYaml();
+  const std::string tp_flag = fleet.engine() == "vllm"
+                                  ? ", --tensor-parallel-size, \"{gpu_count}\"]"
+                                  : ", --tp-size, \"{gpu_count}\"]";
+  ASSERT_TRUE(absl::StrContains(yaml, "        gpus: [0, 1]\n"));
+  absl::StrReplaceAll(
+      {{"        gpus: [0, 1]\n", "        gpus: []\n        servers:\n          - gpus: [0, 1]\n"},
+       {"\"{port}\"]\n", absl::StrCat("\"{port}\"", tp_flag, "\n")}},
+      &yaml);
+  const CtlResult deploy = fleet.DeployConfig(yaml);
+  ASSERT_EQ(deploy.code(), 0) << deploy.output << yaml;
+  ASSERT_TRUE(fleet.StatusEventually([](const auto& rows) {
+    auto it = rows.find(ServerName(0));
+    return rows.size() == 1 && it != rows.end() && Str(it->second, "state") == "READY" &&
+           Int(it->second, "attempt_number") == 2;
+  })) << fleet.Ctl({"status", "-o", "json"}).output
+      << fleet.Diagnostics();
+  EXPECT_TRUE(Eventually([&] { return GroupGone(old_gpu1); })) << "the old gpu1 lives on";
+  const std::map<int, v1::ServerStatus> servers = fleet.AgentServers();
+  ASSERT_GT(servers.at(0).pid(), 0);
+  for (pid_t pid : GpuMemoryHolders(fleet, 1)) {
+    EXPECT_EQ(getsid(pid), servers.at(0).pid()) << "gpu 1 held by pid " << pid;
+  }
+  EXPECT_FALSE(GpuMemoryHolders(fleet, 1).empty()) << "the TP server holds gpu 1";
 }
 
 TEST(FleetE2e, VllmTensorParallelServerSpansItsGpus) { TensorParallelServerSpansItsGpus("vllm"); }
