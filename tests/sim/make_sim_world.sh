@@ -19,7 +19,8 @@
 #                    libcuda, the device dir (dev_root)
 #   server.env       key=value environment for a server of this world (PATH, HOME, and in the
 #                    fixed state CUDA_HOME and LD_LIBRARY_PATH)
-#   bin/             the container's /usr/bin: nvidia-smi, apt-get (apt-get-sim), later ninja
+#   bin/             the container's /usr/bin: nvidia-smi, apt-get (apt-get-sim), c++ (links
+#                    only: fake-cuda-tool), later ninja
 #   venv/            bin/python (the simulated server, run as `python -m sglang.launch_server`),
 #                    bin/vllm (the same binary, run as `vllm serve MODEL ...`), bin/pip (pip-sim), lib/python3.12/site-packages with pip-style dist-info and
 #                    nvidia/cu13/{bin,include,lib,nvvm}
@@ -103,6 +104,8 @@ install -m 755 "$src/pip-sim" "$venv/bin/pip"
 ln -s pip "$venv/bin/pip3"
 install -m 755 "$src/apt-get-sim" "$dir/bin/apt-get"
 install -m 755 "$src/tools/nvidia-smi" "$dir/bin/nvidia-smi"
+# The container's C++ compiler, as the linker torch's cpp_extension runs (fake-cuda-tool's c++).
+install -m 755 "$src/tools/fake-cuda-tool" "$dir/bin/c++"
 ln -s "$server" "$venv/bin/python"
 ln -s python "$venv/bin/python3"
 ln -s "$server" "$venv/bin/vllm"

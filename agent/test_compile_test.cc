@@ -1,0 +1,174 @@
+#include "agent/test_compile.h"
+
+#include <unistd.h>
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "agent/toolchain_probe.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/sim/sim_test_support.h"
+#include "tests/testing/subprocess.h"
+
+namespace fleet::agent {
+namespace {
+
+using ::fleet::sim::testing::SimWorld;
+using ::fleet::testing::TempDir;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string FactOf(const fleet::v1::Diagnosis& d, const std::string& key) {
+  for (const fleet::v1::Fact& f : d.facts()) {
+    if (f.key() == key && !f.values().empty()) return f.values(0);
+  }
+  return "";
+}
+
+TEST(GencodeTargets, ArchSpecificFromSm90OnEachOnce) {
+  EXPECT_THAT(GencodeTargets({"12.0", "12.0", "9.0", "8.6", "x", "12", ""}),
+              ElementsAre("sm_120a", "sm_90a", "sm_86"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The simulated worlds, through the whole probe (the world's nvcc, ptxas and c++ judge the build
+// as the real tools do; tests/sim/tools/fake-cuda-tool).
+
+class SimWorldTestCompile : public ::testing::Test {
+ protected:
+  fleet::v1::ToolchainSnapshot Probe(const std::string& state,
+                                     const std::vector<std::string>& breaks = {},
+                                     bool test_compile = true) {
+    absl::StatusOr<SimWorld> world = SimWorld::Create(
+        tmp_.Join(absl::StrCat("world-", state, "-", absl::StrJoin(breaks, "-"))), state, breaks);
+    EXPECT_TRUE(world.ok()) << world.status();
+    if (!world.ok()) return {};
+    ProbeTarget target;
+    target.argv = world->ServerArgv(30000);
+    target.env = world->ServerEnv();
+    target.gpus = {0};
+    target.dev_root = "";
+    target.test_compile = test_compile;
+    target.test_compile_options.tmp_root = tmp_.path();
+    return ToolchainProbe(&runner_).Probe(target);
+  }
+
+  TempDir tmp_;
+  PosixCommandRunner runner_{1 << 20};
+};
+
+TEST_F(SimWorldTestCompile, AFixedWorldBuildsTheKernel) {
+  const fleet::v1::TestCompile t = Probe("fixed").test_compile();
+  EXPECT_TRUE(t.ran());
+  EXPECT_TRUE(t.ok()) << t.log();
+  EXPECT_THAT(t.archs(), ElementsAre("sm_120a"));
+  EXPECT_THAT(t.log(), HasSubstr("[1/2] "));
+  EXPECT_THAT(t.log(), HasSubstr("-gencode=arch=compute_120a,code=sm_120a"));
+  EXPECT_THAT(t.log(), HasSubstr("/flashinfer/data/include")) << "flashinfer's headers included";
+  EXPECT_THAT(t.log(), HasSubstr("[2/2] c++ "));
+  EXPECT_FALSE(t.has_diagnosis());
+}
+
+// The seed's problem 5, seen before any launch: the world's nvcc 13.0 with flashinfer's CCCL
+// emits PTX 9.2, which its ptxas refuses. The classifier's facts say what it wanted.
+TEST_F(SimWorldTestCompile, APtxasOlderThanThePtxIsSeenWithWhatItWanted) {
+  const fleet::v1::TestCompile t = Probe("fixed", {"ptxas"}).test_compile();
+  EXPECT_TRUE(t.ran());
+  EXPECT_FALSE(t.ok());
+  EXPECT_EQ(t.failed_step(), "compile");
+  EXPECT_THAT(t.log(), HasSubstr("Unsupported .version 9.2; current version is '9.0'"));
+  EXPECT_THAT(t.log(), HasSubstr("ninja: build stopped: subcommand failed."));
+  EXPECT_EQ(t.diagnosis().diagnosis_class(), "ptx_version_unsupported") << t.log();
+  EXPECT_EQ(FactOf(t.diagnosis(), "ptx_wanted"), "9.2");
+  EXPECT_EQ(FactOf(t.diagnosis(), "ptx_supported"), "9.0");
+}
+
+TEST_F(SimWorldTestCompile, CompilerAndHeadersOfTwoReleasesAreAHeaderMismatch) {
+  const fleet::v1::TestCompile t = Probe("fixed", {"headers"}).test_compile();
+  EXPECT_FALSE(t.ok());
+  EXPECT_EQ(t.failed_step(), "compile");
+  EXPECT_EQ(t.diagnosis().diagnosis_class(), "cuda_header_mismatch") << t.log();
+}
+
+TEST_F(SimWorldTestCompile, ALinkLayoutWithoutTheStubIsALinkError) {
+  const fleet::v1::TestCompile t = Probe("fixed", {"link_stub"}).test_compile();
+  EXPECT_FALSE(t.ok());
+  EXPECT_EQ(t.failed_step(), "link");
+  EXPECT_THAT(t.log(), HasSubstr("cannot find -lcuda"));
+  EXPECT_EQ(t.diagnosis().diagnosis_class(), "link_error") << t.log();
+}
+
+TEST_F(SimWorldTestCompile, WithoutNvccOrWhenTurnedOffItIsNotTried) {
+  const fleet::v1::TestCompile none = Probe("fixed", {"nvcc"}).test_compile();
+  EXPECT_FALSE(none.ran());
+  EXPECT_EQ(none.skipped(), "no nvcc");
+  const fleet::v1::TestCompile off = Probe("fixed", {}, /*test_compile=*/false).test_compile();
+  EXPECT_FALSE(off.ran());
+  EXPECT_THAT(off.skipped(), HasSubstr("preflight.test_compile: false"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// This machine's real CUDA 13.0 (nvcc, ptxas, CCCL) and its real c++ and ld.
+
+constexpr char kRealCudaRoot[] = "/usr/local/cuda";
+
+class RealCudaTestCompile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access(absl::StrCat(kRealCudaRoot, "/bin/nvcc").c_str(), X_OK) != 0) {
+      GTEST_SKIP() << "no CUDA toolkit at " << kRealCudaRoot << " on this machine";
+    }
+    snapshot_.mutable_nvcc()->set_path(absl::StrCat(kRealCudaRoot, "/bin/nvcc"));
+    snapshot_.set_cuda_root(kRealCudaRoot);
+    snapshot_.set_include_dir(absl::StrCat(kRealCudaRoot, "/include"));
+    snapshot_.add_gpus()->set_compute_capability("12.0");  // an RTX PRO 6000 Blackwell's
+  }
+  fleet::v1::TestCompile Run() {
+    const std::map<std::string, std::string> env = {
+        {"PATH", absl::StrCat(kRealCudaRoot, "/bin:/usr/bin:/bin")}, {"HOME", tmp_.path()}};
+    TestCompileOptions options;
+    options.tmp_root = tmp_.path();
+    return RunTestCompile(&runner_, snapshot_, env, options);
+  }
+
+  fleet::v1::ToolchainSnapshot snapshot_;
+  TempDir tmp_;
+  PosixCommandRunner runner_{1 << 20};
+};
+
+TEST_F(RealCudaTestCompile, TheRealToolkitBuildsAndLinksForSm120) {
+  const fleet::v1::TestCompile t = Run();
+  EXPECT_TRUE(t.ran());
+  EXPECT_TRUE(t.ok()) << t.log();
+  EXPECT_GT(t.took().seconds() * 1000 + t.took().nanos() / 1000000, 0);
+  std::cout << "real test-compile took " << t.took().seconds() << "." << t.took().nanos() / 10000000
+            << " s\n";
+}
+
+TEST_F(RealCudaTestCompile, AnArchTheRealNvccDoesNotKnowIsUnsupportedGpuArch) {
+  snapshot_.mutable_gpus(0)->set_compute_capability("99.0");
+  const fleet::v1::TestCompile t = Run();
+  EXPECT_FALSE(t.ok());
+  EXPECT_THAT(t.log(), HasSubstr("nvcc fatal   : Unsupported gpu architecture 'compute_990a'"));
+  EXPECT_EQ(t.diagnosis().diagnosis_class(), "unsupported_gpu_arch") << t.log();
+}
+
+TEST_F(RealCudaTestCompile, ARootWithoutItsLibrariesIsTheRealLdsLinkError) {
+  // The compile uses the real toolkit; the link line points at a root with no lib64.
+  snapshot_.set_cuda_root(tmp_.Join("bare-root"));
+  const fleet::v1::TestCompile t = Run();
+  EXPECT_FALSE(t.ok());
+  EXPECT_EQ(t.failed_step(), "link") << t.log();
+  EXPECT_THAT(t.log(), HasSubstr("cannot find -lcudart"));
+  EXPECT_THAT(t.log(), HasSubstr("collect2: error: ld returned 1 exit status"));
+  EXPECT_EQ(t.diagnosis().diagnosis_class(), "link_error") << t.log();
+}
+
+}  // namespace
+}  // namespace fleet::agent
