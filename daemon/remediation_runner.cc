@@ -277,6 +277,9 @@ absl::StatusOr<RemediationRunner::Proposal> RemediationRunner::Propose(AgentClie
 
 FixDone RemediationRunner::Run(FixJob job) {
   FixDone done;
+  // The probes of this job test-compile unless the policy says not to (agent/test_compile.h).
+  job.spec.set_skip_test_compile(job.policy.preflight().has_test_compile() &&
+                                 !job.policy.preflight().test_compile());
   // The job's outcome is `plan`, once the record holds it.
   auto recorded = [&](fleet::v1::Plan plan) {
     if (absl::Status s = recorder_->Record(&plan, false); !s.ok()) {
@@ -468,12 +471,24 @@ void RemediationRunner::Execute(AgentClient& client, const FixJob& job,
       Problems(planner_->Preflight(PlannerInput{before, job.spec, job.policy, history}));
   const std::set<std::string> is =
       Problems(planner_->Preflight(PlannerInput{plan->after(), after_spec, job.policy, history}));
-  std::vector<std::string> worse;
+  // What the test-compile shows when it could not run before (no nvcc yet) was out of sight, not
+  // caused: the next layer, like an env-only plan's below.
+  const fleet::v1::TestCompile& compiled = plan->after().test_compile();
+  const bool newly_compiled = !before.test_compile().ran() && compiled.ran() && !compiled.ok();
+  std::vector<std::string> worse, next;
   for (const std::string& p : is) {
     if (!was.count(p) &&
         std::find(plan->causes().begin(), plan->causes().end(), p) == plan->causes().end()) {
-      worse.push_back(p);
+      (newly_compiled && p == compiled.diagnosis().diagnosis_class() ? next : worse).push_back(p);
     }
+  }
+  if (worse.empty() && !next.empty()) {
+    SetPlanStatus(fleet::v1::PLAN_STATUS_APPLIED, plan);
+    plan->set_outcome_reason(absl::StrCat(
+        "the probe's test-compile, which could not run before it, shows next: ",
+        absl::StrJoin(next, ", ")));
+    recorder_->Record(plan, false).IgnoreError();
+    return;
   }
   // A plan that only changes the servers' environment changes nothing installed: it points them
   // at another toolchain, and what that one lacks was out of sight before (no nvcc, no headers to

@@ -103,6 +103,18 @@ void PlanBuilder::Run() {
   if (cls_ == classes::kAttentionBackendUnsupported || cls_ == classes::kCudaGraphCaptureFailed)
     PlanFallback();
   if (cls_ == classes::kCudaOutOfMemory) PlanGpuMemoryUtilization();
+  // A test-compile failure the toolchain plan above does not address is a problem all the same:
+  // shown, and counted (a fix after which it appears made things worse, unless it could not be
+  // seen before).
+  const fleet::v1::TestCompile& compiled = snap_.test_compile();
+  const std::string& failed = compiled.diagnosis().diagnosis_class();
+  if (compiled.ran() && !compiled.ok() && !failed.empty() && !Contains(causes_, failed) &&
+      std::none_of(unresolved_.begin(), unresolved_.end(),
+                   [&](const Unresolved& u) { return u.cause == failed; })) {
+    Leave(failed, absl::StrCat("the probe's test-compile fails with it (",
+                               compiled.diagnosis().summary(), ") and no change the planner "
+                               "knows addresses it"));
+  }
   std::stable_sort(actions_.begin(), actions_.end(),
                    [](const PlannedAction& a, const PlannedAction& b) {
                      return KindRank(a.action) < KindRank(b.action);
@@ -182,6 +194,16 @@ void PlanBuilder::LearnConstraints() {
     }
   };
   if (diagnosis_ != nullptr) learn(diagnosis_->facts(), "this diagnosis");
+  // What only a build shows, seen before any launch (agent/test_compile.h).
+  const fleet::v1::TestCompile& compiled = snap_.test_compile();
+  if (compiled.ran() && !compiled.ok()) {
+    learn(compiled.diagnosis().facts(), "the probe's test-compile");
+    constraints_.push_back(absl::StrCat(
+        "the probe's test-compile failed at its ", compiled.failed_step(), " step: ",
+        compiled.diagnosis().diagnosis_class().empty() ? "unknown"
+                                                       : compiled.diagnosis().diagnosis_class(),
+        compiled.diagnosis().summary().empty() ? "" : ": ", compiled.diagnosis().summary()));
+  }
   for (const PastRemediation& r : in_.history) {
     google::protobuf::RepeatedPtrField<fleet::v1::Fact> facts(r.trigger_facts.begin(),
                                                               r.trigger_facts.end());

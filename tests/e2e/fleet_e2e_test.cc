@@ -765,10 +765,12 @@ bool PipInstalls(const v1::Plan& plan, const std::string& package, const std::st
   return false;
 }
 
-// The seed scenario on one engine's servers: the same toolchain, the same plans and launches.
+// The seed scenario on one engine's servers, the probe's test-compile off (policy
+// preflight.test_compile: false): the PTX is learnt from the canary's failed start.
 void SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded(const std::string& engine) {
   e2e::WorldOptions options = e2e::SeedScenario();
   options.engine = engine;
+  options.policy_yaml += "    preflight: {test_compile: false}\n";
   Fleet fleet(options);
   ASSERT_TRUE(fleet.ok());
   CtlResult watch;
@@ -886,8 +888,46 @@ void SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded(const std::stri
 
 // On each engine (vllm:FleetE2e.* runs it on vLLM's servers): the same cascade in each engine's
 // log shapes, diagnosed and fixed the same.
-TEST(FleetE2e, SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded) {
+TEST(FleetE2e, SeedScenarioWithoutTheTestCompileLearnsThePtxFromTheCanarysFailure) {
   SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded("");
+}
+
+// The seed scenario as it runs by default (issue 19): the probe after the first preflight fix
+// test-compiles with the nvcc it installed, sees flashinfer's PTX 9.2 refused by its ptxas, and a
+// second preflight round installs CUDA 13.2 whole: 8 launches for 8 GPUs, no failed start.
+TEST(FleetE2e, SeedScenarioEndsAllReadyInEightLaunchesWithNoFailedStart) {
+  Fleet fleet(e2e::SeedScenario());
+  ASSERT_TRUE(fleet.ok());
+  CtlResult watch;
+  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
+  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
+
+  auto db = OpenDb(fleet.db_path());
+  ASSERT_NE(db, nullptr);
+  const std::vector<v1::Plan> plans = StoredPlans(*db);
+  ASSERT_EQ(plans.size(), 2u) << Describe(plans);
+  for (const v1::Plan& p : plans) {
+    EXPECT_EQ(p.trigger(), "preflight") << Describe(plans);
+    EXPECT_EQ(p.status(), "applied") << Describe(plans);
+  }
+  // The first round's fix let the test-compile run: what it showed is the next round's cause.
+  EXPECT_THAT(plans[0].outcome_reason(), ::testing::HasSubstr("test-compile")) << Describe(plans);
+  EXPECT_THAT(plans[0].outcome_reason(), ::testing::HasSubstr("ptx_version_unsupported"));
+  EXPECT_TRUE(plans[0].after().test_compile().ran());
+  EXPECT_EQ(plans[0].after().test_compile().diagnosis().diagnosis_class(),
+            "ptx_version_unsupported");
+  EXPECT_THAT(plans[1].causes(), ::testing::Contains("ptx_version_unsupported")) << Describe(plans);
+  EXPECT_TRUE(PipInstalls(plans[1], "nvidia-cuda-nvcc", "13.2.78")) << Describe(plans);
+  EXPECT_TRUE(PipInstalls(plans[1], "nvidia-cuda-runtime", "13.2.75")) << Describe(plans);
+  EXPECT_TRUE(plans[1].after().test_compile().ok()) << plans[1].after().test_compile().log();
+
+  const std::vector<Struct> attempts = fleet.Attempts();
+  EXPECT_EQ(attempts.size(), 8u) << watch.output;
+  for (const Struct& a : attempts) {
+    EXPECT_EQ(Str(a, "outcome"), "ready") << Str(a, "id");
+    EXPECT_EQ(Str(a, "trigger"), "initial") << Str(a, "id");
+  }
+  EXPECT_EQ(QueryInt(*db, "SELECT count(*) FROM attempts WHERE outcome = 'failed'"), 0);
 }
 
 struct SingleProblem {
