@@ -71,6 +71,7 @@ class SimWorldProbe : public ::testing::Test {
     target.env = world.ServerEnv();
     target.gpus = {0};
     target.dev_root = world.DevRoot();
+    target.test_compile = false;  // the facts read, not built: test_compile_test.cc builds
     return target;
   }
 

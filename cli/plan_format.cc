@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -317,7 +318,30 @@ Json RemediationJson(const v1::Plan& given) {
   json["created_at"] = TimeJson(plan.created_at());
   json["applied_at"] = TimeJson(plan.applied_at());
   json["outcome_reason"] = plan.outcome_reason();
+  // What the probes' test-compiles cost (agent/test_compile.h): the one the plan was made from,
+  // and the one after it ran.
+  const auto ms = [](const v1::TestCompile& t) -> Json {
+    if (!t.ran()) return nullptr;
+    return t.took().seconds() * 1000 + t.took().nanos() / 1000000;
+  };
+  json["test_compile_ms"] = ms(plan.before().test_compile());
+  json["test_compile_class"] = plan.before().test_compile().ok()
+                                   ? std::string()
+                                   : plan.before().test_compile().diagnosis().diagnosis_class();
+  json["test_compile_after_ms"] = ms(plan.after().test_compile());
   return json;
+}
+
+std::string TestCompileCell(const v1::Plan& plan) {
+  const auto cell = [](const v1::TestCompile& t) -> std::string {
+    if (!t.ran()) return "-";
+    const double s = static_cast<double>(t.took().seconds()) + t.took().nanos() / 1e9;
+    return absl::StrCat(absl::StrFormat("%.1fs", s), t.ok() ? "" : " failed");
+  };
+  const std::string before = cell(plan.before().test_compile());
+  const std::string after = cell(plan.after().test_compile());
+  if (before == "-" && after == "-") return "-";
+  return absl::StrCat(before, ", after ", after);
 }
 
 }  // namespace fleet::cli

@@ -50,4 +50,9 @@ std::string FormatApplyResults(const v1::Plan& plan, bool color);
 // A plan as the `remediation` object of docs/cli.md.
 Json RemediationJson(const v1::Plan& plan);
 
+// `fleetctl remediations -o wide`'s TEST-COMPILE cell: what the test-compile of the probe the
+// plan was made from took, and of the probe after it ("1.8s failed, after 1.7s"); "-" for one
+// that did not run, "-" alone when neither did.
+std::string TestCompileCell(const v1::Plan& plan);
+
 }  // namespace fleet::cli

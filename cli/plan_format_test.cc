@@ -199,7 +199,8 @@ TEST(RemediationJson, KeysInOrderAndResultsMatched) {
             "\"save_package_set\":true,\"env_changes\":{\"CUDA_HOME\":\"/opt/venv/cu13\"},"
             "\"fingerprint\":\"3f2a9c\",\"attempt_id\":\"pve1/200/gpu3#1-5c2e91ab\","
             "\"trigger_facts\":{\"ptx_wanted\":[\"9.2\"]},\"created_at\":\"2027-01-15T07:58:00Z\","
-            "\"applied_at\":\"2027-01-15T08:00:00Z\",\"outcome_reason\":\"\"}");
+            "\"applied_at\":\"2027-01-15T08:00:00Z\",\"outcome_reason\":\"\",\"test_compile_ms\":"
+            "null,\"test_compile_class\":\"\",\"test_compile_after_ms\":null}");
 }
 
 TEST(RemediationJson, ActionsNotRunHaveNullResults) {

@@ -194,7 +194,10 @@ int RunRemediations(const std::vector<std::string>& args, const CommandContext& 
   for (const char* h : {"TRIGGER", "CLASS", "STATUS", "ACTIONS", "CREATED", "SUMMARY"}) {
     header.push_back(h);
   }
-  if (wide) header.push_back("REASON");
+  if (wide) {
+    header.push_back("TEST-COMPILE");
+    header.push_back("REASON");
+  }
   TextTable table(header);
   for (const v1::Plan& p : response->plans()) {
     std::optional<absl::Time> created = FromProtoTime(p.created_at());
@@ -207,7 +210,10 @@ int RunRemediations(const std::vector<std::string>& args, const CommandContext& 
     row.push_back(absl::StrCat(p.actions_size()));
     row.push_back(created ? absl::FormatTime("%Y-%m-%d %H:%M:%S", *created, ctx.time_zone) : "-");
     row.push_back(OrDash(p.summary().empty() ? p.report_only() : p.summary()));
-    if (wide) row.push_back(OrDash(p.outcome_reason()));
+    if (wide) {
+      row.push_back(TestCompileCell(p));
+      row.push_back(OrDash(p.outcome_reason()));
+    }
     table.AddRow(std::move(row));
   }
   const std::string rendered = table.Render(ctx.color());

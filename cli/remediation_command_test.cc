@@ -91,7 +91,8 @@ TEST_F(RemediationCommandTest, PlanJsonIsOneRemediationObject) {
                                 "\"pve1/200/gpu3\",\"trigger\":\"manual\","));
   EXPECT_THAT(o.out, HasSubstr("\"status\":\"proposed\""));
   EXPECT_THAT(o.out, HasSubstr("\"ok\":null"));
-  EXPECT_THAT(o.out, EndsWith("\"outcome_reason\":\"\"}\n"));
+  EXPECT_THAT(o.out, EndsWith("\"outcome_reason\":\"\",\"test_compile_ms\":null,"
+                              "\"test_compile_class\":\"\",\"test_compile_after_ms\":null}\n"));
   EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1);
 }
 
@@ -242,6 +243,12 @@ class RemediationsListTest : public RemediationCommandTest {
     v1::ActionResult* r = preflight.add_results();
     *r->mutable_action() = a->action();
     r->set_ok(true);
+    // The probe before it had no nvcc to test-compile with; the one after it did, and failed.
+    v1::TestCompile* after = preflight.mutable_after()->mutable_test_compile();
+    after->set_ran(true);
+    after->mutable_took()->set_seconds(1);
+    after->mutable_took()->set_nanos(812000000);
+    after->mutable_diagnosis()->set_diagnosis_class("ptx_version_unsupported");
     *response.add_plans() = preflight;
     *response.add_plans() = RolledBackPlan();
     *response.add_plans() = MakePlan(now());
@@ -270,9 +277,11 @@ TEST_F(RemediationsListTest, WideListsTheActionsUnderEachRowAndTheReason) {
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_THAT(o.out, StartsWith("ID  CONTAINER  SERVER         TRIGGER    CLASS"));
   // SUMMARY is as wide as its longest cell (60 characters) and two spaces.
-  EXPECT_THAT(
-      o.out, HasSubstr("  SUMMARY                                                       REASON\n"));
-  EXPECT_THAT(o.out, HasSubstr("install ninja for the JIT build                               -\n"
+  EXPECT_THAT(o.out, HasSubstr("  SUMMARY                                                       "
+                               "TEST-COMPILE          REASON\n"));
+  // What the probes' test-compiles took: none before it (no nvcc), 1.8 s after, failed.
+  EXPECT_THAT(o.out, HasSubstr("install ninja for the JIT build                               "
+                               "-, after 1.8s failed  -\n"
                                "    1. pip_install ninja  [ok]\n"
                                "7   pve1/200   pve1/200/gpu3  manual"));
   EXPECT_THAT(o.out, HasSubstr("made things worse: after it the probe shows "

@@ -381,7 +381,7 @@ TEST_F(FailoverTest, ALeaderPausedInsideAWriteDoesNotHoldUpTheTakeover) {
 // resolves it as interrupted and plans again what is still missing).
 class SeedFailoverTest : public FailoverTest, public ::testing::WithParamInterface<std::string> {
  protected:
-  WorldOptions World() override { return SeedScenario(); }
+  WorldOptions World() override { return e2e::SeedScenarioLearningFromTheCanary(); }
   // Whether the cascade reached the moment (read through the standby).
   bool Reached(const Fleetd& standby, const std::string& moment) {
     if (moment == "preflight" || moment == "diagnosis") {

@@ -109,6 +109,12 @@ WorldOptions WithEngine(WorldOptions options) {
 
 }  // namespace
 
+WorldOptions SeedScenarioLearningFromTheCanary() {
+  WorldOptions options = SeedScenario();
+  options.policy_yaml += "    preflight: {test_compile: false}\n";
+  return options;
+}
+
 Fleet::Fleet(WorldOptions options) : options_(WithEngine(std::move(options))) {
   std::filesystem::create_directories(dir_.Join("logs"));
   std::filesystem::create_directories(dir_.Join("out"));

@@ -81,6 +81,10 @@ struct WorldOptions {
 // a canary while the JIT cache is cold, 3 attempts a server.
 inline constexpr int kSeedGpus = 8;
 WorldOptions SeedScenario();
+// The seed scenario with the probe's test-compile off (policy preflight.test_compile: false): the
+// PTX is learnt from the canary's failed start, 8 READY in 9 launches. The tests of what happens
+// around that failure (a takeover at it, the alerts it fires) use this one.
+WorldOptions SeedScenarioLearningFromTheCanary();
 
 // One test's fleet: a simulated container world, its agent, fleetd, and fleetctl to drive them.
 // The destructor kills all of it, the servers the agent started included (they live in sessions

@@ -768,9 +768,8 @@ bool PipInstalls(const v1::Plan& plan, const std::string& package, const std::st
 // The seed scenario on one engine's servers, the probe's test-compile off (policy
 // preflight.test_compile: false): the PTX is learnt from the canary's failed start.
 void SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded(const std::string& engine) {
-  e2e::WorldOptions options = e2e::SeedScenario();
+  e2e::WorldOptions options = e2e::SeedScenarioLearningFromTheCanary();
   options.engine = engine;
-  options.policy_yaml += "    preflight: {test_compile: false}\n";
   Fleet fleet(options);
   ASSERT_TRUE(fleet.ok());
   CtlResult watch;
@@ -964,7 +963,7 @@ INSTANTIATE_TEST_SUITE_P(
                       SingleProblem{"ninja", "ninja_not_found", "preflight"},
                       SingleProblem{"headers", "cuda_header_mismatch", "preflight"},
                       SingleProblem{"link_stub", "link_error", "preflight"},
-                      SingleProblem{"ptxas", "ptx_version_unsupported", "diagnosis"}),
+                      SingleProblem{"ptxas", "ptx_version_unsupported", "preflight"}),
     [](const ::testing::TestParamInfo<SingleProblem>& problem) { return problem.param.broken; });
 
 // A container whose config did not pass GPU 0's device node in: the probe names it where the user

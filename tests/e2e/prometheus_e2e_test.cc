@@ -356,7 +356,7 @@ TEST(PrometheusE2e, SeedScenarioThroughARealPrometheusRulesFireAndEveryExpressio
   // At a third of the seed run's usual speed: FleetStartupSlow has data only while a server with a
   // diagnosis starts again (the canary, then the other seven), about 4 s at speed 100, and a busy
   // machine (other tests alongside) missed every 1 s scrape of that window once in two runs.
-  e2e::WorldOptions options = e2e::SeedScenario();
+  e2e::WorldOptions options = e2e::SeedScenarioLearningFromTheCanary();
   options.speed = 33;
   Fleet fleet(std::move(options));
   ASSERT_TRUE(fleet.ok());
