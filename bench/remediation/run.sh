@@ -26,7 +26,7 @@
 #             link_stub) plus one cold start.
 #
 #   bash bench/remediation/run.sh [--speed X] [--runs N] [--out DIR] [--build-dir DIR] [--no-build]
-#                                 [--engine sglang|vllm]
+#                                 [--engine sglang|vllm] [--test-compile on|off]
 #
 #   --speed X        FLEET_SIM_SPEED of every simulated server (default 10; the demo's is 2.5)
 #   --runs N         runs of each measurement (default 3)
@@ -37,6 +37,9 @@
 #   --engine E       the servers' engine (default sglang): vllm runs the world's simulated vLLM
 #                    server (`vllm serve MODEL`) in all three measurements; its ready line is
 #                    uvicorn's "Application startup complete." and its health GET /health
+#   --test-compile on|off  the policy's preflight.test_compile (default on: the probe sees the
+#                    PTX problem before any launch, 8 launches; off: the canary learns it from
+#                    its failed start, 9 launches, as before issue 19)
 #
 # It prints a timeline per fleet run, a table of the pieces, and a summary: launches,
 # remediations, fleet time-to-ready, critical path, their ratio (target <= 1.2x), the loop
@@ -58,6 +61,7 @@ out=/tmp/gpu-fleet-bench-remediation
 build=${BUILD_DIR:-build}
 do_build=true
 engine=sglang
+test_compile=on
 while [[ $# -gt 0 ]]; do
   case $1 in
     --speed) [[ $# -ge 2 ]] || usage; speed=$2; shift ;;
@@ -71,6 +75,8 @@ while [[ $# -gt 0 ]]; do
     --no-build) do_build=false ;;
     --engine) [[ $# -ge 2 ]] || usage; engine=$2; shift ;;
     --engine=*) engine=${1#--engine=} ;;
+    --test-compile) [[ $# -ge 2 ]] || usage; test_compile=$2; shift ;;
+    --test-compile=*) test_compile=${1#--test-compile=} ;;
     -h | --help) usage ;;
     *) printf 'bench: unknown argument %s\n' "$1" >&2; usage ;;
   esac
@@ -171,7 +177,7 @@ make_world() {
 write_config() {
   bash tests/sim/sim_fleet_config.sh --world "$2" --socket "$1/agent.sock" --base-port "$3" \
     --logs "$1/logs" --speed "$speed" --comment "written by bench/remediation/run.sh" \
-    --engine "$engine" \
+    --engine "$engine" --test-compile "$test_compile" \
     >"$1/fleet.yaml"
 }
 
@@ -252,6 +258,13 @@ fleet_run() {
   local cold warm_med warm_min warm_max probe_gap pre_to_canary fail_to_rem rem_to_relaunch
   local ready_to_warm last_ready_to_return canary_ready first_warm last_ready warm_launch_spread
   launches=$(q "SELECT count(*) FROM attempts")
+  local failed_starts tc_ms tc_n
+  failed_starts=$(q "SELECT count(*) FROM attempts WHERE outcome = 'failed'")
+  # The probes' test-compiles (before and after each plan), from fleetctl's own report of them.
+  "$fleetctl_bin" --state-dir "$dir" remediations -o json >"$dir/remediations.json"
+  tc_ms=$({ grep -oE '"test_compile(_after)?_ms":[0-9]+' "$dir/remediations.json" || true; } |
+    awk -F: '{s += $2} END {print s + 0}')
+  tc_n=$(grep -coE '"test_compile(_after)?_ms":[0-9]+' "$dir/remediations.json" || true)
   rem_pre=$(q "SELECT count(*) FROM remediations WHERE trigger = 'preflight'")
   rem_diag=$(q "SELECT count(*) FROM remediations WHERE trigger = 'diagnosis'")
   rem_all=$(q "SELECT count(*) FROM remediations")
@@ -293,7 +306,8 @@ fleet_run() {
   printf '          remediation applied -> canary relaunch %s s; canary READY -> first warm launch %s s (the 7 within %s s);\n' \
     "$rem_to_relaunch" "$ready_to_warm" "$warm_launch_spread"
   printf '          last READY -> status --until-ready returned %s s\n' "$last_ready_to_return"
-  printf '%s\n' "$n $(secs "$t0" "$t1") $launches $rem_all $rem_pre $rem_diag $pre_dur $pre_actions $fail_dur ${fail_class:--} $ptx_dur $ptx_actions $cold $warm_med $warm_min $warm_max $probe_gap $pre_to_canary $fail_to_rem $rem_to_relaunch $ready_to_warm $warm_launch_spread $last_ready_to_return" |
+  printf '  test-compiles in the probes: %s, %s ms in all; failed starts: %s\n' "$tc_n" "$tc_ms" "$failed_starts"
+  printf '%s\n' "$n $(secs "$t0" "$t1") $launches $rem_all $rem_pre $rem_diag $pre_dur $pre_actions $fail_dur ${fail_class:--} $ptx_dur $ptx_actions $cold $warm_med $warm_min $warm_max $probe_gap $pre_to_canary $fail_to_rem $rem_to_relaunch $ready_to_warm $warm_launch_spread $last_ready_to_return $failed_starts $tc_n $tc_ms" |
     tr ' ' '\t' >>"$out/fleet.tsv"
 
   # Stop this run's servers, agent and fleetd before the next measurement.
@@ -400,7 +414,7 @@ direct_run() {
 
 # --- The runs, interleaved ---------------------------------------------------------------------------
 
-printf 'run\tfleet_s\tlaunches\tremediations\tpreflight_rem\tdiagnosis_rem\tpreflight_s\tpreflight_actions_ms\tcanary_fail_s\tcanary_fail_class\tptx_rem_s\tptx_actions_ms\tcanary_cold_s\twarm_median_s\twarm_min_s\twarm_max_s\tdeploy_to_preflight_s\tpreflight_to_canary_s\tfail_to_remediation_s\tremediation_to_relaunch_s\tcanary_ready_to_warm_launch_s\twarm_launch_spread_s\tlast_ready_to_return_s\n' >"$out/fleet.tsv"
+printf 'run\tfleet_s\tlaunches\tremediations\tpreflight_rem\tdiagnosis_rem\tpreflight_s\tpreflight_actions_ms\tcanary_fail_s\tcanary_fail_class\tptx_rem_s\tptx_actions_ms\tcanary_cold_s\twarm_median_s\twarm_min_s\twarm_max_s\tdeploy_to_preflight_s\tpreflight_to_canary_s\tfail_to_remediation_s\tremediation_to_relaunch_s\tcanary_ready_to_warm_launch_s\twarm_launch_spread_s\tlast_ready_to_return_s\tfailed_starts\ttest_compiles\ttest_compile_ms\n' >"$out/fleet.tsv"
 printf 'run\tfail_missing_shared_library_s\tfail_nvcc_not_found_s\tfail_ninja_not_found_s\tfail_cuda_header_mismatch_s\tfail_ptx_version_unsupported_s\tfail_link_error_s\tcold_s\twarm_s\n' >"$out/direct.tsv"
 for ((r = 1; r <= runs; r++)); do
   step "run $r of $runs: the fleet (seed world, fleetd + fleet-agent + sglang-server-sim)"
@@ -438,6 +452,9 @@ overhead=$(awk -v f="$fleet" -v c="$critical" 'BEGIN {printf "%.3f", f - c}')
 
 step "summary (speed $speed, $runs runs, medians; every time in wall seconds)"
 printf '%-58s %s\n' "launches (attempt rows)" "$launches"
+printf '%-58s %s\n' "failed starts" "$(col "$out/fleet.tsv" failed_starts | sort -u | paste -sd/ -)"
+printf '%-58s %s (%s ms in all, median per run)\n' "test-compiles in the probes (policy: $test_compile)" \
+  "$(fmed test_compiles)" "$(fmed test_compile_ms)"
 printf '%-58s %s\n' "remediations (preflight + diagnosis)" "$remediations ($rem_pre + $rem_diag)"
 printf '%-58s %s s (min %s, max %s)\n' "fleet time-to-ready: deploy -> all $gpus READY" "$fleet" "$fleet_min" "$fleet_max"
 printf '%-58s %s s\n' "  preflight remediation (row created -> applied)" "$(fmed preflight_s)"
@@ -462,6 +479,10 @@ echo "load average: $load_start at the start, $load_end at the end"
   echo "date=$date_utc"
   echo "revision=$revision"
   echo "engine=$engine"
+  echo "test_compile=$test_compile"
+  echo "failed_starts=$(col "$out/fleet.tsv" failed_starts | sort -u | paste -sd/ -)"
+  echo "test_compiles=$(fmed test_compiles)"
+  echo "test_compile_ms=$(fmed test_compile_ms)"
   echo "cpu=$model"
   echo "cores=$(nproc)"
   echo "load_start=$load_start"

@@ -7,7 +7,7 @@
 # planner's fixes act on the world only). Used by deploy/demo.sh and bench/remediation/run.sh.
 #
 #   sim_fleet_config.sh --world DIR --socket PATH --base-port N --logs DIR [--speed X]
-#                       [--comment TEXT] [--engine sglang|vllm]
+#                       [--comment TEXT] [--engine sglang|vllm] [--test-compile on|off]
 #   sim_fleet_config.sh --world DIR --template-only NAME --log-path PATH [--speed X]
 #   sim_fleet_config.sh --world DIR --tools-only
 #
@@ -21,7 +21,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../deploy/lib/fleet.sh"
 
 world='' socket='' base_port='' logs='' speed='' comment="written by tests/sim/sim_fleet_config.sh"
-template_only='' log_path='' tools_only=false engine=sglang
+template_only='' log_path='' tools_only=false engine=sglang test_compile=on
 while [[ $# -gt 0 ]]; do
   if [[ $1 == --tools-only ]]; then
     tools_only=true
@@ -39,10 +39,15 @@ while [[ $# -gt 0 ]]; do
     --template-only) template_only=$2 ;;
     --log-path) log_path=$2 ;;
     --engine) engine=$2 ;;
+    --test-compile) test_compile=$2 ;;
     *) printf 'sim_fleet_config: unknown option %s\n' "$1" >&2; exit 2 ;;
   esac
   shift 2
 done
+if [[ $test_compile != on && $test_compile != off ]]; then
+  printf 'sim_fleet_config: --test-compile is on or off, not %s\n' "$test_compile" >&2
+  exit 2
+fi
 if [[ $engine != sglang && $engine != vllm ]]; then
   printf 'sim_fleet_config: --engine is sglang or vllm, not %s\n' "$engine" >&2
   exit 2
@@ -122,3 +127,5 @@ tools
 printf 'templates:\n'
 template "$engine" "$logs/${engine}_gpu{gpu}.log"
 printf 'policies:\n  - name: default\n    max_attempts: 3\n    backoff_initial: 1s\n'
+# The probe's test-compile (docs/config.md preflight.test_compile) is on by default.
+[[ $test_compile == on ]] || printf '    preflight: {test_compile: false}\n'
