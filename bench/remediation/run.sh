@@ -264,7 +264,8 @@ fleet_run() {
   "$fleetctl_bin" --state-dir "$dir" remediations -o json >"$dir/remediations.json"
   tc_ms=$({ grep -oE '"test_compile(_after)?_ms":[0-9]+' "$dir/remediations.json" || true; } |
     awk -F: '{s += $2} END {print s + 0}')
-  tc_n=$(grep -coE '"test_compile(_after)?_ms":[0-9]+' "$dir/remediations.json" || true)
+  tc_n=$({ grep -oE '"test_compile(_after)?_ms":[0-9]+' "$dir/remediations.json" || true; } |
+    wc -l)
   rem_pre=$(q "SELECT count(*) FROM remediations WHERE trigger = 'preflight'")
   rem_diag=$(q "SELECT count(*) FROM remediations WHERE trigger = 'diagnosis'")
   rem_all=$(q "SELECT count(*) FROM remediations")
