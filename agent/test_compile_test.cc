@@ -1,7 +1,9 @@
 #include "agent/test_compile.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <string>
@@ -111,6 +113,37 @@ TEST_F(SimWorldTestCompile, WithoutNvccOrWhenTurnedOffItIsNotTried) {
   const fleet::v1::TestCompile off = Probe("fixed", {}, /*test_compile=*/false).test_compile();
   EXPECT_FALSE(off.ran());
   EXPECT_THAT(off.skipped(), HasSubstr("preflight.test_compile: false"));
+}
+
+// A compiler that hangs is killed at the step's bound, the transcript says so, and the temp dir
+// is gone; a temp root that cannot hold the dir is a reason not to run, not an error.
+TEST(TestCompileFaults, AHangingCompilerIsKilledAtItsBoundAndNothingIsLeft) {
+  TempDir tmp;
+  tmp.WriteFile("bin/nvcc", "#!/bin/sh\nexec sleep 30\n");
+  ASSERT_EQ(chmod(tmp.Join("bin/nvcc").c_str(), 0755), 0);
+  fleet::v1::ToolchainSnapshot snapshot;
+  snapshot.mutable_nvcc()->set_path(tmp.Join("bin/nvcc"));
+  snapshot.add_gpus()->set_compute_capability("12.0");
+  TestCompileOptions options;
+  options.step_timeout = absl::Milliseconds(300);
+  options.tmp_root = tmp.Join("scratch");
+  ASSERT_EQ(mkdir(options.tmp_root.c_str(), 0700), 0);
+  PosixCommandRunner runner(1 << 20);
+  const fleet::v1::TestCompile t =
+      RunTestCompile(&runner, snapshot, {{"PATH", "/usr/bin:/bin"}}, options);
+  EXPECT_TRUE(t.ran());
+  EXPECT_FALSE(t.ok());
+  EXPECT_EQ(t.failed_step(), "compile");
+  EXPECT_THAT(t.log(), HasSubstr("FAILED: [timed out]"));
+  EXPECT_THAT(t.log(), HasSubstr("ran past 300ms and was killed"));
+  EXPECT_LT(t.took().seconds(), 10) << "bounded, not the compiler's 30 s";
+  EXPECT_TRUE(std::filesystem::is_empty(options.tmp_root)) << "the temp dir is removed";
+
+  options.tmp_root = tmp.Join("no/such/dir");
+  const fleet::v1::TestCompile none =
+      RunTestCompile(&runner, snapshot, {{"PATH", "/usr/bin:/bin"}}, options);
+  EXPECT_FALSE(none.ran());
+  EXPECT_THAT(none.skipped(), HasSubstr("mkdtemp"));
 }
 
 // ---------------------------------------------------------------------------------------------
