@@ -18,9 +18,10 @@
 # starts fleetd (record DIR/fleet.db, socket DIR/fleetd.sock) and the container's fleet-agent, and
 # then only deploys and watches: `fleetctl deploy -f DIR/fleet.yaml` (all 8 GPUs) and `fleetctl
 # status --watch --until-ready`. fleetd does the rest on its own: the preflight (the agent's probe;
-# the planner fixes what is knowably broken before any launch), the canary (GPU 0 alone while the
-# JIT cache is cold; its one failure, PTX 9.2 that no probe can see, remediated once for the
-# container), then the other seven from the warm cache. Last `fleetctl remediations` and `fleetctl
+# the planner fixes what is knowably broken before any launch; the probe's test-compile after
+# that fix sees the PTX 9.2 its ptxas refuses, fixed in a second round before any launch), the
+# canary (GPU 0 alone while the JIT cache is cold), then the other seven from the warm cache:
+# 8 launches, none failed. Last `fleetctl remediations` and `fleetctl
 # attempts`: every remediation with its actions, every launch with its outcome and diagnosis.
 # Exits 0 only when all 8 are READY (fleetd's HTTP readiness probe: GET /health_generate gives
 # 200). Stops every server, the agent and fleetd on any exit. Every wait is fleetd's own
@@ -165,7 +166,7 @@ note "config: $state_dir/fleet.yaml (servers on ports $base_port-$((base_port + 
 # --- The deploy: fleetd does the rest --------------------------------------------------------------
 
 step "Deploy all $gpus ($engine); fleetd probes, plans, fixes and restarts on its own"
-note "preflight (the probe: what is knowably broken is fixed before any launch), then the canary"
+note "preflight (the probe and its test-compile: what is knowably broken is fixed before any launch), then the canary"
 note "$canary alone until it is past the JIT phase, each failure diagnosed and remediated once for"
 note "the container, then the other $((gpus - 1)) from the warm JIT cache"
 fleetctl deploy -f "$state_dir/fleet.yaml" | sed 's/^/    /'
