@@ -60,9 +60,15 @@ std::string ExitCode(const CommandResult& r) {
 
 }  // namespace
 
-std::vector<std::string> GencodeTargets(const std::vector<std::string>& compute_capabilities) {
+std::vector<std::string> GencodeTargets(const std::vector<std::string>& compute_capabilities,
+                                        const std::string& nvcc_release) {
   std::vector<std::string> out;
   std::set<std::string> seen;
+  std::pair<std::string, std::string> release = absl::StrSplit(nvcc_release, '.');
+  int release_major = 0, release_minor = 0;
+  const bool families = absl::SimpleAtoi(release.first, &release_major) &&
+                        absl::SimpleAtoi(release.second, &release_minor) &&
+                        (release_major > 12 || (release_major == 12 && release_minor >= 9));
   for (const std::string& cc : compute_capabilities) {
     std::pair<std::string, std::string> parts = absl::StrSplit(cc, '.');
     int major = 0, minor = 0;
@@ -72,6 +78,10 @@ std::vector<std::string> GencodeTargets(const std::vector<std::string>& compute_
     }
     const std::string target = absl::StrCat("sm_", major, minor, major >= 9 ? "a" : "");
     if (seen.insert(target).second) out.push_back(target);
+    if (families && major >= 10) {
+      const std::string family = absl::StrCat("sm_", major, minor, "f");
+      if (seen.insert(family).second) out.push_back(family);
+    }
   }
   return out;
 }
@@ -87,7 +97,7 @@ fleet::v1::TestCompile RunTestCompile(CommandRunner* runner,
   }
   std::vector<std::string> ccs;
   for (const fleet::v1::Gpu& gpu : snapshot.gpus()) ccs.push_back(gpu.compute_capability());
-  const std::vector<std::string> targets = GencodeTargets(ccs);
+  const std::vector<std::string> targets = GencodeTargets(ccs, snapshot.nvcc().version());
   if (targets.empty()) {
     out.set_skipped("no GPU arch (nvidia-smi gave no compute capability)");
     return out;

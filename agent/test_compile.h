@@ -29,9 +29,11 @@ struct TestCompileOptions {
 };
 
 // The -gencode targets for GPUs of these compute capabilities ("12.0" → "sm_120a"): the
-// arch-specific form flashinfer's JIT asks for on SM 9.0 and newer, the plain one before; each
-// once. Entries that are not "MAJOR.MINOR" are skipped.
-std::vector<std::string> GencodeTargets(const std::vector<std::string>& compute_capabilities);
+// arch-specific form flashinfer's JIT asks for on SM 9.0 and newer, the plain one before; and on
+// SM 10.0 and newer the family form too ("sm_120f") when the nvcc's release (`nvcc_release`,
+// "13.0") knows it (12.9 and later); each once. Entries that are not "MAJOR.MINOR" are skipped.
+std::vector<std::string> GencodeTargets(const std::vector<std::string>& compute_capabilities,
+                                        const std::string& nvcc_release = "");
 
 // The test-compile with the toolchain `snapshot` resolved (its nvcc, include_dir, cuda_root,
 // site_packages and gpus) and the server's environment `env`. Not run (ran false, `skipped`
