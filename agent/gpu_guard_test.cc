@@ -190,6 +190,15 @@ class GpuWorld {
   fleet::testing::TempDir dir_;
 };
 
+// A guard on a GpuWorld with a fake clock, and the reaper of what a test starts.
+struct GuardedWorld {
+  GpuWorld world;
+  PosixCommandRunner runner;
+  fleet::testing::FakeClock clock;
+  GpuGuard guard{world.Options(), &runner, &clock};
+  Reaper reaper;
+};
+
 std::vector<pid_t> Pids(const std::vector<GpuProcess>& ps) {
   std::vector<pid_t> out;
   for (const GpuProcess& p : ps) out.push_back(p.pid);
@@ -308,11 +317,8 @@ TEST(GpuGuard, BusyMemoryNamesTheHolderAndTheLaunchWaitsUntilItIsFreed) {
 }
 
 TEST(GpuGuard, GivesUpAfterTheWaitAndSaysWhoHoldsTheGpu) {
-  GpuWorld world;
-  PosixCommandRunner runner;
-  fleet::testing::FakeClock clock;
-  GpuGuard guard(world.Options(), &runner, &clock);
-  Reaper reaper;
+  GuardedWorld g;
+  auto& [world, runner, clock, guard, reaper] = g;
   const pid_t holder = world.Busy(&reaper, 1, 9000);
   std::vector<GpuGuard::Verdict> verdicts;
   std::string last;
@@ -335,11 +341,8 @@ TEST(GpuGuard, GivesUpAfterTheWaitAndSaysWhoHoldsTheGpu) {
 }
 
 TEST(GpuGuard, ATensorParallelServerWaitsUntilEachOfItsGpusIsFree) {
-  GpuWorld world;
-  PosixCommandRunner runner;
-  fleet::testing::FakeClock clock;
-  GpuGuard guard(world.Options(), &runner, &clock);
-  Reaper reaper;
+  GuardedWorld g;
+  auto& [world, runner, clock, guard, reaper] = g;
   const pid_t holder = world.Busy(&reaper, 1, 9000);
   // GPU 0 alone is free: the busy GPU 1 is not its business.
   EXPECT_TRUE(guard.Check(world.Request(0)).free);

@@ -765,20 +765,27 @@ bool PipInstalls(const v1::Plan& plan, const std::string& package, const std::st
   return false;
 }
 
+// `fleet` started, deployed and watched until all READY; its watch and the plans it recorded.
+void DeployUntilAllReady(Fleet& fleet, CtlResult* watch, std::vector<v1::Plan>* plans) {
+  ASSERT_TRUE(fleet.ok());
+  ASSERT_NO_FATAL_FAILURE(*watch = fleet.StartDeployAndWatch());
+  ASSERT_EQ(watch->code(), 0) << watch->output << fleet.Diagnostics();
+  auto db = OpenDb(fleet.db_path());
+  ASSERT_NE(db, nullptr);
+  *plans = StoredPlans(*db);
+}
+
 // The seed scenario on one engine's servers, the probe's test-compile off (policy
 // preflight.test_compile: false): the PTX is learnt from the canary's failed start.
 void SeedScenarioEndsAllReadyInAFewLaunchesWithEveryStepRecorded(const std::string& engine) {
   e2e::WorldOptions options = e2e::SeedScenarioLearningFromTheCanary();
   options.engine = engine;
   Fleet fleet(options);
-  ASSERT_TRUE(fleet.ok());
   CtlResult watch;
-  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
-  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
-
+  std::vector<v1::Plan> plans;
+  ASSERT_NO_FATAL_FAILURE(DeployUntilAllReady(fleet, &watch, &plans));
   auto db = OpenDb(fleet.db_path());
   ASSERT_NE(db, nullptr);
-  const std::vector<v1::Plan> plans = StoredPlans(*db);
   // The preflight fixed what the probe sees (nvrtc off the loader path, no nvcc, no ninja, the
   // pip layout without lib64 and stub); the PTX that flashinfer emits was learnt from the one
   // failure, and CUDA 13.2 (compiler and headers together: the catch-22) went in as one plan.
@@ -896,14 +903,11 @@ TEST(FleetE2e, SeedScenarioWithoutTheTestCompileLearnsThePtxFromTheCanarysFailur
 // second preflight round installs CUDA 13.2 whole: 8 launches for 8 GPUs, no failed start.
 TEST(FleetE2e, SeedScenarioEndsAllReadyInEightLaunchesWithNoFailedStart) {
   Fleet fleet(e2e::SeedScenario());
-  ASSERT_TRUE(fleet.ok());
   CtlResult watch;
-  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
-  ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
-
+  std::vector<v1::Plan> plans;
+  ASSERT_NO_FATAL_FAILURE(DeployUntilAllReady(fleet, &watch, &plans));
   auto db = OpenDb(fleet.db_path());
   ASSERT_NE(db, nullptr);
-  const std::vector<v1::Plan> plans = StoredPlans(*db);
   ASSERT_EQ(plans.size(), 2u) << Describe(plans);
   for (const v1::Plan& p : plans) {
     EXPECT_EQ(p.trigger(), "preflight") << Describe(plans);
