@@ -484,9 +484,9 @@ void RemediationRunner::Execute(AgentClient& client, const FixJob& job,
   }
   if (worse.empty() && !next.empty()) {
     SetPlanStatus(fleet::v1::PLAN_STATUS_APPLIED, plan);
-    plan->set_outcome_reason(absl::StrCat(
-        "the probe's test-compile, which could not run before it, shows next: ",
-        absl::StrJoin(next, ", ")));
+    plan->set_outcome_reason(
+        absl::StrCat("the probe's test-compile, which could not run before it, shows next: ",
+                     absl::StrJoin(next, ", ")));
     recorder_->Record(plan, false).IgnoreError();
     return;
   }

@@ -111,9 +111,10 @@ void PlanBuilder::Run() {
   if (compiled.ran() && !compiled.ok() && !failed.empty() && !Contains(causes_, failed) &&
       std::none_of(unresolved_.begin(), unresolved_.end(),
                    [&](const Unresolved& u) { return u.cause == failed; })) {
-    Leave(failed, absl::StrCat("the probe's test-compile fails with it (",
-                               compiled.diagnosis().summary(), ") and no change the planner "
-                               "knows addresses it"));
+    Leave(failed,
+          absl::StrCat("the probe's test-compile fails with it (", compiled.diagnosis().summary(),
+                       ") and no change the planner "
+                       "knows addresses it"));
   }
   std::stable_sort(actions_.begin(), actions_.end(),
                    [](const PlannedAction& a, const PlannedAction& b) {
