@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/proto_time.h"
+#include "common/base/utf8.h"
 #include "common/diagnosis/classifier.h"
 #include "common/diagnosis/diagnosis_proto.h"
 
@@ -148,7 +149,11 @@ fleet::v1::TestCompile RunTestCompile(CommandRunner* runner,
   compile.insert(compile.end(), {"-O3", "-std=c++17"});
 
   // torch's cpp_extension link line, as flashinfer's ops get it: the driver's stub, the runtime.
-  std::vector<std::string> link = {options.host_compiler, object, "-shared"};
+  // torch's cpp_extension links with $CXX when the server's environment sets it.
+  const auto cxx = env.find("CXX");
+  std::vector<std::string> link = {
+      cxx != env.end() && !cxx->second.empty() ? cxx->second : options.host_compiler, object,
+      "-shared"};
   if (!snapshot.cuda_root().empty()) {
     link.insert(link.end(), {absl::StrCat("-L", snapshot.cuda_root(), "/lib64/stubs"), "-lcuda",
                              absl::StrCat("-L", snapshot.cuda_root(), "/lib64"), "-lcudart"});
@@ -157,8 +162,12 @@ fleet::v1::TestCompile RunTestCompile(CommandRunner* runner,
   }
   link.insert(link.end(), {"-o", library});
 
+  // nvcc's and ptxas' own temporary files in the private dir too (not a shared /tmp; gone with it).
+  std::map<std::string, std::string> build_env = env;
+  build_env["TMPDIR"] = dir;
   const absl::Time start = absl::Now();
   std::string log;
+  bool conclusive = true;
   out.set_ran(true);
   out.set_ok(true);
   const std::vector<std::pair<std::string, const std::vector<std::string>*>> steps = {
@@ -168,7 +177,7 @@ fleet::v1::TestCompile RunTestCompile(CommandRunner* runner,
     const std::string command = absl::StrJoin(*argv, " ");
     absl::StrAppend(&log, "[", i + 1, "/", steps.size(), "] ", command, "\n");
     absl::StatusOr<CommandResult> r =
-        runner->Run({.argv = *argv, .env = env, .cwd = dir, .timeout = options.step_timeout});
+        runner->Run({.argv = *argv, .env = build_env, .cwd = dir, .timeout = options.step_timeout});
     if (r.ok() && r->ok()) {
       absl::StrAppend(&log, r->output);
       continue;
@@ -185,6 +194,8 @@ fleet::v1::TestCompile RunTestCompile(CommandRunner* runner,
         absl::StrAppend(&log, "gpu-fleet: the ", step, " step ran past ",
                         absl::FormatDuration(options.step_timeout), " and was killed\n");
       }
+      // Killed (the bound, the OOM killer): says nothing about the toolchain.
+      conclusive = r->exited;
     } else {
       absl::StrAppend(&log, r.status().message(), "\n");
     }
@@ -193,7 +204,9 @@ fleet::v1::TestCompile RunTestCompile(CommandRunner* runner,
   }
   *out.mutable_took() = ToProtoDuration(absl::Now() - start);
   if (log.size() > options.max_log_bytes) log = log.substr(log.size() - options.max_log_bytes);
-  if (!out.ok()) {
+  // A proto string: cut anywhere above, and the tools' own bytes, made valid UTF-8.
+  log = SanitizeUtf8(log);
+  if (!out.ok() && conclusive) {
     diagnosis::Classifier classifier(&diagnosis::SignatureMatcher::Builtin(), {});
     classifier.AddBytes(log);
     diagnosis::ToProto(classifier.Finish(), out.mutable_diagnosis());

@@ -6,7 +6,8 @@
 // links (`-L<root>/lib64/stubs -lcuda -L<root>/lib64 -lcudart`). In a temp dir of the agent's,
 // each step bounded in time, nothing run on a GPU. The transcript is written in ninja's shape and
 // classified like any server log, so the same classes come out (ptx_version_unsupported,
-// cuda_header_mismatch, link_error, unsupported_gpu_arch, ...), with their facts (ptx_wanted).
+// cuda_header_mismatch, link_error, unsupported_gpu_arch, ...), with their facts (ptx_wanted). A
+// step killed (its bound, a signal) is not classified: it says nothing about the toolchain.
 //
 // Thread-safe when its CommandRunner is.
 #pragma once
@@ -23,7 +24,7 @@ namespace fleet::agent {
 
 struct TestCompileOptions {
   absl::Duration step_timeout = absl::Minutes(2);  // each of compile and link
-  size_t max_log_bytes = 64 << 10;
+  size_t max_log_bytes = 16 << 10;    // the tail: kept in every plan's before and after
   std::string tmp_root;               // where the temp dir goes; empty: $TMPDIR, else /tmp
   std::string host_compiler = "c++";  // torch's cpp_extension links with c++ from PATH
 };
@@ -36,7 +37,8 @@ std::vector<std::string> GencodeTargets(const std::vector<std::string>& compute_
                                         const std::string& nvcc_release = "");
 
 // The test-compile with the toolchain `snapshot` resolved (its nvcc, include_dir, cuda_root,
-// site_packages and gpus) and the server's environment `env`. Not run (ran false, `skipped`
+// site_packages and gpus: give it the server's GPUs only) and the server's environment `env`
+// (its CXX links, as torch's; TMPDIR is the private dir). Not run (ran false, `skipped`
 // says why) without an nvcc or a GPU arch.
 fleet::v1::TestCompile RunTestCompile(CommandRunner* runner,
                                       const fleet::v1::ToolchainSnapshot& snapshot,

@@ -143,6 +143,7 @@ TEST(TestCompileFaults, AHangingCompilerIsKilledAtItsBoundAndNothingIsLeft) {
   EXPECT_THAT(t.log(), HasSubstr("FAILED: [timed out]"));
   EXPECT_THAT(t.log(), HasSubstr("ran past 300ms and was killed"));
   EXPECT_LT(t.took().seconds(), 10) << "bounded, not the compiler's 30 s";
+  EXPECT_FALSE(t.has_diagnosis()) << "killed: says nothing about the toolchain";
   EXPECT_TRUE(std::filesystem::is_empty(options.tmp_root)) << "the temp dir is removed";
 
   options.tmp_root = tmp.Join("no/such/dir");

@@ -238,8 +238,19 @@ class ProbeRun {
     ProbeDeviceNodes();
     ProbeJitCaches();
     if (target_.test_compile) {
+      // For the server's GPUs only: its JIT builds for what CUDA_VISIBLE_DEVICES shows it.
+      ToolchainSnapshot mine = *snap_;
+      if (!target_.gpus.empty()) {
+        mine.clear_gpus();
+        for (const fleet::v1::Gpu& g : snap_->gpus()) {
+          if (std::find(target_.gpus.begin(), target_.gpus.end(), g.index()) !=
+              target_.gpus.end()) {
+            *mine.add_gpus() = g;
+          }
+        }
+      }
       *snap_->mutable_test_compile() =
-          RunTestCompile(runner_, *snap_, env_, target_.test_compile_options);
+          RunTestCompile(runner_, mine, env_, target_.test_compile_options);
     } else {
       snap_->mutable_test_compile()->set_skipped(
           "turned off by the policy (preflight.test_compile: false)");

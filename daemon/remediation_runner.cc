@@ -66,6 +66,15 @@ std::vector<PastRemediation> HistoryOf(const std::vector<fleet::v1::Plan>& plans
 }
 
 // The problems a preflight of this toolchain would address or leave: their classes.
+// The job's spec as its probes get it: the policy's preflight.test_compile (default on) as the
+// agent's skip_test_compile. Never stored: a Launch's spec has it unset.
+fleet::v1::ServerSpec WithTestCompilePolicy(const FixJob& job) {
+  fleet::v1::ServerSpec spec = job.spec;
+  spec.set_skip_test_compile(job.policy.preflight().has_test_compile() &&
+                             !job.policy.preflight().test_compile());
+  return spec;
+}
+
 std::set<std::string> Problems(const PlannerDecision& d) {
   return std::set<std::string>(d.problems.begin(), d.problems.end());
 }
@@ -255,7 +264,7 @@ void RemediationRunner::Work() {
 absl::StatusOr<RemediationRunner::Proposal> RemediationRunner::Propose(AgentClient& client,
                                                                        const FixJob& job,
                                                                        bool asked) const {
-  absl::StatusOr<fleet::v1::ToolchainSnapshot> snapshot = client.Probe(job.spec);
+  absl::StatusOr<fleet::v1::ToolchainSnapshot> snapshot = client.Probe(WithTestCompilePolicy(job));
   if (!snapshot.ok()) {
     return absl::Status(snapshot.status().code(),
                         absl::StrCat("probe: ", snapshot.status().message()));
@@ -278,8 +287,7 @@ absl::StatusOr<RemediationRunner::Proposal> RemediationRunner::Propose(AgentClie
 FixDone RemediationRunner::Run(FixJob job) {
   FixDone done;
   // The probes of this job test-compile unless the policy says not to (agent/test_compile.h).
-  job.spec.set_skip_test_compile(job.policy.preflight().has_test_compile() &&
-                                 !job.policy.preflight().test_compile());
+  job.spec = WithTestCompilePolicy(job);
   // The job's outcome is `plan`, once the record holds it.
   auto recorded = [&](fleet::v1::Plan plan) {
     if (absl::Status s = recorder_->Record(&plan, false); !s.ok()) {
@@ -471,15 +479,32 @@ void RemediationRunner::Execute(AgentClient& client, const FixJob& job,
       Problems(planner_->Preflight(PlannerInput{before, job.spec, job.policy, history}));
   const std::set<std::string> is =
       Problems(planner_->Preflight(PlannerInput{plan->after(), after_spec, job.policy, history}));
-  // What the test-compile shows when it could not run before (no nvcc yet) was out of sight, not
-  // caused: the next layer, like an env-only plan's below.
+  // What only the test-compile shows after it, when the test-compile could not get that far
+  // before, was out of sight, not caused: the next layer, like an env-only plan's below. That is:
+  // no nvcc before (nothing to compile with), or the compile failed before at an earlier problem
+  // that is gone now (the build got further). A problem the probe's facts show without the
+  // test-compile is judged as before.
   const fleet::v1::TestCompile& compiled = plan->after().test_compile();
-  const bool newly_compiled = !before.test_compile().ran() && compiled.ran() && !compiled.ok();
+  const fleet::v1::TestCompile& compiled_before = before.test_compile();
+  const std::string& compiled_class = compiled.diagnosis().diagnosis_class();
+  const bool got_further = compiled_before.ran() && !compiled_before.ok() &&
+                           compiled_before.diagnosis().diagnosis_class() != compiled_class &&
+                           !is.count(compiled_before.diagnosis().diagnosis_class());
+  const bool newly_visible = compiled.ran() && !compiled.ok() && !compiled_class.empty() &&
+                             (before.nvcc().path().empty() || got_further);
+  std::set<std::string> without_compile;
+  if (newly_visible) {
+    fleet::v1::ToolchainSnapshot facts_only = plan->after();
+    facts_only.clear_test_compile();
+    without_compile =
+        Problems(planner_->Preflight(PlannerInput{facts_only, after_spec, job.policy, history}));
+  }
   std::vector<std::string> worse, next;
   for (const std::string& p : is) {
     if (!was.count(p) &&
         std::find(plan->causes().begin(), plan->causes().end(), p) == plan->causes().end()) {
-      (newly_compiled && p == compiled.diagnosis().diagnosis_class() ? next : worse).push_back(p);
+      const bool compile_only = newly_visible && p == compiled_class && !without_compile.count(p);
+      (compile_only ? next : worse).push_back(p);
     }
   }
   if (worse.empty() && !next.empty()) {

@@ -348,6 +348,28 @@ TEST_F(RemediationTest, AFixThatUncoversTheNextProblemIsKeptAndThePreflightGoesO
   EXPECT_EQ(agent_.launches[0].spec().env().at("CUDA_HOME"), pt::Cuda(""));
 }
 
+// A test-compile failure after a fix is the next layer only where the test-compile could not get
+// that far before (no nvcc then). Here nvcc was there and the test-compile simply did not run (an
+// agent older than it): a link failure after the fix is a fix made worse, as before issue 19.
+TEST_F(RemediationTest, ATestCompileFailureAfterAFixIsWorseWhenNvccWasThereBefore) {
+  agent_.toolchain.clear_ninja();
+  ASSERT_FALSE(agent_.toolchain.nvcc().path().empty());
+  ASSERT_FALSE(agent_.toolchain.test_compile().ran());
+  fleet::v1::ToolchainSnapshot after = pt::FixedSnapshot();
+  fleet::v1::TestCompile* compiled = after.mutable_test_compile();
+  compiled->set_ran(true);
+  compiled->set_failed_step("link");
+  compiled->mutable_diagnosis()->set_diagnosis_class("link_error");
+  agent_.after.push_back(after);
+  Deploy(Config(1, Policy()));
+  Turns(4);
+  const std::vector<fleet::v1::Plan> plans = Plans();
+  ASSERT_GE(plans.size(), 1u);
+  EXPECT_NE(plans[0].status(), "applied") << plans[0].outcome_reason();
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("made things worse"));
+  EXPECT_THAT(plans[0].outcome_reason(), HasSubstr("link_error"));
+}
+
 TEST_F(RemediationTest, OneCauseOneRemediationThenEveryWaitingServerRestartsAtOnce) {
   Deploy(Config(2, Policy()));
   Turns();
