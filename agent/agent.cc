@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/agent_internal.h"
 #include "agent/env_files.h"
 #include "agent/log_follower.h"
 #include "agent/message_budget.h"
@@ -43,43 +44,13 @@ namespace {
 
 using fleet::v1::AgentEvent;
 using fleet::v1::ServerSpec;
-
-// What the GPU check of `request` needs besides the previous server: the GPU, the attempt, and
-// the container's nvidia-smi with the server's environment.
-void FillGpuRequest(const fleet::v1::LaunchRequest& request, const std::string& owner,
-                    const AgentOptions& options, GpuRequest* out) {
-  const ServerSpec& spec = request.spec();
-  out->gpu = spec.server().gpu();
-  for (int gpu : config::ServerGpus(spec)) out->gpus.push_back(gpu);
-  out->key = request.attempt_id();
-  out->owner = owner;
-  out->server = ServerMark(spec, options);
-  out->nvidia_smi.assign(spec.tools().nvidia_smi().begin(), spec.tools().nvidia_smi().end());
-  out->env = ServerEnv(spec);
-}
+using internal::EffectiveSpec;
+using internal::FillGpuRequest;
+using internal::LogGpuCheck;
 
 spdlog::logger& Log() { return log::Get(log::Component::kAgent); }
 
-// "gpu 3", or a tensor-parallel server's "gpus 0,1".
-std::string GpusPhrase(const std::vector<int>& gpus) {
-  if (gpus.empty()) return "its gpu";
-  if (gpus.size() == 1) return absl::StrCat("gpu ", gpus.front());
-  return absl::StrCat("gpus ", absl::StrJoin(gpus, ","));
-}
 spdlog::logger& StoreLog() { return log::Get(log::Component::kStore); }
-
-// A check that did something, found someone, or could not look is said in the agent's log: a
-// warning when the GPU is held, a leftover would not die or something could not be looked at.
-void LogGpuCheck(const GpuRequest& request, const GpuCheck& check, bool busy) {
-  if (check.reclaimed.empty() && check.orphans.empty() && check.stuck.empty() &&
-      check.others.empty() && check.notes.empty() && !busy) {
-    return;
-  }
-  const bool warn = busy || !check.stuck.empty() || !check.notes.empty();
-  log::Get(log::Component::kGpu)
-      .log(warn ? spdlog::level::warn : spdlog::level::info, "{} gpu check: {}",
-           log::LogFields{request.server, request.key}, check.Summary());
-}
 
 }  // namespace
 
@@ -428,7 +399,7 @@ absl::Status Agent::Admit(const fleet::v1::LaunchRequest& request,
   return absl::OkStatus();
 }
 
-namespace {
+namespace internal {
 
 // The spec as the agent runs it: CUDA_VISIBLE_DEVICES is the config's GPU indexes (the server's
 // GPUs, "0,1" for a tensor-parallel one), and CUDA_DEVICE_ORDER=PCI_BUS_ID makes them nvidia-smi's
@@ -458,7 +429,7 @@ ServerSpec EffectiveSpec(const ServerSpec& spec, const AgentOptions& options,
   return effective;
 }
 
-}  // namespace
+}  // namespace internal
 
 absl::StatusOr<fleet::v1::ServerStatus> Agent::StartAttempt(const fleet::v1::LaunchRequest& request,
                                                             int64_t previous_attempt) {
@@ -541,80 +512,6 @@ void Agent::Install(int32_t gpu, std::unique_ptr<ServerRun> run) {
     draining_.push_back(std::move(existing->second));
   }
   servers_[gpu] = std::move(run);
-}
-
-// --- Waiting for a free GPU (gpu_guard.h) ---------------------------------------------------
-
-void Agent::WaitForGpu(const fleet::v1::LaunchRequest& request, int64_t previous_attempt,
-                       PreviousServer previous, const GpuCheck* first) {
-  const ServerSpec& spec = request.spec();
-  const int32_t gpu = spec.server().gpu();
-  GpuRequest check;
-  check.previous = previous;
-  FillGpuRequest(request, mark_, options_, &check);
-  auto run = std::make_unique<ServerRun>(this, EffectiveSpec(spec, options_, request.attempt_id()),
-                                         request.attempt_id(), request.attempt_number());
-  const std::vector<int> gpus = config::ServerGpus(spec);
-  const std::string which = GpusPhrase(gpus);
-  run->WaitForGpu(deps_.clock->Now(), absl::StrCat("checking that ", which,
-                                                   gpus.size() == 1 ? " is" : " are", " free"));
-  if (first != nullptr) {
-    run->GpuBusy(absl::StrCat("waiting for ", which, " to be free: ", first->Summary()));
-  }
-  Persist(*run);
-  Install(gpu, std::move(run));
-  gpu_waits_[gpu] = GpuWait{request, previous_attempt};
-  deps_.gpu_guard->Submit(std::move(check), /*checked_now=*/first != nullptr);
-}
-
-void Agent::OnGpuCheck(const GpuRequest& request, const GpuCheck& check,
-                       GpuGuard::Verdict verdict) {
-  const std::string summary = check.Summary();
-  {
-    absl::MutexLock lock(&mu_);
-    auto wait = gpu_waits_.find(request.gpu);
-    auto run = servers_.find(request.gpu);
-    // A stale answer: the attempt was stopped or replaced meanwhile.
-    if (wait == gpu_waits_.end() || wait->second.request.attempt_id() != request.key ||
-        run == servers_.end() || run->second->attempt_id() != request.key ||
-        !run->second->waiting_for_gpu()) {
-      return;
-    }
-    LogGpuCheck(request, check, verdict != GpuGuard::Verdict::kFree);
-    const absl::Time now = deps_.clock->Now();
-    if (verdict == GpuGuard::Verdict::kWaiting) {
-      run->second->GpuBusy(
-          absl::StrCat("waiting for ", GpusPhrase(request.gpus), " to be free: ", summary));
-    } else {
-      GpuWait w = std::move(wait->second);
-      gpu_waits_.erase(wait);
-      diagnosis::Diagnosis failure;
-      failure.fix = diagnosis::FixKind::kReport;
-      failure.toolchain_fix = false;
-      if (verdict == GpuGuard::Verdict::kGaveUp) {
-        // Launching now would end in CUDA out of memory beside whoever holds the GPU.
-        failure.diagnosis_class = diagnosis::classes::kCudaOutOfMemory;
-        failure.summary =
-            absl::StrCat("not launched: ", GpusPhrase(request.gpus), " still busy after ",
-                         absl::FormatDuration(deps_.gpu_guard->options().max_wait), ": ", summary);
-      } else {
-        absl::StatusOr<fleet::v1::ServerStatus> started =
-            StartAttempt(w.request, w.previous_attempt);
-        if (!started.ok()) {
-          failure.diagnosis_class = diagnosis::classes::kUnknown;
-          failure.summary = std::string(started.status().message());
-        }
-      }
-      auto current = servers_.find(request.gpu);
-      if (failure.diagnosis_class != diagnosis::classes::kNone && current != servers_.end() &&
-          current->second->waiting_for_gpu()) {
-        current->second->NotLaunched(now, failure);
-        Persist(*current->second);
-      }
-    }
-  }
-  NotifySubscribers();
-  Wake();
 }
 
 absl::StatusOr<fleet::v1::StopResponse> Agent::Stop(const fleet::v1::StopRequest& request) {

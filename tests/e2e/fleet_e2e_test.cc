@@ -133,10 +133,8 @@ std::set<pid_t> GpuMemoryHolders(const Fleet& fleet, int gpu) {
 void TensorParallelServerSpansItsGpus(const std::string& engine) {
   Fleet fleet({.gpus = 3, .engine = engine, .tensor_parallel = {{0, 1}}});
   ASSERT_TRUE(fleet.ok());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartAgent());
-  ASSERT_NO_FATAL_FAILURE(fleet.StartFleetd());
-  ASSERT_NO_FATAL_FAILURE(fleet.Deploy());
-  const CtlResult watch = fleet.Ctl({"status", "--watch", "--until-ready"});
+  CtlResult watch;
+  ASSERT_NO_FATAL_FAILURE(watch = fleet.StartDeployAndWatch());
   ASSERT_EQ(watch.code(), 0) << watch.output << fleet.Diagnostics();
   EXPECT_FALSE(absl::StrContains(watch.output, ServerName(1))) << watch.output;
 
